@@ -1,0 +1,1 @@
+"""The idempotency chaos harness: stack, nemesis, load, history, checker, report."""

@@ -1,0 +1,1 @@
+"""An embedded server that speaks Toxiproxy's HTTP API."""

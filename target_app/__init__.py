@@ -1,0 +1,1 @@
+"""The system under test: a payments API with three idempotency layers on Redis."""
