@@ -1,0 +1,226 @@
+"""The operation log: every client operation is an invoke and exactly one completion.
+
+Completions follow Jepsen: `ok` (the server confirmed it happened), `fail` (the
+server confirmed it did not), `info` (unknown: it may or may not have happened).
+After an `info` the client continues as a new process, because the old one may
+still have a request in flight that lands later.
+
+Records are JSON lines (format in docs/internals.md), one file per load process,
+buffered and flushed in batches so recording costs little per operation.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+OPERATIONS = ("create_order", "pay", "webhook", "publish")
+COMPLETIONS = ("ok", "fail", "info")
+
+
+class HistoryError(Exception):
+    """A history file is unreadable or an operation was recorded out of order."""
+
+
+def fingerprint(method: str, path: str, body: bytes) -> str:
+    """The request fingerprint the API layer compares: method, path and raw body."""
+    digest = hashlib.sha256()
+    digest.update(method.upper().encode())
+    digest.update(b"\n")
+    digest.update(path.encode())
+    digest.update(b"\n")
+    digest.update(body)
+    return digest.hexdigest()
+
+
+def body_digest(body: bytes) -> str:
+    return hashlib.sha256(body).hexdigest()
+
+
+class HistoryWriter:
+    """Appends records to one JSON-lines file, in batches.
+
+    A batch is written when it holds `flush_every` records or when a record arrives
+    `flush_interval` seconds after the last write; `close()` writes the rest. Call
+    `flush()` from a timer when the load can go idle for long.
+    """
+
+    def __init__(
+        self,
+        path: Path,
+        *,
+        flush_every: int = 512,
+        flush_interval: float = 1.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._file = open(self.path, "ab")
+        self._buffer: list[bytes] = []
+        self._flush_every = flush_every
+        self._flush_interval = flush_interval
+        self._clock = clock
+        self._last_flush = clock()
+
+    def record(self, record: dict[str, Any]) -> None:
+        if self._file.closed:
+            raise HistoryError(f"history {self.path} is closed")
+        self._buffer.append(orjson.dumps(record, option=orjson.OPT_APPEND_NEWLINE))
+        if (
+            len(self._buffer) >= self._flush_every
+            or self._clock() - self._last_flush >= self._flush_interval
+        ):
+            self.flush()
+
+    def flush(self) -> None:
+        if self._buffer and not self._file.closed:
+            self._file.write(b"".join(self._buffer))
+            self._file.flush()
+            self._buffer.clear()
+        self._last_flush = self._clock()
+
+    def close(self) -> None:
+        if not self._file.closed:
+            self.flush()
+            self._file.close()
+
+    def __enter__(self) -> HistoryWriter:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+class Operation:
+    """One invoked operation, waiting for its single completion."""
+
+    def __init__(self, client: Client, op_id: str, op: str) -> None:
+        self.client = client
+        self.op_id = op_id
+        self.op = op
+        self.completed: str | None = None
+
+    def ok(self, **fields: Any) -> None:
+        self._complete("ok", fields)
+
+    def fail(self, **fields: Any) -> None:
+        self._complete("fail", fields)
+
+    def info(self, **fields: Any) -> None:
+        self._complete("info", fields)
+        self.client.become_new_process()
+
+    def _complete(self, completion: str, fields: dict[str, Any]) -> None:
+        if self.completed is not None:
+            raise HistoryError(f"operation {self.op_id} already completed as {self.completed}")
+        self.completed = completion
+        self.client.write(
+            {"type": completion, "op_id": self.op_id, "op": self.op, **fields}
+        )
+        self.client.outstanding = None
+
+
+class Client:
+    """A logical Jepsen process: one operation at a time, renamed after an `info`.
+
+    `writer=None` records nothing (a locustfile run by hand without a history dir).
+    """
+
+    def __init__(self, writer: HistoryWriter | None, *, worker: str, user: int) -> None:
+        self.writer = writer
+        self.worker = worker
+        self.user = user
+        self.incarnation = 0
+        self.outstanding: Operation | None = None
+        self._counter = 0
+
+    @property
+    def process(self) -> str:
+        return f"{self.worker}-u{self.user}-p{self.incarnation}"
+
+    def become_new_process(self) -> None:
+        self.incarnation += 1
+
+    def invoke(self, op: str, **fields: Any) -> Operation:
+        if op not in OPERATIONS:
+            raise HistoryError(f"unknown operation {op!r}; expected one of {OPERATIONS}")
+        if self.outstanding is not None:
+            raise HistoryError(
+                f"process {self.process} invoked {op} while {self.outstanding.op_id} is outstanding"
+            )
+        self._counter += 1
+        operation = Operation(self, f"{self.process}:{self._counter}", op)
+        self.outstanding = operation
+        self.write({"type": "invoke", "op_id": operation.op_id, "op": op, **fields})
+        return operation
+
+    def write(self, record: dict[str, Any]) -> None:
+        if self.writer is not None:
+            record["time"] = time.time()
+            record["process"] = self.process
+            self.writer.record(record)
+
+
+def history_path(directory: Path, *, worker: str) -> Path:
+    """The file of one load process: unique per host and pid, so workers never share."""
+    return Path(directory) / f"{worker}-{os.getpid()}.jsonl"
+
+
+def iter_records(path: Path) -> Iterator[dict[str, Any]]:
+    """The raw records of one file; a torn last line (a killed writer) is skipped."""
+    with open(path, "rb") as handle:
+        for number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            try:
+                yield orjson.loads(line)
+            except orjson.JSONDecodeError as error:
+                if not line.endswith(b"\n"):
+                    return
+                raise HistoryError(f"{path}:{number}: not a JSON record: {error}") from error
+
+
+def history_files(directory: Path) -> list[Path]:
+    return sorted(Path(directory).glob("*.jsonl"))
+
+
+def iter_operations(paths: Iterable[Path]) -> Iterator[dict[str, Any]]:
+    """Completed operations, one dict each: the invoke's fields merged with the completion's.
+
+    The result has `type` = the completion, `invoke_time` and `complete_time`. An
+    invoke with no completion (its process died) comes out as `info`, because it
+    may have taken effect. Memory holds only the operations still outstanding
+    within the file being read.
+    """
+    for path in paths:
+        pending: dict[str, dict[str, Any]] = {}
+        for record in iter_records(path):
+            kind = record.get("type")
+            if kind == "invoke":
+                pending[record["op_id"]] = record
+                continue
+            if kind not in COMPLETIONS:
+                raise HistoryError(f"{path}: unknown record type {kind!r}")
+            invoke = pending.pop(record.get("op_id"), None)
+            if invoke is None:
+                raise HistoryError(f"{path}: completion {record.get('op_id')!r} without invoke")
+            yield _merge(invoke, record)
+        for invoke in pending.values():
+            yield _merge(invoke, {"type": "info", "error": "no completion recorded"})
+
+
+def _merge(invoke: dict[str, Any], completion: dict[str, Any]) -> dict[str, Any]:
+    merged = dict(invoke)
+    merged["invoke_time"] = invoke.get("time")
+    for key, value in completion.items():
+        if value is not None or key not in merged:
+            merged[key] = value
+    merged["complete_time"] = completion.get("time", invoke.get("time"))
+    merged["time"] = merged["invoke_time"]
+    return merged
