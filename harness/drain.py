@@ -1,0 +1,83 @@
+"""After the load: wait for the consumers to drain the stream, then export the state."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import redis
+import requests
+
+from harness.errors import HarnessError
+
+
+class DrainTimeout(HarnessError):
+    """The consumers did not finish the stream within the bounded wait."""
+
+
+def stream_backlog(client: redis.Redis, stream: str, group: str) -> int | None:
+    """Entries not yet handled by the group: never delivered (lag) plus pending.
+
+    None when the stream or group does not exist (nothing was published).
+    """
+    try:
+        groups = client.xinfo_groups(stream)
+    except redis.ResponseError:
+        return None
+    for info in groups:
+        name = info.get("name")
+        if isinstance(name, bytes):
+            name = name.decode()
+        if name != group:
+            continue
+        lag = info.get("lag")
+        if lag is None:
+            # Redis cannot tell the lag after deletions; fall back to comparing ids.
+            last = client.xinfo_stream(stream).get("last-generated-id")
+            lag = 0 if info.get("last-delivered-id") == last else 1
+        return int(info.get("pending", 0)) + int(lag)
+    return None
+
+
+def wait_for_drain(state: Mapping[str, Any], *, timeout: float, poll: float = 0.2) -> None:
+    """Block until the consumer group has no lag and nothing pending, or raise DrainTimeout."""
+    stream = str(state.get("stream", "payments"))
+    group = str(state.get("group", "target-app"))
+    client = redis.Redis.from_url(str(state["redis_url"]), socket_timeout=5)
+    deadline = time.monotonic() + timeout
+    backlog: int | None = None
+    try:
+        while True:
+            try:
+                backlog = stream_backlog(client, stream, group)
+            except redis.RedisError as error:
+                raise HarnessError(f"could not read the stream {stream!r} to drain it: {error}") from error
+            if not backlog:
+                return
+            if time.monotonic() >= deadline:
+                raise DrainTimeout(
+                    f"the consumers did not drain stream {stream!r} within {timeout:g}s "
+                    f"({backlog} entries left)"
+                )
+            time.sleep(poll)
+    finally:
+        client.close()
+
+
+def export_state(app_url: str, destination: Path, *, timeout: float = 60.0) -> int:
+    """Stream `GET /internal/v1/export` into a file; returns the number of lines."""
+    url = app_url.rstrip("/") + "/internal/v1/export"
+    lines = 0
+    try:
+        with requests.get(url, stream=True, timeout=timeout) as response:
+            if response.status_code != 200:
+                raise HarnessError(f"state export failed: {url} answered {response.status_code}")
+            with open(destination, "wb") as handle:
+                for chunk in response.iter_content(chunk_size=65536):
+                    handle.write(chunk)
+                    lines += chunk.count(b"\n")
+    except requests.RequestException as error:
+        raise HarnessError(f"state export failed: {error}") from error
+    return lines

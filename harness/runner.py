@@ -1,0 +1,257 @@
+"""`harness run`: the whole run order, like Jepsen's `run!`.
+
+start (or attach to) the stack → reset faults → load and nemesis side by side →
+heal every fault → let the consumers drain (bounded) → export state → check →
+report → stop the stack this run started.
+
+The exit code separates the two kinds of bad news: 1 when an invariant was
+violated, 2 when the harness itself could not do its job (`HarnessError`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import ExitStack, contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+from harness.checker import CheckerError, check_run
+from harness.drain import DrainTimeout, export_state, wait_for_drain
+from harness.errors import HarnessError
+from harness.faults import NemesisRunner, load_plan, schedule
+from harness.locust_process import LocustProcess, locustfile_for
+from harness.nemesis import Nemesis, NemesisError
+from harness.progress import ProgressLine
+from harness.report import summary_line, write_reports
+from harness.stack import RunningStack, StackError, StackSettings, open_stack, start_stack
+
+SCENARIOS = ("timeout_replay", "duplicate_webhooks", "redelivered_messages", "mixed")
+MUTANTS = ("api", "domain", "inbox", "inbox-nonatomic")
+
+EXIT_OK = 0
+EXIT_VIOLATION = 1
+EXIT_HARNESS = 2
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """Everything one run needs, as one plain value (a Jepsen test map)."""
+
+    scenario: str
+    users: int = 20
+    duration: float = 30.0
+    spawn_rate: float | None = None
+    plan: Path | None = None
+    seed: int = 0
+    processes: int = 1
+    compose: bool = False
+    unsafe_disable: tuple[str, ...] = ()
+    runs_root: Path = Path("runs")
+    stack_root: Path = Path(".harness")
+    app_workers: int = 4
+    consumers: int = 2
+    drain_timeout: float = 30.0
+    app_env: Mapping[str, str] = field(default_factory=dict)
+    run_id: str | None = None
+    progress: bool = True
+
+    def validate(self) -> None:
+        if self.scenario not in SCENARIOS:
+            raise HarnessError(f"unknown scenario {self.scenario!r}; choose one of {', '.join(SCENARIOS)}")
+        for mutant in self.unsafe_disable:
+            if mutant not in MUTANTS:
+                raise HarnessError(f"unknown --unsafe-disable value {mutant!r}; choose from {', '.join(MUTANTS)}")
+        if self.users < 1:
+            raise HarnessError("--users must be at least 1")
+        if self.duration <= 0:
+            raise HarnessError("--duration must be positive")
+        if self.processes < 1:
+            raise HarnessError("--processes must be at least 1")
+        if self.plan is not None and not Path(self.plan).is_file():
+            raise HarnessError(f"fault plan {self.plan} does not exist")
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        for key in ("plan", "runs_root", "stack_root"):
+            data[key] = None if data[key] is None else str(data[key])
+        data["unsafe_disable"] = list(self.unsafe_disable)
+        data["app_env"] = dict(self.app_env)
+        return data
+
+
+@dataclass
+class RunOutcome:
+    run_dir: Path
+    exit_code: int
+    result: dict[str, Any] | None
+    summary: str
+
+
+def new_run_id(scenario: str, unsafe_disable: tuple[str, ...] = ()) -> str:
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    suffix = f"-{'+'.join(unsafe_disable)}" if unsafe_disable else ""
+    return f"{stamp}-{os.getpid()}-{scenario}{suffix}"
+
+
+def run(spec: RunSpec, *, out: TextIO = sys.stderr) -> RunOutcome:
+    """Run one scenario end to end; never raises for a violation (exit code 1)."""
+    spec.validate()
+    run_id = spec.run_id or new_run_id(spec.scenario, spec.unsafe_disable)
+    run_dir = Path(spec.runs_root) / run_id
+    run_dir.mkdir(parents=True, exist_ok=False)
+    (run_dir / "histories").mkdir()
+    plan = load_plan(Path(spec.plan)) if spec.plan is not None else None
+    if spec.plan is not None:
+        shutil.copyfile(spec.plan, run_dir / "plan.yaml")
+
+    with ExitStack() as cleanup:
+        stack = cleanup.enter_context(_stack_for(spec, run_dir, out=out))
+        state = stack.state
+        settings = {
+            "run_id": run_id,
+            "scenario": spec.scenario,
+            "unsafe_disable": list(state.get("unsafe_disable") or spec.unsafe_disable),
+            "spec": spec.to_json(),
+            "stack": {key: value for key, value in state.items() if key != "webhook_secret"},
+            "started_at": time.time(),
+        }
+        (run_dir / "settings.json").write_text(json.dumps(settings, indent=2))
+
+        nemesis = Nemesis(state["toxiproxy_url"])
+        _heal_everything(nemesis, stack)
+        windows = schedule(plan, spec.duration) if plan is not None else []
+        runner = NemesisRunner(nemesis, stack, run_dir / "faults.jsonl")
+        locust = LocustProcess(
+            locustfile=locustfile_for(spec.scenario),
+            host=state["app_url"],
+            users=spec.users,
+            spawn_rate=spec.spawn_rate or float(spec.users),
+            duration=spec.duration,
+            processes=spec.processes,
+            output_dir=run_dir / "locust",
+            env=_load_env(spec, state, run_dir),
+        )
+        progress = ProgressLine(run_dir / "histories", out=out, enabled=spec.progress)
+        try:
+            runner.start(windows)
+            locust.start()
+            while not locust.finished(timeout=1.0):
+                progress.update(active_faults=runner.active())
+                if runner.failure is not None:
+                    raise HarnessError(f"a fault could not be applied: {runner.failure}")
+            progress.finish()
+        finally:
+            locust.stop()
+            runner.stop()
+            _heal_everything(nemesis, stack)
+        if runner.failure is not None:
+            raise HarnessError(f"a fault could not be applied: {runner.failure}")
+        if locust.returncode not in (0, None):
+            raise HarnessError(
+                f"locust exited with {locust.returncode}; see {locust.log_path}"
+            )
+        try:
+            wait_for_drain(state, timeout=spec.drain_timeout)
+        except DrainTimeout as error:
+            raise HarnessError(str(error)) from error
+        export_state(state["app_direct_url"], run_dir / "export.ndjson")
+        if spec.compose is False:
+            _copy_logs(state, run_dir / "logs")
+    return check_saved_run(run_dir)
+
+
+def check_saved_run(run_dir: Path) -> RunOutcome:
+    """Check a run directory and (re)write its reports."""
+    try:
+        result = check_run(Path(run_dir)).to_dict()
+    except CheckerError as error:
+        raise HarnessError(str(error)) from error
+    paths = write_reports(Path(run_dir), result)
+    exit_code = EXIT_OK if result["valid"] else EXIT_VIOLATION
+    return RunOutcome(run_dir, exit_code, result, summary_line(result, paths.report_html))
+
+
+@contextmanager
+def _stack_for(spec: RunSpec, run_dir: Path, *, out: TextIO) -> Iterator[RunningStack]:
+    """The stack `harness up` left running (kept running), or one of our own (stopped after)."""
+    try:
+        running = open_stack(Path(spec.stack_root))
+    except StackError as error:
+        raise HarnessError(str(error)) from error
+    if running is not None and not spec.compose:
+        wanted = set(spec.unsafe_disable)
+        actual = set(running.state.get("unsafe_disable") or [])
+        if wanted and wanted != actual:
+            raise HarnessError(
+                f"the running stack in {spec.stack_root} has unsafe_disable={sorted(actual)}, "
+                f"not {sorted(wanted)}; stop it with `harness down` or drop --unsafe-disable"
+            )
+        print(f"harness: using the running stack in {spec.stack_root}", file=out)
+        yield running
+        return
+    env = {key: value for key, value in os.environ.items() if key.startswith("TARGET_APP_")}
+    env.update(spec.app_env)
+    if spec.unsafe_disable:
+        env["TARGET_APP_UNSAFE_DISABLE"] = ",".join(spec.unsafe_disable)
+    settings = StackSettings(
+        root=run_dir / "stack",
+        app_workers=spec.app_workers,
+        consumers=spec.consumers,
+        env=env,
+        compose=spec.compose,
+    )
+    try:
+        stack = start_stack(settings)
+    except StackError as error:
+        raise HarnessError(f"the stack would not start: {error}") from error
+    try:
+        yield stack
+    finally:
+        stack.down()
+
+
+def _load_env(spec: RunSpec, state: Mapping[str, Any], run_dir: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(
+        HARNESS_HISTORY_DIR=str((run_dir / "histories").resolve()),
+        HARNESS_REDIS_URL=str(state["redis_url"]),
+        HARNESS_STREAM=str(state.get("stream", "payments")),
+        TARGET_APP_WEBHOOK_SECRET=str(state["webhook_secret"]),
+        HARNESS_SEED=str(spec.seed),
+    )
+    return env
+
+
+def _heal_everything(nemesis: Nemesis, stack: RunningStack) -> None:
+    """Remove every toxic, re-enable every proxy, resume anything paused."""
+    try:
+        nemesis.reset()
+    except NemesisError as error:
+        raise HarnessError(f"could not reset Toxiproxy: {error}") from error
+    for service in stack.state.get("services", []):
+        try:
+            stack.resume(service["name"])
+        except StackError:
+            pass  # resuming a running service is not an error worth stopping for
+    health = stack.health()
+    down = [name for name, healthy in health.items() if not healthy]
+    for name in down:
+        try:
+            stack.start(name)
+        except StackError as error:
+            raise HarnessError(f"service {name} did not come back: {error}") from error
+
+
+def _copy_logs(state: Mapping[str, Any], destination: Path) -> None:
+    destination.mkdir(parents=True, exist_ok=True)
+    for service in state.get("services", []):
+        log = service.get("log")
+        if log and Path(log).is_file() and not Path(log).resolve().is_relative_to(destination.parent.resolve()):
+            shutil.copyfile(log, destination / Path(log).name)
+
