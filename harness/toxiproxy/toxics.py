@@ -1,0 +1,337 @@
+"""Toxics: their JSON model (as Toxiproxy 2.12 parses and prints it) and their
+behaviour on one direction of one connection.
+
+A `Toxic` is the API object, shared by every connection of a proxy. A `Behaviour`
+is that toxic acting on one direction of one connection; it reads the toxic's
+attributes live, so an update applies to connections already open.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from harness.toxiproxy.errors import (
+    INVALID_STREAM,
+    INVALID_TOXIC_TYPE,
+    api_error,
+    bad_request_body,
+)
+
+# Attribute names per toxic type; all are integers defaulting to 0 (Go's int64).
+TOXIC_ATTRIBUTES: dict[str, tuple[str, ...]] = {
+    "latency": ("latency", "jitter"),
+    "bandwidth": ("rate",),
+    "slow_close": ("delay",),
+    "timeout": ("timeout",),
+    "reset_peer": ("timeout",),
+    "slicer": ("average_size", "size_variation", "delay"),
+    "limit_data": ("bytes",),
+    "noop": (),
+}
+
+# Go's struct names, used in error messages the way encoding/json words them.
+_GO_STRUCT = {
+    "latency": "LatencyToxic",
+    "bandwidth": "BandwidthToxic",
+    "slow_close": "SlowCloseToxic",
+    "timeout": "TimeoutToxic",
+    "reset_peer": "ResetToxic",
+    "slicer": "SlicerToxic",
+    "limit_data": "LimitDataToxic",
+    "noop": "NoopToxic",
+}
+
+_INT64_MAX = 2**63 - 1
+
+
+@dataclass(eq=False)
+class Toxic:
+    """One toxic of a proxy; identity matters (connections key their state by it)."""
+
+    name: str
+    type: str
+    stream: str  # as the client sent it; direction is derived case-insensitively
+    upstream: bool
+    toxicity: float
+    attributes: dict[str, int] = field(default_factory=dict)
+    revision: int = 0  # bumped by every update so open connections re-arm timers
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "attributes": dict(self.attributes),
+            "name": self.name,
+            "type": self.type,
+            "stream": self.stream,
+            "toxicity": self.toxicity,
+        }
+
+
+def _json_kind(value: Any) -> str:
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, (int, float)):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "array"
+    if isinstance(value, dict):
+        return "object"
+    return "null"
+
+
+def _expect_str(body: dict[str, Any], key: str, struct: str) -> str | None:
+    value = body.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise bad_request_body(
+            f"json: cannot unmarshal {_json_kind(value)} into Go struct field {struct}.{key} of type string"
+        )
+    return value
+
+
+def parse_toxicity(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise bad_request_body(
+            f"json: cannot unmarshal {_json_kind(value)} into Go struct field ToxicWrapper.toxicity of type float32"
+        )
+    return float(value)
+
+
+def parse_attributes(toxic_type: str, raw: Any, base: dict[str, int]) -> dict[str, int]:
+    """Merge raw JSON attributes over base; unknown keys are ignored, as in Go."""
+    if raw is None:
+        return dict(base)
+    struct = _GO_STRUCT[toxic_type]
+    if not isinstance(raw, dict):
+        raise bad_request_body(f"json: cannot unmarshal {_json_kind(raw)} into Go value of type toxics.{struct}")
+    merged = dict(base)
+    for key in TOXIC_ATTRIBUTES[toxic_type]:
+        if key not in raw or raw[key] is None:
+            continue
+        value = raw[key]
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise bad_request_body(
+                f"json: cannot unmarshal {_json_kind(value)} into Go struct field {struct}.attributes.{key} of type int64"
+            )
+        if isinstance(value, float) and not value.is_integer() or abs(value) > _INT64_MAX:
+            raise bad_request_body(f"json: cannot unmarshal number {value} into Go struct field {struct}.attributes.{key} of type int64")
+        merged[key] = int(value)
+    return merged
+
+
+def parse_direction(stream: str) -> bool:
+    """True for upstream, False for downstream; anything else is Toxiproxy's 400."""
+    lowered = stream.lower()
+    if lowered == "upstream":
+        return True
+    if lowered == "downstream":
+        return False
+    raise api_error(INVALID_STREAM)
+
+
+def parse_new_toxic(body: Any) -> Toxic:
+    """A new Toxic from a create request body, with Toxiproxy's defaults and checks
+    in its order (body, stream, type); name uniqueness is the collection's job."""
+    if not isinstance(body, dict):
+        raise bad_request_body(f"json: cannot unmarshal {_json_kind(body)} into Go value of type toxics.ToxicWrapper")
+    name = _expect_str(body, "name", "ToxicWrapper") or ""
+    toxic_type = _expect_str(body, "type", "ToxicWrapper") or ""
+    stream = _expect_str(body, "stream", "ToxicWrapper")
+    if stream is None:
+        stream = "downstream"
+    toxicity = 1.0 if body.get("toxicity") is None else parse_toxicity(body["toxicity"])
+    upstream = parse_direction(stream)
+    if not name:
+        name = f"{toxic_type}_{stream}"
+    if toxic_type not in TOXIC_ATTRIBUTES:
+        raise api_error(INVALID_TOXIC_TYPE)
+    base = {key: 0 for key in TOXIC_ATTRIBUTES[toxic_type]}
+    return Toxic(name, toxic_type, stream, upstream, toxicity, base)
+
+
+def parse_new_attributes(toxic: Toxic, body: dict[str, Any]) -> None:
+    """Second pass of creation, after the name check (Go decodes attributes last)."""
+    toxic.attributes = parse_attributes(toxic.type, body.get("attributes"), toxic.attributes)
+
+
+def parse_update(toxic: Toxic, body: Any) -> tuple[dict[str, int], float]:
+    """New (attributes, toxicity) from an update body; only those two are merged."""
+    if not isinstance(body, dict):
+        raise bad_request_body(f"json: cannot unmarshal {_json_kind(body)} into Go value of type struct")
+    attributes = parse_attributes(toxic.type, body.get("attributes"), toxic.attributes)
+    toxicity = toxic.toxicity if body.get("toxicity") is None else parse_toxicity(body["toxicity"])
+    return attributes, toxicity
+
+
+# --- behaviour on a connection ------------------------------------------------
+
+Emit = Callable[[bytes], Awaitable[None]]
+
+
+class LinkControl(Protocol):
+    """What a behaviour may do to the connection it sits on."""
+
+    def close_connection(self) -> None: ...
+
+    def reset_connection(self) -> None: ...
+
+
+class Behaviour:
+    """A toxic acting on one direction of one connection. Default: pass through."""
+
+    def __init__(self, toxic: Toxic, link: LinkControl) -> None:
+        self.toxic = toxic
+        self.link = link
+        self.revision = toxic.revision
+
+    def start(self) -> None:
+        """Called when the toxic starts acting on this connection (or is updated)."""
+
+    def stop(self) -> None:
+        """Called when the toxic stops acting (removed, updated, connection closed)."""
+
+    async def chunk(self, data: bytes, arrived: float, emit: Emit) -> None:
+        await emit(data)
+
+    async def before_close(self) -> None:
+        """Runs when the source closed, before the close is passed on."""
+
+
+class _Latency(Behaviour):
+    async def chunk(self, data: bytes, arrived: float, emit: Emit) -> None:
+        attrs = self.toxic.attributes
+        delay = attrs["latency"]
+        jitter = attrs["jitter"]
+        if jitter > 0:
+            delay += random.randint(-jitter, jitter)
+        # The delay counts from when the chunk arrived, so a stream of chunks is
+        # delayed once overall rather than once per chunk in sequence.
+        remaining = delay / 1000.0 - (time.monotonic() - arrived)
+        if remaining > 0:
+            await asyncio.sleep(remaining)
+        await emit(data)
+
+
+class _Bandwidth(Behaviour):
+    async def chunk(self, data: bytes, arrived: float, emit: Emit) -> None:
+        view = memoryview(data)
+        while view:
+            rate = self.toxic.attributes["rate"]  # KB/s; read live so updates apply
+            if rate <= 0:
+                await emit(bytes(view))
+                return
+            # Send at most 100 ms worth at a time, then wait that long.
+            step = max(1, rate * 100)
+            piece, view = view[:step], view[step:]
+            await asyncio.sleep(len(piece) / (rate * 1000.0))
+            await emit(bytes(piece))
+
+
+class _SlowClose(Behaviour):
+    async def before_close(self) -> None:
+        delay = self.toxic.attributes["delay"]
+        if delay > 0:
+            await asyncio.sleep(delay / 1000.0)
+
+
+class _Timer(Behaviour):
+    """Base for toxics that act once their timeout has passed."""
+
+    def __init__(self, toxic: Toxic, link: LinkControl) -> None:
+        super().__init__(toxic, link)
+        self._handle: asyncio.TimerHandle | None = None
+
+    def start(self) -> None:
+        timeout = self.toxic.attributes["timeout"]
+        if self._arms(timeout):
+            loop = asyncio.get_running_loop()
+            self._handle = loop.call_later(max(timeout, 0) / 1000.0, self._fire)
+
+    def stop(self) -> None:
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
+
+    def _arms(self, timeout: int) -> bool:
+        return True
+
+    def _fire(self) -> None:
+        raise NotImplementedError
+
+
+class _Timeout(_Timer):
+    def _arms(self, timeout: int) -> bool:
+        return timeout > 0  # 0 holds the connection open forever
+
+    def _fire(self) -> None:
+        self._handle = None
+        self.link.close_connection()
+
+    async def chunk(self, data: bytes, arrived: float, emit: Emit) -> None:
+        return  # data is dropped while the toxic is active
+
+
+class _ResetPeer(_Timer):
+    def _fire(self) -> None:
+        self._handle = None
+        self.link.reset_connection()
+
+
+class _Slicer(Behaviour):
+    async def chunk(self, data: bytes, arrived: float, emit: Emit) -> None:
+        attrs = self.toxic.attributes
+        average = attrs["average_size"]
+        variation = attrs["size_variation"]
+        delay = attrs["delay"] / 1_000_000.0
+        if average <= 0:
+            await emit(data)
+            return
+        offset = 0
+        while offset < len(data):
+            size = average
+            if variation > 0:
+                size += random.randint(-variation, variation)
+            size = max(1, size)
+            await emit(data[offset : offset + size])
+            offset += size
+            if delay > 0 and offset < len(data):
+                await asyncio.sleep(delay)
+
+
+class _LimitData(Behaviour):
+    def __init__(self, toxic: Toxic, link: LinkControl) -> None:
+        super().__init__(toxic, link)
+        self.passed = 0  # survives updates, as Toxiproxy keeps the toxic's state
+
+    async def chunk(self, data: bytes, arrived: float, emit: Emit) -> None:
+        allowed = self.toxic.attributes["bytes"] - self.passed
+        if allowed > 0:
+            piece = data[:allowed]
+            self.passed += len(piece)
+            await emit(piece)
+        if self.passed >= self.toxic.attributes["bytes"]:
+            self.link.close_connection()
+
+
+BEHAVIOURS: dict[str, type[Behaviour]] = {
+    "latency": _Latency,
+    "bandwidth": _Bandwidth,
+    "slow_close": _SlowClose,
+    "timeout": _Timeout,
+    "reset_peer": _ResetPeer,
+    "slicer": _Slicer,
+    "limit_data": _LimitData,
+    "noop": Behaviour,
+}
+
+
+def new_behaviour(toxic: Toxic, link: LinkControl) -> Behaviour:
+    return BEHAVIOURS[toxic.type](toxic, link)
+
