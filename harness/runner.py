@@ -60,6 +60,9 @@ class RunSpec:
     app_env: Mapping[str, str] = field(default_factory=dict)
     run_id: str | None = None
     progress: bool = True
+    # False: always start a private stack, even when `harness up` left one running
+    # (the smoke job and the matrix need a fresh app per mutant).
+    attach: bool = True
 
     def validate(self) -> None:
         if self.scenario not in SCENARIOS:
@@ -181,7 +184,7 @@ def check_saved_run(run_dir: Path) -> RunOutcome:
 def _stack_for(spec: RunSpec, run_dir: Path, *, out: TextIO) -> Iterator[RunningStack]:
     """The stack `harness up` left running (kept running), or one of our own (stopped after)."""
     try:
-        running = open_stack(Path(spec.stack_root))
+        running = open_stack(Path(spec.stack_root)) if spec.attach else None
     except StackError as error:
         raise HarnessError(str(error)) from error
     if running is not None and not spec.compose:

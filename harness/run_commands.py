@@ -1,0 +1,157 @@
+"""The verdict commands of the CLI: `harness run`, `check`, `smoke` and `matrix`.
+
+Each handler returns the process exit code: 0 every invariant held, 1 a violation
+was found, 2 the harness failed (raised as `HarnessError`, translated by the CLI).
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import replace
+from pathlib import Path
+
+from harness.durations import parse_duration
+from harness.errors import HarnessError
+from harness.runner import MUTANTS, SCENARIOS, RunSpec, check_saved_run, run
+from harness.smoke import (
+    format_matrix_table,
+    matrix,
+    matrix_exit_code,
+    smoke,
+    smoke_exit_code,
+    write_matrix,
+)
+
+
+def _duration(text: str) -> float:
+    try:
+        return parse_duration(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from error
+
+
+def _mutants(text: str) -> tuple[str, ...]:
+    values = tuple(value.strip() for value in text.split(",") if value.strip())
+    unknown = [value for value in values if value not in MUTANTS]
+    if unknown:
+        raise argparse.ArgumentTypeError(
+            f"unknown layer {', '.join(unknown)}; choose from {', '.join(MUTANTS)}"
+        )
+    return values
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from error
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def _add_load_options(parser: argparse.ArgumentParser, *, users: int, duration: str) -> None:
+    parser.add_argument("--users", type=_positive_int, default=users, help=f"Locust users (default {users})")
+    parser.add_argument("--duration", type=_duration, default=_duration(duration),
+                        help=f"load duration, e.g. 30s, 2m, 1m30s (default {duration})")
+    parser.add_argument("--seed", type=int, default=7, help="seed for the users and the fault plan")
+    parser.add_argument("--processes", type=_positive_int, default=1, help="Locust worker processes")
+    parser.add_argument("--runs-dir", type=Path, default=Path("runs"), help="where run directories go")
+    parser.add_argument("--root", type=Path, default=Path(".harness"),
+                        help="state directory of a stack started by `harness up`")
+    parser.add_argument("--app-workers", type=_positive_int, default=4, help="gunicorn workers of a stack it starts")
+    parser.add_argument("--consumers", type=_positive_int, default=2, help="consumers of a stack it starts")
+    parser.add_argument("--drain-timeout", type=_duration, default=30.0,
+                        help="how long to wait for the consumers to drain the stream (default 30s)")
+    parser.add_argument("--compose", action="store_true", help="use the docker compose services")
+
+
+def add_parsers(subparsers: argparse._SubParsersAction) -> None:
+    run_parser = subparsers.add_parser(
+        "run", help="run one scenario under a fault plan and check it",
+        description="Start (or use) the stack, swarm it, heal, drain, check, report.",
+    )
+    run_parser.add_argument("scenario", choices=SCENARIOS)
+    run_parser.add_argument("--plan", type=Path, help="fault plan YAML (plans/*.yaml)")
+    run_parser.add_argument("--unsafe-disable", type=_mutants, default=(),
+                            help="negative control: comma list of api, domain, inbox, inbox-nonatomic")
+    _add_load_options(run_parser, users=20, duration="30s")
+    run_parser.set_defaults(handler=handle_run)
+
+    check_parser = subparsers.add_parser("check", help="re-check a saved run and rewrite its reports")
+    check_parser.add_argument("run_dir", type=Path)
+    check_parser.set_defaults(handler=handle_check)
+
+    smoke_parser = subparsers.add_parser(
+        "smoke", help="the CI job: every scenario on the correct app, every mutant caught",
+    )
+    _add_load_options(smoke_parser, users=10, duration="8s")
+    smoke_parser.set_defaults(handler=handle_smoke)
+
+    matrix_parser = subparsers.add_parser("matrix", help="every mutant against every scenario")
+    matrix_parser.add_argument("--mutants", default="none," + ",".join(MUTANTS),
+                               help="comma list (default: none and every mutant)")
+    matrix_parser.add_argument("--scenarios", default=",".join(SCENARIOS), help="comma list (default: all)")
+    _add_load_options(matrix_parser, users=10, duration="8s")
+    matrix_parser.set_defaults(handler=handle_matrix)
+
+
+def _spec(args: argparse.Namespace, scenario: str) -> RunSpec:
+    return RunSpec(
+        scenario=scenario,
+        users=args.users,
+        duration=args.duration,
+        plan=getattr(args, "plan", None),
+        seed=args.seed,
+        processes=args.processes,
+        compose=args.compose,
+        unsafe_disable=tuple(getattr(args, "unsafe_disable", ())),
+        runs_root=args.runs_dir,
+        stack_root=args.root,
+        app_workers=args.app_workers,
+        consumers=args.consumers,
+        drain_timeout=args.drain_timeout,
+    )
+
+
+def handle_run(args: argparse.Namespace) -> int:
+    outcome = run(_spec(args, args.scenario))
+    print(outcome.summary)
+    return outcome.exit_code
+
+
+def handle_check(args: argparse.Namespace) -> int:
+    if not Path(args.run_dir).is_dir():
+        raise HarnessError(f"{args.run_dir} is not a run directory")
+    outcome = check_saved_run(args.run_dir)
+    print(outcome.summary)
+    return outcome.exit_code
+
+
+def handle_smoke(args: argparse.Namespace) -> int:
+    # Each smoke step starts a fresh stack so mutants never share state; a stack
+    # left by `harness up` is not used.
+    base = _spec(args, SCENARIOS[0])
+    steps = smoke(_isolated(base))
+    for step in steps:
+        mark = "ok  " if step.passed else "FAIL"
+        detail = step.error or (step.outcome.summary if step.outcome else "")
+        print(f"{mark} {step.label}: {detail}")
+    code = smoke_exit_code(steps)
+    print("smoke: PASS" if code == 0 else f"smoke: FAIL (exit {code})")
+    return code
+
+
+def handle_matrix(args: argparse.Namespace) -> int:
+    mutants = [value.strip() for value in args.mutants.split(",") if value.strip()]
+    scenarios = [value.strip() for value in args.scenarios.split(",") if value.strip()]
+    cells = matrix(_isolated(_spec(args, SCENARIOS[0])), mutants=mutants, scenarios=scenarios)
+    print(format_matrix_table(cells))
+    path = write_matrix(cells, args.runs_dir)
+    print(f"matrix report: {path}")
+    return matrix_exit_code(cells)
+
+
+def _isolated(spec: RunSpec) -> RunSpec:
+    return replace(spec, attach=False)
+
