@@ -1,0 +1,193 @@
+"""The Idempotency-Key layer as a WSGI middleware (one request in, one record).
+
+Contract (DESIGN.md, "Target app contract"):
+- same key + same fingerprint (method, path, body) → the stored status and body
+  again, with `Idempotent-Replayed: true`;
+- same key + another fingerprint → 409; same key while the first request is still
+  running → 409 with `Retry-After`;
+- a 5xx is never stored: the key is released so the next retry runs for real;
+- store unavailable → 503; keys are scoped by tenant (`X-Tenant-ID`).
+Only requests for which `applies(method, path)` is true go through the layer; they
+must carry a valid key. The layer costs two store calls: begin and finish.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import logging
+from collections.abc import Callable, Iterable
+
+from target_app.errors import Problem, StoreUnavailable, problem_wsgi_response
+from target_app.idempotency_store import IdempotencyStore
+
+log = logging.getLogger(__name__)
+
+MAX_KEY_LENGTH = 255
+REPLAY_HEADER = ("Idempotent-Replayed", "true")
+# Headers of the original response worth replaying (hop-by-hop and dates are not).
+STORED_HEADERS = frozenset({"content-type", "location"})
+
+
+def fingerprint(method: str, path: str, body: bytes) -> str:
+    """sha256 hex of `METHOD\\nPATH\\nraw body` (docs/internals.md)."""
+    digest = hashlib.sha256()
+    digest.update(method.encode("latin-1") + b"\n" + path.encode("latin-1") + b"\n")
+    digest.update(body)
+    return digest.hexdigest()
+
+
+def valid_token(value: str | None, *, max_length: int = MAX_KEY_LENGTH) -> bool:
+    """Non-empty, at most `max_length`, printable ASCII, not only blanks."""
+    if not value or len(value) > max_length or not value.strip():
+        return False
+    return all(0x20 <= ord(ch) < 0x7F for ch in value)
+
+
+def tenant_of(environ: dict) -> str:
+    """`X-Tenant-ID` or `default`; raises a 400 Problem when malformed."""
+    raw = environ.get("HTTP_X_TENANT_ID")
+    if raw is None:
+        return "default"
+    if not valid_token(raw, max_length=128):
+        raise Problem(400, "Invalid tenant", "X-Tenant-ID must be 1-128 printable ASCII characters",
+                      type_="/problems/invalid-tenant")
+    return raw
+
+
+class IdempotencyMiddleware:
+    """Wraps a WSGI app; Werkzeug style (`app.wsgi_app = IdempotencyMiddleware(...)`)."""
+
+    def __init__(self, app: Callable, *, store: IdempotencyStore,
+                 applies: Callable[[str, str], bool], ttl_seconds: int, lease_seconds: int,
+                 max_body_bytes: int) -> None:
+        self.app = app
+        self.store = store
+        self.applies = applies
+        self.ttl_seconds = ttl_seconds
+        self.lease_seconds = lease_seconds
+        self.max_body_bytes = max_body_bytes
+
+    def __call__(self, environ: dict, start_response: Callable) -> Iterable[bytes]:
+        method = environ.get("REQUEST_METHOD", "GET")
+        path = environ.get("PATH_INFO", "")
+        if not self.applies(method, path):
+            return self.app(environ, start_response)
+        try:
+            return self._handle(environ, start_response, method, path)
+        except Problem as problem:
+            return problem_wsgi_response(problem, start_response)
+
+    def _handle(self, environ: dict, start_response: Callable, method: str, path: str) -> Iterable[bytes]:
+        key = environ.get("HTTP_IDEMPOTENCY_KEY")
+        if key is None:
+            raise Problem(400, "Missing Idempotency-Key",
+                          "this endpoint requires an Idempotency-Key header",
+                          type_="/problems/missing-idempotency-key")
+        if not valid_token(key):
+            raise Problem(400, "Invalid Idempotency-Key",
+                          f"the key must be 1-{MAX_KEY_LENGTH} printable ASCII characters",
+                          type_="/problems/invalid-idempotency-key")
+        tenant = tenant_of(environ)
+        body = self._read_body(environ)
+        found = self._store_call(self.store.begin, tenant, key, fingerprint(method, path, body),
+                                 lease_seconds=self.lease_seconds)
+        if found.outcome == "replay":
+            headers = list(found.headers) + [("Content-Length", str(len(found.body))), REPLAY_HEADER]
+            start_response(_status_line(found.status), headers)
+            return [found.body]
+        if found.outcome == "mismatch":
+            raise Problem(409, "Idempotency-Key reused",
+                          "this key was already used with a different request (method, path or body)",
+                          type_="/problems/idempotency-key-mismatch")
+        if found.outcome == "in_flight":
+            raise Problem(409, "Request in progress",
+                          "a request with this key is still being processed; retry later",
+                          type_="/problems/idempotency-key-in-flight",
+                          headers={"Retry-After": str(found.retry_after)})
+        return self._run(environ, start_response, tenant, key, found.token, body)
+
+    def _run(self, environ, start_response, tenant, key, token, body) -> Iterable[bytes]:
+        environ["wsgi.input"] = io.BytesIO(body)
+        environ["CONTENT_LENGTH"] = str(len(body))
+        captured: dict = {}
+
+        def capture(status, headers, exc_info=None):
+            captured["status"], captured["headers"] = status, headers
+            return lambda data: captured.setdefault("early", []).append(data)
+
+        try:
+            result = self.app(environ, capture)
+            try:
+                chunks = captured.pop("early", []) + list(result)
+            finally:
+                if hasattr(result, "close"):
+                    result.close()
+        except BaseException:
+            self._release(tenant, key, token)
+            raise
+        response_body = b"".join(chunks)
+        status_code = int(captured["status"].split(" ", 1)[0])
+        stored = [(name, value) for name, value in captured["headers"]
+                  if name.lower() in STORED_HEADERS]
+        try:
+            self.store.finish(tenant, key, token, status=status_code, headers=stored,
+                              body=response_body, ttl_seconds=self.ttl_seconds)
+        except StoreUnavailable as exc:
+            # The effect may have happened; the record stays in flight until its
+            # lease ends, and the client is told the outcome is unknown.
+            log.warning("idempotency finish failed for tenant=%s: %s", tenant, exc)
+            raise Problem(503, "Store unavailable",
+                          "the response could not be recorded; retry with the same key later",
+                          type_="/problems/store-unavailable",
+                          headers={"Retry-After": str(self.lease_seconds)}) from exc
+        start_response(captured["status"], captured["headers"])
+        return [response_body]
+
+    def _release(self, tenant: str, key: str, token: str) -> None:
+        try:
+            self.store.finish(tenant, key, token, status=500, headers=[], body=b"",
+                              ttl_seconds=self.ttl_seconds)
+        except StoreUnavailable:
+            log.warning("could not release idempotency key for tenant=%s", tenant)
+
+    def _store_call(self, func, *args, **kwargs):
+        try:
+            return func(*args, **kwargs)
+        except StoreUnavailable as exc:
+            raise Problem(503, "Store unavailable", "the idempotency store cannot be reached",
+                          type_="/problems/store-unavailable", headers={"Retry-After": "1"}) from exc
+
+    def _read_body(self, environ: dict) -> bytes:
+        raw_length = environ.get("CONTENT_LENGTH") or ""
+        too_large = Problem(413, "Body too large",
+                            f"the request body exceeds {self.max_body_bytes} bytes",
+                            type_="/problems/body-too-large")
+        stream = environ["wsgi.input"]
+        if raw_length.strip():
+            try:
+                length = int(raw_length)
+            except ValueError:
+                raise Problem(400, "Bad Content-Length", "Content-Length is not a number",
+                              type_="/problems/bad-request") from None
+            if length < 0:
+                raise Problem(400, "Bad Content-Length", "Content-Length is negative",
+                              type_="/problems/bad-request")
+            if length > self.max_body_bytes:
+                raise too_large
+            return stream.read(length) if length else b""
+        if environ.get("wsgi.input_terminated"):
+            body = stream.read(self.max_body_bytes + 1)
+            if len(body) > self.max_body_bytes:
+                raise too_large
+            return body
+        return b""
+
+
+def _status_line(status: int) -> str:
+    from http import HTTPStatus
+
+    try:
+        return f"{status} {HTTPStatus(status).phrase}"
+    except ValueError:
+        return f"{status} Unknown"

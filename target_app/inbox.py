@@ -1,0 +1,138 @@
+"""The inbox: a message's effect and its processed-mark in one atomic step.
+
+The handler's effect is the domain's `mark_paid` (source `message`) plus a
+`message_effect` receipt (docs/internals.md), whatever the domain answered. With
+the inbox working, a message id produces at most one receipt, however often the
+broker redelivers it. Mutants (TARGET_APP_UNSAFE_DISABLE):
+- `inbox`: no dedup at all; every delivery runs the handler.
+- `inbox-nonatomic`: check processed → (handler delay) → run the handler → mark,
+  as separate steps: the naive race two consumers can both win.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import redis
+
+from target_app.domain import MARK_PAID_FUNCTION, MAX_AMOUNT_CENTS, payment_json
+from target_app.errors import TargetAppError
+from target_app.keys import COUNTERS, INBOX_PROCESSED, MESSAGE_EFFECTS, order_key, payments_key
+
+# KEYS[1] order hash, KEYS[2] its payments list, KEYS[3] counters hash,
+# KEYS[4] set of processed message ids, KEYS[5] message_effect list
+# ARGV[1] message_id, ARGV[2] provider_ref, ARGV[3] amount_cents, ARGV[4] payment JSON,
+# ARGV[5] now, ARGV[6] domain guard ("1"/"0"), ARGV[7] dedup ("1" check the inbox first),
+# ARGV[8] mark ("1" add the id to the processed set), ARGV[9] apply ("1" run mark_paid,
+# "0" the message is invalid), ARGV[10] the receipt JSON without its closing
+# `"outcome":"..."}` part
+# Returns the outcome, or "duplicate" when the inbox already holds the message id.
+INBOX_LUA = MARK_PAID_FUNCTION + """
+if ARGV[7] == '1' and redis.call('SISMEMBER', KEYS[4], ARGV[1]) == 1 then
+  redis.call('HINCRBY', KEYS[3], 'inbox_duplicates_skipped', 1)
+  return 'duplicate'
+end
+local outcome = 'invalid'
+if ARGV[9] == '1' then
+  outcome = mark_paid(KEYS[1], KEYS[2], KEYS[3], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6])
+end
+redis.call('RPUSH', KEYS[5], ARGV[10] .. '"outcome":"' .. outcome .. '"}')
+if ARGV[8] == '1' then
+  redis.call('SADD', KEYS[4], ARGV[1])
+end
+return outcome
+"""
+
+
+class HandlerFailed(TargetAppError):
+    """The handler failed; nothing was marked, so the redelivery retries."""
+
+
+@dataclass(frozen=True)
+class PaymentMessage:
+    message_id: str
+    order_id: str
+    provider_ref: str
+    amount_cents: int | None  # None: not a positive integer (invalid message)
+
+    @classmethod
+    def from_fields(cls, fields: dict[str, str]) -> "PaymentMessage":
+        raw = fields.get("amount_cents", "")
+        amount = int(raw) if raw.isascii() and raw.isdigit() and 0 < int(raw) <= MAX_AMOUNT_CENTS else None
+        return cls(message_id=fields.get("message_id", ""), order_id=fields.get("order_id", ""),
+                   provider_ref=fields.get("provider_ref", ""), amount_cents=amount)
+
+    @property
+    def valid(self) -> bool:
+        return bool(self.order_id and self.provider_ref and self.amount_cents)
+
+
+class Inbox:
+    def __init__(self, client: redis.Redis, *, mode: str = "atomic", domain_guard: bool = True,
+                 handler_delay_ms: int = 0,
+                 before_apply: Callable[[PaymentMessage], None] | None = None) -> None:
+        if mode not in ("atomic", "none", "nonatomic"):
+            raise ValueError(f"unknown inbox mode {mode!r}")
+        self.client = client
+        self.mode = mode
+        self.domain_guard = domain_guard
+        self.handler_delay = handler_delay_ms / 1000.0
+        self.before_apply = before_apply
+        self._script = client.register_script(INBOX_LUA)
+
+    @classmethod
+    def for_settings(cls, client: redis.Redis, settings, **kwargs) -> "Inbox":
+        mode = "none" if settings.unsafe("inbox") else "nonatomic" if settings.unsafe("inbox-nonatomic") else "atomic"
+        return cls(client, mode=mode, domain_guard=not settings.unsafe("domain"),
+                   handler_delay_ms=settings.handler_delay_ms, **kwargs)
+
+    def process(self, message: PaymentMessage) -> str:
+        """Run the handler once per message id; returns the outcome or `duplicate`."""
+        if not message.message_id:
+            raise ValueError("a message without message_id cannot be deduplicated")
+        try:
+            if self.mode == "nonatomic":
+                return self._process_nonatomic(message)
+            self._prepare(message)
+            return self._run(message, dedup=self.mode == "atomic", mark=True)
+        except redis.RedisError as exc:
+            raise HandlerFailed(f"message {message.message_id}: {exc}") from exc
+
+    def _prepare(self, message: PaymentMessage) -> None:
+        if self.handler_delay:
+            time.sleep(self.handler_delay)
+        if self.before_apply is not None:
+            try:
+                self.before_apply(message)
+            except Exception as exc:
+                raise HandlerFailed(f"message {message.message_id}: handler failed: {exc}") from exc
+
+    def _process_nonatomic(self, message: PaymentMessage) -> str:
+        # The naive inbox: three separate steps with a window between check and mark.
+        if self.client.sismember(INBOX_PROCESSED, message.message_id):
+            self.client.hincrby(COUNTERS, "inbox_duplicates_skipped", 1)
+            return "duplicate"
+        self._prepare(message)
+        outcome = self._run(message, dedup=False, mark=False)
+        self.client.sadd(INBOX_PROCESSED, message.message_id)
+        return outcome
+
+    def _run(self, message: PaymentMessage, *, dedup: bool, mark: bool) -> str:
+        now = time.time()
+        receipt = json.dumps({"message_id": message.message_id, "order_id": message.order_id or None,
+                              "provider_ref": message.provider_ref or None, "at": now},
+                             separators=(",", ":"))
+        receipt_head = receipt[:-1] + ","
+        amount = message.amount_cents or 0
+        return self._script(
+            keys=[order_key(message.order_id), payments_key(message.order_id), COUNTERS,
+                  INBOX_PROCESSED, MESSAGE_EFFECTS],
+            args=[message.message_id, message.provider_ref, amount,
+                  payment_json(message.order_id, message.provider_ref, amount, "message",
+                               message.message_id, now),
+                  repr(now), "1" if self.domain_guard else "0", "1" if dedup else "0",
+                  "1" if mark else "0", "1" if message.valid else "0", receipt_head],
+        )

@@ -1,0 +1,29 @@
+"""Small request helpers shared by the target app's tests."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+
+from target_app.webhooks import sign_webhook
+
+SECRET = "test-webhook-secret"
+ORDER = {"sku": "sku-1", "quantity": 1, "amount_cents": 1000, "currency": "EUR"}
+
+
+def create_order(client, *, key: str | None = None, **fields) -> dict:
+    response = client.post("/api/v1/orders", json={**ORDER, **fields},
+                           headers={"Idempotency-Key": key or uuid.uuid4().hex})
+    assert response.status_code == 201, response.data
+    return response.json
+
+
+def webhook_body(order_id: str, provider_ref: str, amount_cents: int = 1000, event_id: str = "evt_1") -> bytes:
+    return json.dumps({"event_id": event_id, "type": "payment.succeeded", "order_id": order_id,
+                       "provider_ref": provider_ref, "amount_cents": amount_cents}).encode()
+
+
+def signed_headers(body: bytes, *, secret: str = SECRET, at: int | None = None) -> dict[str, str]:
+    return {"Webhook-Signature": sign_webhook(secret, body, int(time.time()) if at is None else at),
+            "Content-Type": "application/json"}
