@@ -1,0 +1,289 @@
+"""The processes of a local stack: how each is started, stopped and checked.
+
+A `ServiceSpec` is a pure description (argv, environment, port, health check); a
+`Service` is one running incarnation of it. Every service runs in its own process
+group (so a signal reaches gunicorn's workers too) and carries a parent-death signal
+(so nothing outlives the supervisor that started it).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import redis
+import requests
+
+PR_SET_PDEATHSIG = 1
+HOST = "127.0.0.1"
+STACK_MARKER_VAR = "HARNESS_STACK_ROOT"
+
+
+class ServiceError(Exception):
+    """A service could not be started, stopped or signalled."""
+
+
+def set_parent_death_signal(signum: int) -> None:
+    """Ask Linux to send `signum` to this process when its parent thread exits."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_PDEATHSIG, signum, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
+
+
+def _child_setup(parent_pid: int, signum: int) -> Callable[[], None]:
+    def setup() -> None:
+        set_parent_death_signal(signum)
+        # The parent may have died between fork and prctl: then nobody would signal us.
+        if os.getppid() != parent_pid:
+            os.kill(os.getpid(), signum)
+
+    return setup
+
+
+def spawn(argv: list[str], *, env: Mapping[str, str], log_path: Path,
+          death_signal: int = signal.SIGKILL, cwd: Path | None = None) -> subprocess.Popen:
+    """Start argv in a new session (its own process group) with a parent-death signal."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "ab") as log:
+        return subprocess.Popen(
+            argv, env=dict(env), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+            cwd=str(cwd) if cwd else None, start_new_session=True,
+            preexec_fn=_child_setup(os.getpid(), death_signal),
+        )
+
+
+def pid_alive(pid: int) -> bool:
+    """True when pid exists and is not a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as handle:
+            state = handle.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in ("Z", "X")
+
+
+def pid_stopped(pid: int) -> bool:
+    """True when pid is stopped by a signal (SIGSTOP)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as handle:
+            state = handle.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state in ("T", "t")
+
+
+def signal_group(pgid: int, signum: int) -> bool:
+    """Signal a whole process group; False when the group no longer exists."""
+    try:
+        os.killpg(pgid, signum)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def _stat_fields(pid_dir: str) -> list[str] | None:
+    try:
+        with open(f"/proc/{pid_dir}/stat", encoding="ascii", errors="replace") as handle:
+            return handle.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
+def group_members(pgid: int) -> list[int]:
+    """Live (non-zombie) processes of a process group, read from /proc."""
+    members = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        fields = _stat_fields(entry)
+        # fields[0] is the state, fields[2] the process group id.
+        if fields and fields[0] not in ("Z", "X") and fields[2] == str(pgid):
+            members.append(int(entry))
+    return members
+
+
+def group_alive(pgid: int) -> bool:
+    return bool(group_members(pgid))
+
+
+def process_marked(pid: int, root: str) -> bool:
+    """True when pid's environment names this stack root (see STACK_MARKER_VAR)."""
+    try:
+        environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return f"{STACK_MARKER_VAR}={root}".encode() in environ
+
+
+def marked_processes(root: str) -> list[int]:
+    """Live processes whose environment names this stack root."""
+    return [int(entry) for entry in os.listdir("/proc")
+            if entry.isdigit() and int(entry) != os.getpid()
+            and pid_alive(int(entry)) and process_marked(int(entry), root)]
+
+
+def port_listening(port: int, host: str = HOST) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=0.3):
+            return True
+    except OSError:
+        return False
+
+
+def tail(path: Path, limit: int = 2000) -> str:
+    try:
+        return path.read_text(errors="replace")[-limit:]
+    except OSError:
+        return ""
+
+
+# Health checks: each takes the spec and returns True when the service works.
+
+def redis_healthy(port: int) -> bool:
+    client = redis.Redis(host=HOST, port=port, socket_timeout=0.5, socket_connect_timeout=0.5)
+    try:
+        return bool(client.ping())
+    except redis.RedisError:
+        return False
+    finally:
+        client.close()
+
+
+def http_healthy(url: str) -> bool:
+    try:
+        return requests.get(url, timeout=1.0).status_code == 200
+    except requests.RequestException:
+        return False
+
+
+@dataclass(frozen=True)
+class ServiceSpec:
+    """How to run one service. `check` answers health for a running incarnation."""
+
+    name: str
+    argv: list[str]
+    env: Mapping[str, str]
+    log_path: Path
+    port: int | None
+    check: Callable[[], bool]
+    # A service without a port of its own (a consumer) counts as healthy once it has
+    # stayed up this long: long enough for a bad configuration to crash it.
+    min_uptime: float = 0.0
+
+
+@dataclass
+class Service:
+    """One service the supervisor owns, with its current process (None when down)."""
+
+    spec: ServiceSpec
+    process: subprocess.Popen | None = None
+    status: str = "stopped"  # running | paused | killed | stopped
+    started_at: float = 0.0
+
+    @property
+    def pid(self) -> int | None:
+        return self.process.pid if self.process is not None else None
+
+    def running(self) -> bool:
+        if self.process is None:
+            return False
+        return self.process.poll() is None
+
+    def start(self) -> None:
+        if self.running():
+            raise ServiceError(f"{self.spec.name} is already running (pid {self.pid})")
+        if self.spec.port is not None and port_listening(self.spec.port):
+            raise ServiceError(f"{self.spec.name}: port {self.spec.port} is already in use")
+        self.process = spawn(self.spec.argv, env=self.spec.env, log_path=self.spec.log_path)
+        self.started_at = time.monotonic()
+        self.status = "running"
+
+    def healthy(self) -> bool:
+        if not self.running() or self.process is None or pid_stopped(self.process.pid):
+            return False
+        if time.monotonic() - self.started_at < self.spec.min_uptime:
+            return False
+        return self.spec.check()
+
+    def wait_healthy(self, timeout: float, interval: float = 0.05) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if not self.running():
+                raise ServiceError(
+                    f"{self.spec.name} exited with code {self.process.returncode if self.process else '?'}"
+                    f"; end of {self.spec.log_path}:\n{tail(self.spec.log_path)}")
+            if self.healthy():
+                return
+            time.sleep(interval)
+        raise ServiceError(
+            f"{self.spec.name} not healthy after {timeout:.0f}s; end of {self.spec.log_path}:\n"
+            f"{tail(self.spec.log_path)}")
+
+    def kill(self) -> None:
+        """SIGKILL the whole group; the service stays down."""
+        if self.process is None:
+            return
+        signal_group(self.process.pid, signal.SIGKILL)
+        self._reap(timeout=5.0)
+        self.status = "killed"
+
+    def pause(self) -> None:
+        self._require_running()
+        assert self.process is not None
+        signal_group(self.process.pid, signal.SIGSTOP)
+        self.status = "paused"
+
+    def resume(self) -> None:
+        self._require_running()
+        assert self.process is not None
+        signal_group(self.process.pid, signal.SIGCONT)
+        self.status = "running"
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """SIGTERM the group (continued first, in case it is paused), then SIGKILL."""
+        if self.process is None:
+            self.status = "stopped"
+            return
+        pgid = self.process.pid
+        if self.process.poll() is None:
+            signal_group(pgid, signal.SIGCONT)
+            signal_group(pgid, signal.SIGTERM)
+            try:
+                self.process.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                pass
+        # Whatever is left of the group (e.g. gunicorn workers) goes now.
+        signal_group(pgid, signal.SIGKILL)
+        self._reap(timeout=timeout)
+        self.status = "stopped"
+
+    def _reap(self, timeout: float) -> None:
+        assert self.process is not None
+        try:
+            self.process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise ServiceError(f"{self.spec.name} (pid {self.process.pid}) did not exit") from None
+        pgid = self.process.pid
+        deadline = time.monotonic() + timeout
+        while group_alive(pgid) and time.monotonic() < deadline:
+            time.sleep(0.02)
+
+    def _require_running(self) -> None:
+        if not self.running():
+            raise ServiceError(f"{self.spec.name} is not running")
+
+    def describe(self) -> dict[str, object]:
+        return {"name": self.spec.name, "pid": self.pid if self.running() else None,
+                "port": self.spec.port, "log": str(self.spec.log_path), "status": self.status}
+
+
+def python_module(module: str, *args: str) -> list[str]:
+    return [sys.executable, "-m", module, *args]

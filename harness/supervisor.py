@@ -1,0 +1,386 @@
+"""The supervisor: the one process that owns a local stack's services.
+
+`harness up` starts `python -m harness.supervisor --root ROOT` in its own session and
+waits for one JSON line on the supervisor's stdout (`{"ok": true}` once every service
+is healthy, or `{"ok": false, "error": ...}`). The supervisor then keeps running after
+`harness up` returns: it writes ROOT/state.json, answers process-fault requests on a
+unix socket (one JSON request and one JSON response per connection) and, on SIGTERM,
+stops every service by process group, removes its state and exits.
+
+Until it has reported ready, the supervisor dies with its parent (a parent-death
+SIGTERM), so a `harness up` killed mid-start leaves nothing behind; each service dies
+with the supervisor (a parent-death SIGKILL), so nothing outlives it either.
+
+Everything runs on the main thread: a parent-death signal fires when the *thread*
+that forked a child exits, so children must never be spawned from a helper thread.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import secrets
+import selectors
+import signal
+import socket
+import sys
+import time
+from pathlib import Path
+
+import requests
+
+from harness import services as svc
+from harness.nemesis import Nemesis, NemesisError
+from harness.ports import free_port
+from harness.stack import (
+    StackSettings,
+    control_socket_path,
+    read_settings,
+    remove_state,
+    write_state,
+)
+
+ACTIONS = ("kill", "start", "pause", "resume", "restart", "status")
+PROXIES = ("app", "redis")
+CONSUMER_MIN_UPTIME = 0.5
+
+
+class Shutdown(Exception):
+    """Raised from the signal handler to unwind whatever the supervisor is doing."""
+
+
+def _raise_shutdown(signum: int, frame: object) -> None:
+    raise Shutdown(signal.Signals(signum).name)
+
+
+class Supervisor:
+    def __init__(self, settings: StackSettings) -> None:
+        self.settings = settings
+        self.root = settings.root
+        self.logs = self.root / "logs"
+        self.services: dict[str, svc.Service] = {}
+        self.started_at = time.time()
+        self.secret = settings.env.get("TARGET_APP_WEBHOOK_SECRET") or secrets.token_hex(16)
+        self.stream = settings.env.get("TARGET_APP_STREAM") or "payments"
+        self.group = settings.env.get("TARGET_APP_GROUP") or "target-app"
+        self.ports = {
+            "redis": free_port(), "app": free_port(),
+            "app_proxy": free_port(), "redis_proxy": free_port(),
+        }
+        if settings.toxiproxy_url:
+            self.toxiproxy_url = settings.toxiproxy_url.rstrip("/")
+            self.toxiproxy_kind = "external"
+        else:
+            self.ports["toxiproxy"] = free_port()
+            self.toxiproxy_url = f"http://{svc.HOST}:{self.ports['toxiproxy']}"
+            self.toxiproxy_kind = "server" if _which("toxiproxy-server") else "embedded"
+        self.phase = "starting"
+
+    # --- building the services -------------------------------------------------
+
+    def _base_env(self) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("TARGET_APP_")}
+        env[svc.STACK_MARKER_VAR] = str(self.root)
+        env["PYTHONUNBUFFERED"] = "1"
+        return env
+
+    def _app_env(self) -> dict[str, str]:
+        env = self._base_env()
+        env.update(self.settings.env)
+        env["TARGET_APP_REDIS_URL"] = f"redis://{svc.HOST}:{self.ports['redis_proxy']}/0"
+        env["TARGET_APP_WEBHOOK_SECRET"] = self.secret
+        return env
+
+    def build(self) -> None:
+        redis_port, app_port = self.ports["redis"], self.ports["app"]
+        data_dir = self.root / "redis"
+        data_dir.mkdir(parents=True, exist_ok=True)
+        self._add(svc.ServiceSpec(
+            name="redis",
+            argv=[_which("redis-server") or "redis-server", "--bind", svc.HOST, "--port", str(redis_port),
+                  "--dir", str(data_dir), "--save", "", "--appendonly", "yes",
+                  "--appendfsync", "always", "--protected-mode", "no", "--daemonize", "no"],
+            env=self._base_env(), log_path=self.logs / "redis.log", port=redis_port,
+            check=lambda: svc.redis_healthy(redis_port)))
+        if self.toxiproxy_kind != "external":
+            port = self.ports["toxiproxy"]
+            if self.toxiproxy_kind == "server":
+                argv = [_which("toxiproxy-server") or "toxiproxy-server", "-host", svc.HOST, "-port", str(port)]
+            else:
+                argv = svc.python_module("harness.toxiproxy", "--host", svc.HOST, "--port", str(port))
+            url = self.toxiproxy_url
+            self._add(svc.ServiceSpec(
+                name="toxiproxy", argv=argv, env=self._base_env(),
+                log_path=self.logs / "toxiproxy.log", port=port,
+                check=lambda: svc.http_healthy(f"{url}/version")))
+        hooks = Path(__file__).with_name("gunicorn_hooks.py")
+        self._add(svc.ServiceSpec(
+            name="app",
+            argv=svc.python_module(
+                "gunicorn", "--bind", f"{svc.HOST}:{app_port}",
+                "--workers", str(self.settings.app_workers), "--worker-class", "gthread",
+                "--threads", "8", "--graceful-timeout", "2", "--config", str(hooks),
+                "--no-control-socket",
+                "target_app.wsgi:app"),
+            env=self._app_env(), log_path=self.logs / "app.log", port=app_port,
+            check=lambda: svc.http_healthy(f"http://{svc.HOST}:{app_port}/healthz")))
+        for index in range(1, self.settings.consumers + 1):
+            name = f"consumer-{index}"
+            env = self._app_env()
+            env["TARGET_APP_CONSUMER_NAME"] = name
+            self._add(svc.ServiceSpec(
+                name=name, argv=svc.python_module("target_app.consumer"), env=env,
+                log_path=self.logs / f"{name}.log", port=None,
+                check=lambda: True, min_uptime=CONSUMER_MIN_UPTIME))
+
+    def _add(self, spec: svc.ServiceSpec) -> None:
+        self.services[spec.name] = svc.Service(spec)
+
+    # --- lifecycle ---------------------------------------------------------------
+
+    def start_all(self) -> None:
+        timeout = self.settings.health_timeout
+        self._start_and_wait("redis", timeout)
+        if "toxiproxy" in self.services:
+            self._start_and_wait("toxiproxy", timeout)
+        self.ensure_proxies()
+        self.write_state()
+        self._start_and_wait("app", timeout)
+        consumers = [name for name in self.services if name.startswith("consumer-")]
+        for name in consumers:
+            self.services[name].start()
+        self.write_state()
+        for name in consumers:
+            self.services[name].wait_healthy(timeout)
+
+    def _start_and_wait(self, name: str, timeout: float) -> None:
+        service = self.services[name]
+        service.start()
+        self.write_state()
+        service.wait_healthy(timeout)
+
+    def ensure_proxies(self) -> None:
+        nemesis = Nemesis(self.toxiproxy_url)
+        upstreams = {"app": self.ports["app"], "redis": self.ports["redis"]}
+        try:
+            for name in PROXIES:
+                nemesis.ensure_proxy(name, f"{svc.HOST}:{self.ports[name + '_proxy']}",
+                                     f"{svc.HOST}:{upstreams[name]}")
+        except NemesisError as error:
+            raise svc.ServiceError(f"could not create the Toxiproxy proxies: {error}") from error
+
+    def stop_all(self) -> None:
+        for name in reversed(list(self.services)):
+            try:
+                self.services[name].stop()
+            except svc.ServiceError as error:
+                print(f"supervisor: {error}", file=sys.stderr)
+        if self.toxiproxy_kind == "external":
+            for name in PROXIES:
+                try:
+                    requests.delete(f"{self.toxiproxy_url}/proxies/{name}", timeout=2)
+                except requests.RequestException:
+                    pass
+
+    # --- state -------------------------------------------------------------------
+
+    def state(self) -> dict[str, object]:
+        return {
+            "mode": "local", "phase": self.phase, "started_at": self.started_at,
+            "root": str(self.root),
+            "app_url": f"http://{svc.HOST}:{self.ports['app_proxy']}",
+            "app_direct_url": f"http://{svc.HOST}:{self.ports['app']}",
+            "toxiproxy_url": self.toxiproxy_url, "toxiproxy_kind": self.toxiproxy_kind,
+            "redis_url": f"redis://{svc.HOST}:{self.ports['redis']}/0",
+            "redis_proxy_url": f"redis://{svc.HOST}:{self.ports['redis_proxy']}/0",
+            "webhook_secret": self.secret, "stream": self.stream, "group": self.group,
+            "unsafe_disable": _unsafe_list(self.settings.env.get("TARGET_APP_UNSAFE_DISABLE", "")),
+            "app_workers": self.settings.app_workers, "consumers": self.settings.consumers,
+            "supervisor_pid": os.getpid(), "control_socket": str(control_socket_path(self.root)),
+            "services": [service.describe() for service in self.services.values()],
+        }
+
+    def write_state(self) -> None:
+        write_state(self.root, self.state())
+
+    # --- process faults ------------------------------------------------------------
+
+    def handle(self, request: dict[str, object]) -> dict[str, object]:
+        action = request.get("action")
+        name = request.get("service")
+        if action not in ACTIONS:
+            return {"ok": False, "error": f"unknown action {action!r}; expected one of {', '.join(ACTIONS)}"}
+        if action == "status":
+            return {"ok": True, "services": self.status()}
+        if name not in self.services:
+            known = ", ".join(self.services)
+            return {"ok": False, "error": f"unknown service {name!r}; this stack has {known}"}
+        service = self.services[str(name)]
+        try:
+            if action == "kill":
+                service.kill()
+            elif action == "pause":
+                service.pause()
+            elif action == "resume":
+                service.resume()
+            elif action == "start":
+                self._start_service(service)
+            elif action == "restart":
+                service.stop()
+                self._start_service(service)
+        except svc.ServiceError as error:
+            return {"ok": False, "error": str(error)}
+        finally:
+            self.write_state()
+        return {"ok": True, "services": self.status()}
+
+    def _start_service(self, service: svc.Service) -> None:
+        if not service.running():
+            service.start()
+            self.write_state()
+        elif service.status == "paused":
+            service.resume()
+        service.wait_healthy(self.settings.health_timeout)
+        if service.spec.name == "toxiproxy":
+            self.ensure_proxies()  # an embedded Toxiproxy forgets its proxies on restart
+
+    def status(self) -> list[dict[str, object]]:
+        rows = []
+        for service in self.services.values():
+            row = service.describe()
+            row["healthy"] = service.healthy()
+            rows.append(row)
+        return rows
+
+    def reap(self) -> None:
+        """Notice services that died on their own (and collect their exit status)."""
+        changed = False
+        for service in self.services.values():
+            if service.process is not None and service.status in ("running", "paused") \
+                    and service.process.poll() is not None:
+                service.status = "exited"
+                changed = True
+        if changed:
+            self.write_state()
+
+
+def _unsafe_list(raw: str) -> list[str]:
+    return sorted({part.strip() for part in raw.split(",") if part.strip()})
+
+
+def _which(program: str) -> str | None:
+    import shutil
+
+    return shutil.which(program)
+
+
+def _report(message: dict[str, object]) -> bool:
+    """Tell `harness up` how the start went; False when it is no longer listening."""
+    try:
+        sys.stdout.write(json.dumps(message) + "\n")
+        sys.stdout.flush()
+    except (BrokenPipeError, OSError):
+        return False
+    finally:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, 1)
+        os.close(devnull)
+    return True
+
+
+def _send(conn: socket.socket, response: dict[str, object]) -> None:
+    try:
+        conn.sendall(json.dumps(response).encode() + b"\n")
+    except OSError:
+        pass
+    finally:
+        conn.close()
+
+
+def serve(supervisor: Supervisor) -> None:
+    path = control_socket_path(supervisor.root)
+    if path.exists():
+        path.unlink()
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        listener.bind(str(path))
+        listener.listen(16)
+        selector = selectors.DefaultSelector()
+        selector.register(listener, selectors.EVENT_READ)
+        while True:
+            supervisor.reap()
+            if not selector.select(timeout=0.2):
+                continue
+            for conn, request in _requests_once(listener):
+                _send(conn, supervisor.handle(request))
+    finally:
+        listener.close()
+        if path.exists():
+            path.unlink()
+
+
+def _requests_once(listener: socket.socket) -> list[tuple[socket.socket, dict[str, object]]]:
+    conn, _ = listener.accept()
+    conn.settimeout(5.0)
+    try:
+        data = b""
+        while not data.endswith(b"\n") and len(data) < 65536:
+            chunk = conn.recv(4096)
+            if not chunk:
+                break
+            data += chunk
+        request = json.loads(data or b"{}")
+        if not isinstance(request, dict):
+            raise ValueError("request is not an object")
+    except (OSError, ValueError) as error:
+        _send(conn, {"ok": False, "error": f"bad request: {error}"})
+        return []
+    return [(conn, request)]
+
+
+def run(root: Path) -> int:
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(signum, _raise_shutdown)
+    parent = os.getppid()
+    settings = read_settings(root)
+    supervisor = Supervisor(settings)
+    try:
+        try:
+            supervisor.build()
+            supervisor.start_all()
+        except (svc.ServiceError, OSError) as error:
+            _report({"ok": False, "error": str(error)})
+            return 1
+        supervisor.phase = "running"
+        supervisor.write_state()
+        # From here the stack must outlive `harness up`; if it died meanwhile,
+        # the report fails (nobody reads the pipe) and we tear down.
+        svc.set_parent_death_signal(0)
+        if os.getppid() != parent or not _report({"ok": True}):
+            return 1
+        serve(supervisor)
+        return 0
+    except Shutdown:
+        return 0
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        supervisor.phase = "stopping"
+        try:
+            supervisor.write_state()
+        except OSError:
+            pass
+        supervisor.stop_all()
+        remove_state(root)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m harness.supervisor")
+    parser.add_argument("--root", type=Path, required=True)
+    args = parser.parse_args(argv)
+    return run(args.root.resolve())
+
+
+if __name__ == "__main__":
+    sys.exit(main())
