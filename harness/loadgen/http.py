@@ -1,0 +1,159 @@
+"""The recording HTTP channel: one request = one invoke and exactly one completion.
+
+Classification (docs/internals.md): 2xx → ok (replays included, marked), 4xx →
+fail, anything else → info: 5xx, timeout, reset, truncated body, unparsable 2xx
+body, or an unexpected status. The fingerprint is taken over exactly the bytes
+sent and the digest over exactly the bytes received.
+
+Every request is also reported to Locust's statistics, so Locust's CSV and HTML
+mean something: `info` is a Locust failure, and so is an answer that contradicts
+what the client meant to provoke (a deliberate duplicate that should have been
+rejected but was accepted, or a plain request that was rejected).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+import requests
+from locust.event import Events
+
+from harness.history import Client, body_digest, fingerprint
+
+
+@dataclass(frozen=True)
+class Reply:
+    """What one recorded request came back with."""
+
+    completion: str  # "ok" | "fail" | "info"
+    status: int | None
+    data: Any  # the parsed JSON body, or None
+    replayed: bool
+    retry_after: bool  # a 409 with Retry-After: the first request is still running
+    error: str | None
+
+
+class ExpectationMismatch(Exception):
+    """Reported to Locust when a reply contradicts what the request meant to provoke."""
+
+
+class HttpChannel:
+    """Requests to the target app for one client, optionally on a fresh TCP connection each.
+
+    Toxiproxy decides a toxic's toxicity per connection, so fault scenarios want a
+    new connection per request (`fresh_connections`, the default).
+    """
+
+    def __init__(self, base_url: str, events: Events, *, timeout: float,
+                 fresh_connections: bool = True) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.events = events
+        self.timeout = timeout
+        self.fresh_connections = fresh_connections
+        self.session = requests.Session()
+
+    def post(
+        self,
+        client: Client,
+        op: str,
+        path: str,
+        payload: dict[str, Any] | bytes,
+        *,
+        headers: dict[str, str] | None = None,
+        fields: dict[str, Any] | None = None,
+        expect: str | None = None,
+        must_reject: bool = False,
+        timeout: float | None = None,
+    ) -> Reply:
+        """POST `payload` (JSON, or bytes sent as they are) and record it.
+
+        `fields` go into the invoke record; `must_reject` marks a deliberate
+        duplicate that the app has to refuse (for Locust's failure count only).
+        """
+        body = payload if isinstance(payload, bytes) else orjson.dumps(payload)
+        send_headers = {"Content-Type": "application/json"}
+        send_headers.update(headers or {})
+        operation = client.invoke(
+            op, fingerprint=fingerprint("POST", path, body), expect=expect, **(fields or {})
+        )
+        started = time.perf_counter()
+        response_length = 0
+        try:
+            response = self.session.post(
+                self.base_url + path, data=body, headers=send_headers,
+                timeout=self.timeout if timeout is None else timeout,
+            )
+            raw = response.content
+        except requests.RequestException as error:
+            reply = Reply("info", None, None, False, False, _describe(error))
+            operation.info(status=None, body_digest=None, replayed=False, error=reply.error)
+        else:
+            response_length = len(raw)
+            reply = _classify(response, raw)
+            completion_fields: dict[str, Any] = {
+                "status": response.status_code,
+                "body_digest": body_digest(raw),
+                "replayed": reply.replayed,
+                "error": reply.error,
+            }
+            if op == "create_order" and reply.completion == "ok":
+                completion_fields["order_id"] = _order_id(reply.data)
+            getattr(operation, reply.completion)(**completion_fields)
+        finally:
+            if self.fresh_connections:
+                # Dropping the pool closes the socket, so the next request dials anew.
+                self.session.close()
+        self._report(op, expect, started, response_length, reply, must_reject)
+        return reply
+
+    def close(self) -> None:
+        self.session.close()
+
+    def _report(self, op: str, expect: str | None, started: float, length: int,
+                reply: Reply, must_reject: bool) -> None:
+        exception: Exception | None = None
+        if reply.completion == "info":
+            exception = ExpectationMismatch(reply.error or f"indeterminate (status {reply.status})")
+        elif must_reject and reply.completion == "ok":
+            exception = ExpectationMismatch(f"{expect}: accepted with {reply.status}, expected a rejection")
+        elif not must_reject and reply.completion == "fail" and expect is None:
+            exception = ExpectationMismatch(f"rejected with {reply.status}")
+        self.events.request.fire(
+            request_type="POST",
+            name=op if expect is None else f"{op} [{expect}]",
+            response_time=(time.perf_counter() - started) * 1000.0,
+            response_length=length,
+            exception=exception,
+            context={},
+        )
+
+
+def _classify(response: requests.Response, raw: bytes) -> Reply:
+    status = response.status_code
+    replayed = response.headers.get("Idempotent-Replayed", "").lower() == "true"
+    data: Any = None
+    try:
+        data = orjson.loads(raw) if raw else None
+    except orjson.JSONDecodeError:
+        if 200 <= status < 300:
+            return Reply("info", status, None, replayed, False, "unparsable 2xx body")
+    if 200 <= status < 300:
+        return Reply("ok", status, data, replayed, False, None)
+    if 400 <= status < 500:
+        retry_after = status == 409 and "Retry-After" in response.headers
+        return Reply("fail", status, data, replayed, retry_after, None)
+    return Reply("info", status, data, replayed, False, f"HTTP {status}")
+
+
+def _order_id(data: Any) -> str | None:
+    if isinstance(data, dict):
+        value = data.get("id")
+        return value if isinstance(value, str) else None
+    return None
+
+
+def _describe(error: BaseException) -> str:
+    return f"{type(error).__name__}: {error}"[:300]

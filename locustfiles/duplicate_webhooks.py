@@ -1,0 +1,29 @@
+"""A payment provider that re-sends webhooks: bursts, delayed and out-of-order copies,
+a conflicting provider_ref, a wrong amount, and stale/future/tampered/missing signatures.
+
+Run by hand: locust -f locustfiles/duplicate_webhooks.py --host http://127.0.0.1:PORT
+(TARGET_APP_WEBHOOK_SECRET must match the app's). Catches the `domain` mutant
+without faults (concurrent copies and the conflicting ref become second payments).
+"""
+
+from locust import User, between, events, task
+
+from harness.loadgen import flows
+from harness.loadgen.actor import Actor
+from harness.loadgen.recording import install, load_process
+
+install(events)
+
+
+class DuplicateWebhooksUser(User):
+    wait_time = between(0.0, 0.05)
+
+    def on_start(self) -> None:
+        self.actor = Actor(load_process(self.environment), self.host)
+
+    def on_stop(self) -> None:
+        self.actor.close()
+
+    @task
+    def deliver_webhooks(self) -> None:
+        flows.webhook_round(self.actor)

@@ -1,0 +1,39 @@
+"""Every duplicate source at once, plus one payment sent through the API, the webhook
+and the stream at the same time (`cross_channel`).
+
+Run by hand: locust -f locustfiles/mixed.py --host http://127.0.0.1:PORT
+"""
+
+from locust import User, between, events, task
+
+from harness.loadgen import flows
+from harness.loadgen.actor import Actor
+from harness.loadgen.recording import install, load_process
+
+install(events)
+
+
+class MixedUser(User):
+    wait_time = between(0.0, 0.05)
+
+    def on_start(self) -> None:
+        self.actor = Actor(load_process(self.environment), self.host)
+
+    def on_stop(self) -> None:
+        self.actor.close()
+
+    @task(3)
+    def timeout_replay(self) -> None:
+        flows.timeout_replay_round(self.actor)
+
+    @task(2)
+    def duplicate_webhooks(self) -> None:
+        flows.webhook_round(self.actor)
+
+    @task(2)
+    def redelivered_messages(self) -> None:
+        flows.message_round(self.actor)
+
+    @task(3)
+    def cross_channel(self) -> None:
+        flows.cross_channel_round(self.actor)
