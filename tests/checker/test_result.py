@@ -1,0 +1,114 @@
+"""The result around the invariants: evidence, caps, tallies, layers, the JSON round trip."""
+
+from __future__ import annotations
+
+import orjson
+
+from checker_builders import Run
+from harness.checker import VIOLATION_CAP, CheckResult, check
+from harness.invariants import INVARIANTS
+
+
+def lost_payment_run() -> Run:
+    run = Run()
+    run.create("k1", "o1")
+    run.pay("o1", "pr1", "p1", "ok")
+    run.order("o1", "k1")
+    return run
+
+
+def test_evidence_holds_the_faults_active_during_the_operations() -> None:
+    run = lost_payment_run()
+    pay = run.operations[1]
+    during = run.fault(pay["invoke_time"] + 0.1, pay["complete_time"] + 5, name="during")
+    still_open = run.fault(pay["invoke_time"] - 10, None, name="open")
+    run.fault(run.clock + 100, run.clock + 200, name="later")
+    run.fault(0.0, 1.0, name="earlier")
+    violation = run.check().invariant("no_lost_acknowledgement").violations[0]
+    assert violation.evidence["faults"] == [during, still_open]
+    assert violation.evidence["operations"][-1]["op_id"] == pay["op_id"]
+
+
+def test_evidence_keeps_the_most_relevant_operations_in_time_order() -> None:
+    run = Run()
+    run.create("k1", "o1")
+    for number in range(30):
+        run.webhook("o1", f"pr-other-{number}", f"ev{number}", "fail", status=409)
+    lost = run.pay("o1", "pr1", "p1", "ok")
+    run.order("o1", "k1")
+    violation = run.check().invariant("no_lost_acknowledgement").violations[0]
+    operations = violation.evidence["operations"]
+    assert len(operations) == 20
+    assert lost in operations
+    times = [op["invoke_time"] for op in operations]
+    assert times == sorted(times)
+
+
+def test_violations_are_capped_but_counted() -> None:
+    run = Run()
+    total = VIOLATION_CAP + 7
+    for number in range(total):
+        run.paid_order(f"o{number}", "pr1")
+        run.payment(f"o{number}", "pr1", "api", "again")
+    outcome = run.check().invariant("one_payment_per_order")
+    assert outcome.violation_count == total
+    assert len(outcome.violations) == VIOLATION_CAP
+
+
+def test_outcomes_duplicates_and_layers_are_tallied() -> None:
+    run = Run()
+    run.paid_order("o1", "pr1")
+    run.pay("o1", "pr1", "p-o1", "ok", replayed=True, status=201,
+            body_digest=run.operations[1]["body_digest"], expect="double_click")
+    run.pay("o1", "pr2", "p-x", "fail", status=409, expect="conflict")
+    run.webhook("o1", "pr1", "ev1", "info", expect="duplicate")
+    run.counters(api_replays=1, api_fingerprint_conflicts=2, api_inflight_conflicts=3,
+                 domain_already_paid=4, domain_conflicts=5, domain_amount_mismatches=6,
+                 inbox_duplicates_skipped=7, webhook_bad_signatures=8, messages_dead_lettered=9)
+    result = run.check()
+    assert result.valid, result.to_dict()
+    assert result.outcomes == {"create_order": {"ok": 1, "fail": 0, "info": 0},
+                               "pay": {"ok": 2, "fail": 1, "info": 0},
+                               "webhook": {"ok": 0, "fail": 0, "info": 1}}
+    assert result.duplicates == {"conflict": 1, "double_click": 1, "duplicate": 1}
+    assert result.layers == {
+        "api": {"replays": 1, "fingerprint_conflicts": 2, "inflight_conflicts": 3},
+        "domain": {"already_paid": 4, "conflicts": 5, "amount_mismatches": 6},
+        "inbox": {"duplicates_skipped": 7, "dead_lettered": 9},
+        "webhook": {"bad_signatures": 8},
+        "history": {"replays_seen": 1, "conflicts_409": 1, "rejections_4xx": 1},
+    }
+    assert result.counts == {"operations": 5, "orders": 1, "payments": 1, "faults": 0}
+
+
+def test_to_dict_has_the_documented_shape_and_round_trips() -> None:
+    run = lost_payment_run()
+    run.fault(run.operations[1]["invoke_time"], None)
+    result = run.check(run_id="r1", scenario="mixed", unsafe_disable=["domain"])
+    data = orjson.loads(orjson.dumps(result.to_dict()))
+    assert list(data) == ["valid", "run_id", "scenario", "unsafe_disable", "invariants",
+                          "outcomes", "jepsen", "layers", "duplicates", "counts"]
+    assert [item["name"] for item in data["invariants"]] == [name for name, _ in INVARIANTS]
+    assert data["valid"] is False and data["unsafe_disable"] == ["domain"]
+    violation = data["invariants"][1]["violations"][0]
+    assert set(violation) >= {"invariant", "order_id", "message", "evidence"}
+    assert set(violation["evidence"]) == {"payments", "operations", "faults"}
+    assert set(data["jepsen"]) == {"acknowledged", "lost", "unexpected", "recovered",
+                                   "indeterminate_absent"}
+    again = CheckResult.from_dict(data)
+    assert again == result
+    assert again.to_dict() == data
+
+
+def test_a_one_shot_iterator_still_gets_evidence() -> None:
+    run = lost_payment_run()
+    result = check(iter(run.operations), iter(run.export + run.balanced_inventory()))
+    violation = result.invariant("no_lost_acknowledgement").violations[0]
+    assert [op["op"] for op in violation.evidence["operations"]] == ["create_order", "pay"]
+    assert result.counts["operations"] == 2
+
+
+def test_empty_run_is_valid() -> None:
+    result = check([], [])
+    assert result.valid
+    assert all(item.checked == 0 for item in result.invariants)
