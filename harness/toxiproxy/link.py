@@ -29,6 +29,10 @@ _WRITE_HIGH = 1 << 20
 _EOF = b""
 
 
+def _discard(data: bytes) -> None:
+    """Feed for a direction that has ended: bytes are read and dropped."""
+
+
 class Side(asyncio.Protocol):
     """The protocol on either socket; it only forwards events to its Connection."""
 
@@ -54,7 +58,9 @@ class Side(asyncio.Protocol):
         self.feed(data)
 
     def eof_received(self) -> bool:
-        if self.feed == self.early.append:
+        if self.feed is _discard:
+            pass
+        elif self.feed == self.early.append:
             self.early_eof = True
         else:
             self.connection.source_eof(self)
@@ -76,6 +82,7 @@ class Direction:
     def __init__(self, connection: "Connection", source: Side, sink: Side, upstream: bool) -> None:
         self.connection = connection
         self.upstream = upstream
+        self.source_side = source
         self.source = source.transport
         self.sink = sink.transport
         self.draws: dict[Toxic, float] = {}
@@ -102,7 +109,7 @@ class Direction:
             behaviour = self.behaviours.get(toxic)
             if draw < toxic.toxicity:
                 if behaviour is None:
-                    behaviour = self.behaviours[toxic] = new_behaviour(toxic, self.connection)
+                    behaviour = self.behaviours[toxic] = new_behaviour(toxic, self)
                     behaviour.start()
                 elif behaviour.revision != toxic.revision:
                     behaviour.revision = toxic.revision
@@ -196,6 +203,21 @@ class Direction:
             else:
                 sink.close()
         self.connection.direction_done()
+
+    # -- LinkControl for behaviours -------------------------------------------------
+    def end_direction(self) -> None:
+        """Pass the close on now and drop whatever the source still sends."""
+        self.source_side.feed = _discard
+        self.queue.clear()
+        self.queued = 0
+        self.resume("queue")
+        self._pass_close()
+
+    def close_connection(self) -> None:
+        self.connection.close(abort=False)
+
+    def reset_connection(self) -> None:
+        self.connection.reset()
 
     # -- flow control -----------------------------------------------------------
     def pause(self, reason: str) -> None:
@@ -315,11 +337,8 @@ class Connection:
         if self.up is not None and self.down is not None and self.up.done and self.down.done:
             self.close(abort=False)
 
-    # -- LinkControl for behaviours ---------------------------------------------------
-    def close_connection(self) -> None:
-        self.close(abort=False)
-
-    def reset_connection(self) -> None:
+    def reset(self) -> None:
+        """Close both sockets with a TCP RST (SO_LINGER 0), as reset_peer does."""
         for side in (self.client, self.server):
             if side is not None and side.transport is not None:
                 sock = side.transport.get_extra_info("socket")

@@ -178,6 +178,8 @@ Emit = Callable[[bytes], Awaitable[None]]
 class LinkControl(Protocol):
     """What a behaviour may do to the connection it sits on."""
 
+    def end_direction(self) -> None: ...
+
     def close_connection(self) -> None: ...
 
     def reset_connection(self) -> None: ...
@@ -317,7 +319,7 @@ class _LimitData(Behaviour):
             self.passed += len(piece)
             await emit(piece)
         if self.passed >= self.toxic.attributes["bytes"]:
-            self.link.close_connection()
+            self.link.end_direction()
 
 
 BEHAVIOURS: dict[str, type[Behaviour]] = {
