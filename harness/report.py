@@ -1,0 +1,399 @@
+"""The verdict on disk: result.json, junit.xml and a self-contained report.html.
+
+The check result (format in docs/internals.md, "Check result") says what held;
+the run directory's histories and fault log say what the run looked like. The
+history is streamed once into per-second buckets (`harness.report_series`), so a
+long run costs memory per second of run time, not per operation.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from html import escape
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from harness.history import HistoryError, history_files, iter_operations
+from harness.junit import write_junit
+from harness.matrix_report import MatrixCell, format_matrix_table, write_matrix_report
+from harness.plots import (
+    FaultWindow,
+    Segment,
+    Series,
+    horizontal_bar_chart,
+    line_chart,
+    stacked_bar_chart,
+)
+from harness.report_html import (
+    badge,
+    faults_table,
+    format_cell,
+    operations_table,
+    page,
+    records_table,
+)
+from harness.report_series import RunSeries, build_series, percentile
+
+__all__ = [
+    "MatrixCell",
+    "ReportPaths",
+    "format_matrix_table",
+    "render_report",
+    "summary_line",
+    "write_matrix_report",
+    "write_reports",
+]
+
+OP_COLORS = {"create_order": "#2563eb", "pay": "#16a34a", "webhook": "#9333ea",
+             "publish": "#0891b2"}
+OUTCOME_SEGMENTS = (Segment("ok", "#16a34a"), Segment("fail", "#dc2626"),
+                    Segment("info", "#eab308"))
+LAYER_COLORS = {"api": "#2563eb", "domain": "#16a34a", "inbox": "#0891b2",
+                "webhook": "#9333ea"}
+FALLBACK_COLORS = ("#475569", "#be185d", "#0d9488", "#7c2d12")
+OPEN_VIOLATIONS = 3
+
+
+@dataclass(frozen=True)
+class ReportPaths:
+    result_json: Path
+    junit_xml: Path
+    report_html: Path
+
+
+def write_reports(run_dir: Path, result: dict) -> ReportPaths:
+    """Write the three report files into `run_dir` and return their paths."""
+    run_dir = Path(run_dir)
+    paths = ReportPaths(run_dir / "result.json", run_dir / "junit.xml", run_dir / "report.html")
+    _write_atomic(paths.result_json, orjson.dumps(
+        result, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS | orjson.OPT_APPEND_NEWLINE))
+    write_junit(paths.junit_xml, result)
+    faults = read_faults(run_dir / "faults.jsonl")
+    settings = _read_json(run_dir / "settings.json")
+    history_error = None
+    try:
+        series = build_series(iter_operations(history_files(run_dir / "histories")))
+    except (HistoryError, OSError) as error:
+        series, history_error = RunSeries(), str(error)
+    html = render_report(result, series, faults, settings=settings, history_error=history_error)
+    _write_atomic(paths.report_html, html.encode())
+    return paths
+
+
+def summary_line(result: dict, report_html: Path) -> str:
+    """The one-line verdict for the terminal."""
+    invariants = result.get("invariants") or []
+    counts = result.get("counts") or {}
+    failed = [inv for inv in invariants if not inv.get("passed", False)]
+    if result.get("valid") and not failed:
+        detail = (f"all {len(invariants)} invariants held "
+                  f"({_plural(counts.get('operations', 0), 'operation')}, "
+                  f"{_plural(counts.get('faults', 0), 'fault')})")
+        return f"PASS: {detail} — report: {report_html}"
+    if failed:
+        detail = ", ".join(
+            f"{inv.get('name', '?')} ({_plural(inv.get('violation_count', 0), 'violation')})"
+            for inv in failed)
+    else:
+        detail = "the result is marked invalid"
+    return f"FAIL: {detail} — report: {report_html}"
+
+
+def read_faults(path: Path) -> list[dict[str, Any]]:
+    """The fault log; unreadable lines are skipped because the report is best-effort."""
+    if not path.is_file():
+        return []
+    faults = []
+    for line in path.read_bytes().splitlines():
+        try:
+            record = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            continue
+        if isinstance(record, dict):
+            faults.append(record)
+    return faults
+
+
+def render_report(
+    result: Mapping[str, Any],
+    series: RunSeries,
+    faults: Sequence[Mapping[str, Any]],
+    *,
+    settings: Mapping[str, Any] | None = None,
+    history_error: str | None = None,
+) -> str:
+    """The whole report page as one HTML string."""
+    starts = [t for t in (series.first_time, *(_num(f.get("start")) for f in faults)) if t is not None]
+    ends = [t for t in (series.last_time, *(_num(f.get("end")) for f in faults)) if t is not None]
+    start = math.floor(min(starts)) if starts else 0
+    duration = max(max(ends, default=start) - start, 0.0)
+    windows = [_window(f, start, duration) for f in faults if _num(f.get("start")) is not None]
+    run_id = str(result.get("run_id") or "run")
+    body = [
+        f"<h1>Idempotency chaos report · <span class='mono'>{escape(run_id)}</span></h1>",
+        _verdict(result, settings or {}, duration, len(faults)),
+        _invariants(result),
+    ]
+    if history_error:
+        body.append(f"<p class='badge warn'>history unreadable: {escape(history_error)}</p>")
+    body.append("<h2>Over time</h2>")
+    body += [_card(chart) for chart in _time_charts(series, start, duration, windows)]
+    body.append("<h2>Outcomes and layers</h2>")
+    body.append(_card(_outcomes_chart(result, series)))
+    body.append(_card(_layers_chart(result)))
+    body.append(_operations_table(series))
+    body.append(_faults_table(faults, start))
+    body.append(_jepsen(result))
+    body.append(_duplicates(result))
+    body.append(_violations(result, start))
+    return page(f"{'PASS' if result.get('valid') else 'FAIL'} · {run_id}", "".join(body))
+
+
+def _verdict(result: Mapping[str, Any], settings: Mapping[str, Any], duration: float,
+             fault_count: int) -> str:
+    valid = bool(result.get("valid"))
+    invariants = result.get("invariants") or []
+    failed = [inv for inv in invariants if not inv.get("passed", False)]
+    counts = result.get("counts") or {}
+    if valid:
+        headline = f"all {len(invariants)} invariants held"
+    else:
+        headline = f"{len(failed)} of {len(invariants)} invariants violated"
+    facts: list[tuple[str, str]] = [("scenario", str(result.get("scenario") or "–"))]
+    unsafe = result.get("unsafe_disable") or []
+    if unsafe:
+        facts.append(("unsafe_disable (mutant)", ", ".join(map(str, unsafe))))
+    facts.append(("duration", f"{duration:.1f} s"))
+    facts.append(("operations", f"{counts.get('operations', 0):,}"))
+    facts.append(("faults", str(counts.get("faults", fault_count))))
+    for key in ("orders", "payments"):
+        if key in counts:
+            facts.append((key, f"{counts[key]:,}"))
+    for key in ("users", "seed"):
+        if settings.get(key) is not None:
+            facts.append((key, str(settings[key])))
+    items = "".join(
+        f"<div><dt>{escape(k)}</dt><dd>"
+        + (f"<span class='mutant'>{escape(v)}</span>" if k.startswith("unsafe") else escape(v))
+        + "</dd></div>"
+        for k, v in facts)
+    return (
+        f"<section id='verdict' class='verdict {'pass' if valid else 'fail'}' "
+        f"data-valid='{'true' if valid else 'false'}'>"
+        f"<span class='word'>{'PASS' if valid else 'FAIL'}</span>"
+        f"<span class='headline'>{escape(headline)}</span><dl>{items}</dl></section>"
+    )
+
+
+def _invariants(result: Mapping[str, Any]) -> str:
+    rows = []
+    for inv in result.get("invariants") or []:
+        name = str(inv.get("name", "?"))
+        passed = bool(inv.get("passed", False))
+        count = inv.get("violation_count", 0)
+        link = escape(name) if passed else f"<a href='#inv-{escape(name)}'>{escape(name)}</a>"
+        rows.append(
+            f"<tr class='{'passed' if passed else 'failed'}' data-invariant='{escape(name)}'>"
+            f"<td>{badge('PASS', 'pass') if passed else badge('FAIL', 'fail')}</td>"
+            f"<td><strong>{escape(str(inv.get('title') or name))}</strong><br>"
+            f"<span class='mono note'>{link}</span></td>"
+            f"<td class='num'>{escape(str(inv.get('checked', '–')))}</td>"
+            f"<td class='num'>{escape(str(count))}</td></tr>")
+    return (
+        "<section class='card'><h2 style='margin-top:0'>Invariants</h2><table><thead><tr>"
+        "<th></th><th>invariant</th><th class='num'>checked</th>"
+        f"<th class='num'>violations</th></tr></thead><tbody>{''.join(rows)}</tbody></table>"
+        "</section>")
+
+
+def _time_charts(series: RunSeries, start: int, duration: float,
+                 windows: Sequence[FaultWindow]) -> list[str]:
+    rows = series.resampled(start, start + duration) if series.operations else []
+    ops = series.op_names()
+    throughput = [
+        Series(op, OP_COLORS.get(op, FALLBACK_COLORS[i % len(FALLBACK_COLORS)]),
+               [(x, b.completed.get(op, 0) / w) for x, w, b in rows])
+        for i, op in enumerate(ops)]
+    latency = [
+        Series("p50", "#2563eb", [(x, percentile(b.latency, 0.50)) for x, _, b in rows]),
+        Series("p99", "#db2777", [(x, percentile(b.latency, 0.99)) for x, _, b in rows]),
+    ]
+    errors = [
+        Series("fail", "#dc2626", [(x, b.fail / w) for x, w, b in rows]),
+        Series("info", "#ca8a04", [(x, b.info / w) for x, w, b in rows]),
+    ]
+    return [
+        line_chart("throughput", "Throughput: completed operations per second, by operation",
+                   throughput, duration=duration, windows=windows, y_label="ops/s"),
+        line_chart("latency", "Latency p50 and p99 (ms), by completion second",
+                   latency, duration=duration, windows=windows, y_label="ms"),
+        line_chart("errors", "Errors per second: fail (rejected) and info (indeterminate)",
+                   errors, duration=duration, windows=windows, y_label="per second"),
+    ]
+
+
+def _outcomes_chart(result: Mapping[str, Any], series: RunSeries) -> str:
+    outcomes = result.get("outcomes") or {
+        op: {"ok": s.ok, "fail": s.fail, "info": s.info} for op, s in series.ops.items()}
+    known = ("create_order", "pay", "webhook", "publish")
+    ordered = sorted(outcomes, key=lambda op: (known.index(op) if op in known else 9, op))
+    bars = {op: {k: _num(v) or 0.0 for k, v in (outcomes[op] or {}).items()} for op in ordered}
+    return stacked_bar_chart("outcomes", "Outcomes per operation type (ok / fail / info)", bars,
+                             OUTCOME_SEGMENTS, empty_note="no operations recorded")
+
+
+def _layers_chart(result: Mapping[str, Any]) -> str:
+    rows: list[tuple[str, float, str]] = []
+    legend: list[tuple[str, str]] = []
+    for index, (layer, counters) in enumerate((result.get("layers") or {}).items()):
+        color = LAYER_COLORS.get(layer, FALLBACK_COLORS[index % len(FALLBACK_COLORS)])
+        legend.append((str(layer), color))
+        for counter, value in (counters or {}).items():
+            rows.append((f"{layer} · {str(counter).replace('_', ' ')}", _num(value) or 0.0, color))
+    return horizontal_bar_chart("layers", "Duplicates stopped per layer", rows, legend=legend,
+                                empty_note="no duplicates stopped")
+
+
+def _operations_table(series: RunSeries) -> str:
+    if not series.ops:
+        return "<section class='card'><h3>Operations</h3><p class='note'>none recorded</p></section>"
+    rows = []
+    for op in series.op_names():
+        s = series.ops[op]
+        p50, p99 = percentile(s.latency, 0.5), percentile(s.latency, 0.99)
+        cells = [s.ok + s.fail + s.info, s.ok, s.fail, s.info,
+                 f"{p50:.1f}" if p50 is not None else "–", f"{p99:.1f}" if p99 is not None else "–"]
+        rows.append(f"<tr><td><code>{escape(op)}</code></td>"
+                    + "".join(f"<td class='num'>{escape(str(c))}</td>" for c in cells) + "</tr>")
+    head = "".join(f"<th class='num'>{h}</th>" for h in
+                   ("total", "ok", "fail", "info", "p50 ms", "p99 ms"))
+    return (f"<section class='card'><h3>Operations (from the history)</h3><table><thead><tr>"
+            f"<th>operation</th>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table></section>")
+
+
+def _faults_table(faults: Sequence[Mapping[str, Any]], start: float) -> str:
+    if not faults:
+        return "<section class='card'><h3>Faults</h3><p class='note'>no faults applied</p></section>"
+    table = faults_table(faults, start)
+    return f"<section class='card'><h3>Faults ({len(faults)})</h3>{table}</section>"
+
+
+def _jepsen(result: Mapping[str, Any]) -> str:
+    jepsen = result.get("jepsen") or {}
+    bad = {"lost", "unexpected"}
+    tiles = "".join(
+        f"<div class='stat{' bad' if k in bad and (_num(v) or 0) > 0 else ''}'>"
+        f"<div class='value'>{escape(str(v))}</div>"
+        f"<div class='label'>{escape(str(k).replace('_', ' '))}</div></div>"
+        for k, v in jepsen.items())
+    return (
+        "<h2>Acknowledged payments (Jepsen set semantics)</h2>"
+        "<p class='note'>lost = acknowledged but missing; unexpected = applied but never "
+        "attempted; recovered = indeterminate (info) and applied, which is allowed.</p>"
+        f"<div class='grid'>{tiles or '<p class=note>not reported</p>'}</div>")
+
+
+def _duplicates(result: Mapping[str, Any]) -> str:
+    duplicates = result.get("duplicates") or {}
+    if not duplicates:
+        return "<h2>Duplicates provoked</h2><p class='note'>none recorded</p>"
+    ordered = sorted(duplicates.items(), key=lambda kv: (-(_num(kv[1]) or 0), str(kv[0])))
+    rows = "".join(f"<tr><td><code>{escape(str(k))}</code></td>"
+                   f"<td class='num'>{escape(str(v))}</td></tr>" for k, v in ordered)
+    return ("<h2>Duplicates provoked</h2><section class='card'><table><thead><tr>"
+            "<th>kind (the client's <code>expect</code>)</th><th class='num'>operations</th>"
+            f"</tr></thead><tbody>{rows}</tbody></table></section>")
+
+
+def _violations(result: Mapping[str, Any], start: float) -> str:
+    failed = [inv for inv in result.get("invariants") or [] if not inv.get("passed", False)]
+    if not failed:
+        return "<h2>Violations</h2><p class='note'>No violations: every invariant held.</p>"
+    parts = ["<h2>Violations</h2>"]
+    for inv in failed:
+        name = str(inv.get("name", "?"))
+        violations = inv.get("violations") or []
+        total = inv.get("violation_count", len(violations))
+        parts.append(f"<h3 id='inv-{escape(name)}'>{escape(str(inv.get('title') or name))} "
+                     f"<span class='mono note'>{escape(name)}</span> · "
+                     f"{escape(_plural(total, 'violation'))}</h3>")
+        for index, violation in enumerate(violations):
+            parts.append(_violation(violation, start, open_=index < OPEN_VIOLATIONS))
+        if isinstance(total, int) and total > len(violations):
+            parts.append(f"<p class='note'>{total - len(violations)} more not listed "
+                         "(the checker keeps the first ones).</p>")
+    return "".join(parts)
+
+
+def _violation(violation: Mapping[str, Any], start: float, *, open_: bool) -> str:
+    evidence = violation.get("evidence") or {}
+    sections = []
+    renderers = {
+        "operations": operations_table,
+        "faults": faults_table,
+        "payments": lambda rows, start: records_table(
+            rows, ("order_id", "provider_ref", "amount_cents", "source", "source_id",
+                   "applied_at"), start=start),
+    }
+    for key, value in evidence.items() if isinstance(evidence, Mapping) else []:
+        title = f"<h4 style='margin:10px 0 4px'>{escape(str(key))}</h4>"
+        if isinstance(value, list) and value:
+            rows = [v if isinstance(v, Mapping) else {"value": v} for v in value]
+            render = renderers.get(str(key))
+            table = render(rows, start) if render else records_table(rows, (), start=start)
+            if len(value) > 8:
+                table = (f"<details class='more'><summary>{len(value)} {escape(str(key))}"
+                         f"</summary>{table}</details>")
+            sections.append(title + table)
+        elif isinstance(value, list):
+            sections.append(title + "<p class='note'>none</p>")
+        else:
+            sections.append(title + format_cell(str(key), value, start))
+    return (f"<details class='violation'{' open' if open_ else ''}>"
+            f"<summary>{escape(str(violation.get('message') or 'violation'))}</summary>"
+            f"<div>{''.join(sections)}</div></details>")
+
+
+def _card(content: str) -> str:
+    return f"<div class='plot-card'>{content}</div>"
+
+
+def _window(fault: Mapping[str, Any], start: float, duration: float) -> FaultWindow:
+    begin = (_num(fault.get("start")) or start) - start
+    end = _num(fault.get("end"))
+    finish = end - start if end is not None else duration
+    name = str(fault.get("name") or fault.get("type") or "fault")
+    target = fault.get("target")
+    label = f"{name} @ {target}" if target else name
+    detail = " ".join(str(fault[k]) for k in ("kind", "type", "action") if fault.get(k))
+    return FaultWindow(begin, max(finish, begin), label, detail)
+
+
+def _num(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) if math.isfinite(value) else None
+
+
+def _plural(count: Any, noun: str) -> str:
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        value = orjson.loads(path.read_bytes())
+    except (OSError, orjson.JSONDecodeError):
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    """Write beside the target then rename, so a reader never sees half a report."""
+    partial = path.with_name(path.name + ".partial")
+    partial.write_bytes(data)
+    os.replace(partial, path)

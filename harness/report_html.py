@@ -1,0 +1,230 @@
+"""HTML building blocks shared by the run report and the matrix report.
+
+Everything here escapes its input: evidence, fault names and ids come from run
+files and HTTP responses, so any string may hold markup.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from html import escape
+from typing import Any
+
+import orjson
+
+CSS = """
+:root { --ok:#15803d; --ok-bg:#dcfce7; --bad:#b91c1c; --bad-bg:#fee2e2; --warn:#a16207;
+  --warn-bg:#fef9c3; --muted:#64748b; --line:#e2e8f0; --ink:#0f172a; }
+* { box-sizing: border-box; }
+body { margin:0; background:#f8fafc; color:var(--ink);
+  font:14px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; }
+main { max-width:1040px; margin:0 auto; padding:24px 20px 64px; }
+h1 { font-size:20px; margin:0 0 16px; color:var(--muted); font-weight:500; }
+h2 { font-size:18px; margin:32px 0 10px; }
+h3 { font-size:15px; margin:18px 0 6px; }
+section.card, .plot-card { background:#fff; border:1px solid var(--line); border-radius:8px;
+  padding:14px 16px; margin:12px 0; }
+.verdict { border-radius:10px; padding:18px 22px; color:#fff; }
+.verdict.pass { background:linear-gradient(90deg,#15803d,#16a34a); }
+.verdict.fail { background:linear-gradient(90deg,#991b1b,#dc2626); }
+.verdict .word { font-size:40px; font-weight:800; letter-spacing:1px; }
+.verdict .headline { font-size:17px; margin-left:14px; }
+.verdict dl { display:flex; flex-wrap:wrap; gap:6px 28px; margin:12px 0 0; }
+.verdict dt { font-size:11px; text-transform:uppercase; opacity:.8; }
+.verdict dd { margin:0; font-size:16px; font-weight:600; }
+.mutant { background:rgba(0,0,0,.25); border-radius:4px; padding:1px 7px; }
+table { border-collapse:collapse; width:100%; font-size:13px; }
+th, td { text-align:left; padding:5px 8px; border-bottom:1px solid var(--line);
+  vertical-align:top; }
+th { background:#f1f5f9; font-weight:600; white-space:nowrap; }
+td.num, th.num { text-align:right; font-variant-numeric:tabular-nums; }
+code, .mono { font-family:ui-monospace, "SFMono-Regular", Menlo, monospace; font-size:12px; }
+td code, td.time { white-space:nowrap; }
+td.wrap code, td.wrap { white-space:normal; overflow-wrap:break-word; }
+td.wrap { min-width:16em; }
+.scroll { overflow-x:auto; }
+section.card > h3:first-child, section.card > h2:first-child { margin-top:0; }
+.tag { display:inline-block; border-radius:3px; padding:0 5px; margin-left:4px; font-size:11px;
+  background:#e0e7ff; color:#3730a3; }
+.badge { display:inline-block; border-radius:4px; padding:1px 8px; font-weight:700;
+  font-size:12px; }
+.badge.pass { background:var(--ok-bg); color:var(--ok); }
+.badge.fail { background:var(--bad-bg); color:var(--bad); }
+.badge.warn { background:var(--warn-bg); color:var(--warn); }
+.badge.muted { background:#f1f5f9; color:var(--muted); }
+tr.failed td { background:#fff7f7; }
+.grid { display:grid; grid-template-columns:repeat(auto-fit,minmax(150px,1fr)); gap:12px; }
+.stat { background:#fff; border:1px solid var(--line); border-radius:8px; padding:10px 14px; }
+.stat .value { font-size:24px; font-weight:700; }
+.stat .label { color:var(--muted); font-size:12px; text-transform:uppercase; }
+.stat.bad .value { color:var(--bad); }
+details.violation { border:1px solid #fecaca; border-left:4px solid var(--bad);
+  border-radius:6px; margin:8px 0; background:#fff; }
+details.violation > summary { cursor:pointer; padding:8px 12px; font-weight:600; }
+details.violation > div { padding:0 12px 10px; overflow-x:auto; }
+details.more > summary { cursor:pointer; color:var(--muted); padding:4px 0; }
+.note { color:var(--muted); }
+svg.plot { display:block; max-width:100%; height:auto; }
+"""
+
+
+def page(title: str, body: str) -> str:
+    return (
+        "<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
+        "<meta name='viewport' content='width=device-width, initial-scale=1'>"
+        f"<title>{escape(title)}</title><style>{CSS}</style></head>"
+        f"<body><main>{body}</main></body></html>\n"
+    )
+
+
+def compact_json(value: Any) -> str:
+    try:
+        return orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS | orjson.OPT_SORT_KEYS).decode()
+    except TypeError:
+        return repr(value)
+
+
+# Fields holding unix seconds; shown relative to the run start.
+TIME_FIELDS = frozenset(
+    {"time", "invoke_time", "complete_time", "start", "end", "applied_at", "created_at", "at"}
+)
+
+
+def format_cell(key: str, value: Any, start: float | None) -> str:
+    """One table cell's inner HTML, escaped."""
+    if value is None:
+        return "<span class='note'>–</span>"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if key in TIME_FIELDS and isinstance(value, (int, float)) and start is not None:
+        return relative_time(value, start)
+    if isinstance(value, (dict, list)):
+        return f"<code>{escape(compact_json(value))}</code>"
+    if isinstance(value, (int, float)):
+        return escape(str(value))
+    return f"<code>{escape(str(value))}</code>"
+
+
+def records_table(
+    records: Sequence[Mapping[str, Any]],
+    preferred: Sequence[str],
+    *,
+    start: float | None = None,
+    limit: int = 200,
+    hidden: Iterable[str] = (),
+) -> str:
+    """A table of dicts: preferred columns first, then any other key seen."""
+    skip = set(hidden)
+    shown = [r if isinstance(r, Mapping) else {"value": r} for r in records[:limit]]
+    columns = [key for key in preferred if any(key in r for r in shown)]
+    for record in shown:
+        for key in record:
+            if str(key) not in columns and key not in skip:
+                columns.append(str(key))
+    rows = []
+    for record in shown:
+        cells = "".join(f"<td>{format_cell(k, record.get(k), start)}</td>" for k in columns)
+        rows.append(f"<tr>{cells}</tr>")
+    header = "".join(f"<th>{escape(c)}</th>" for c in columns)
+    more = ""
+    if len(records) > limit:
+        more = f"<p class='note'>{len(records) - limit} more not shown (see result.json).</p>"
+    return (f"<div class='scroll'><table><thead><tr>{header}</tr></thead>"
+            f"<tbody>{''.join(rows)}</tbody></table></div>{more}")
+
+
+def key_value_table(pairs: Iterable[tuple[str, Any]], *, numeric: bool = True) -> str:
+    rows = "".join(
+        f"<tr><th>{escape(str(k))}</th>"
+        f"<td class='{'num' if numeric else ''}'>{escape(str(v))}</td></tr>"
+        for k, v in pairs
+    )
+    return f"<table><tbody>{rows}</tbody></table>"
+
+
+def badge(text: str, kind: str) -> str:
+    return f"<span class='badge {escape(kind)}'>{escape(text)}</span>"
+
+
+def relative_time(moment: Any, start: float | None) -> str:
+    if isinstance(moment, bool) or not isinstance(moment, (int, float)):
+        return "–"
+    if start is None:
+        return escape(str(moment))
+    return f"+{moment - start:.3f}\u202fs"
+
+
+def _table(header: Sequence[str], rows: Iterable[str], *, numeric: Iterable[str] = ()) -> str:
+    right = set(numeric)
+    head = "".join(f"<th class='{'num' if h in right else ''}'>{escape(h)}</th>" for h in header)
+    return (f"<div class='scroll'><table><thead><tr>{head}</tr></thead>"
+            f"<tbody>{''.join(rows)}</tbody></table></div>")
+
+
+def _code(value: Any) -> str:
+    if value is None or value == "":
+        return "<span class='note'>–</span>"
+    return f"<code>{escape(str(value))}</code>"
+
+
+def operations_table(operations: Sequence[Mapping[str, Any]], start: float | None,
+                     *, limit: int = 200) -> str:
+    """History operations, one compact row each (the full records are in result.json)."""
+    rows = []
+    for op in operations[:limit]:
+        kind = str(op.get("type") or "?")
+        outcome = badge(kind, {"ok": "pass", "fail": "fail"}.get(kind, "warn"))
+        if op.get("status") is not None:
+            outcome += f" <code>{escape(str(op['status']))}</code>"
+        if op.get("replayed"):
+            outcome += "<span class='tag'>replayed</span>"
+        ident = ""
+        for key, label in (("idempotency_key", "key"), ("event_id", "event"),
+                           ("message_id", "msg")):
+            if op.get(key) not in (None, ""):
+                ident = f"<span class='note'>{label}</span> {_code(op[key])}"
+                break
+        invoked, completed = op.get("invoke_time"), op.get("complete_time")
+        took = ""
+        if isinstance(invoked, (int, float)) and isinstance(completed, (int, float)):
+            took = f" <span class='note'>({(completed - invoked) * 1000:.0f}\u202fms)</span>"
+        cells = [
+            _code(op.get("op_id")), _code(op.get("op")), outcome, _code(op.get("expect")),
+            ident or _code(None), _code(op.get("order_id")), _code(op.get("provider_ref")),
+            escape(str(op.get("amount_cents", "") or "")),
+            f"{relative_time(invoked, start)} → {relative_time(completed, start)}{took}",
+        ]
+        error = op.get("error")
+        rows.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells)
+                    + f"<td class='wrap'>{_code(error)}</td></tr>")
+    more = ""
+    if len(operations) > limit:
+        more = f"<p class='note'>{len(operations) - limit} more not shown (see result.json).</p>"
+    header = ("operation", "op", "outcome", "expect", "id", "order", "provider_ref", "amount",
+              "invoked → completed", "error")
+    return _table(header, rows) + more
+
+
+def faults_table(faults: Sequence[Mapping[str, Any]], start: float | None) -> str:
+    """Fault windows: what was broken, where, and when relative to the run start."""
+    rows = []
+    for fault in faults:
+        what = [str(fault.get(k)) for k in ("type", "action", "stream") if fault.get(k)]
+        attributes = fault.get("attributes")
+        if attributes:
+            what.append(compact_json(attributes))
+        toxicity = fault.get("toxicity")
+        if isinstance(toxicity, (int, float)) and toxicity != 1:
+            what.append(f"toxicity {toxicity}")
+        begin, end = fault.get("start"), fault.get("end")
+        length = ""
+        if isinstance(begin, (int, float)) and isinstance(end, (int, float)):
+            length = f"{end - begin:.1f}\u202fs"
+        cells = [_code(fault.get("name")), escape(str(fault.get("kind") or "")),
+                 _code(fault.get("target")), f"<code>{escape(' '.join(what))}</code>",
+                 relative_time(begin, start), relative_time(end, start), length]
+        error = fault.get("error")
+        rows.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells)
+                    + f"<td class='wrap'>{badge(str(error), 'fail') if error else ''}</td></tr>")
+    header = ("name", "kind", "target", "what", "start", "end", "length", "error")
+    return _table(header, rows)
