@@ -1,0 +1,303 @@
+"""`harness`: the command line.
+
+Each subcommand is one `add_*` function that registers its parser (with
+`set_defaults(handler=...)`) and one handler `(args) -> int`. Errors are translated
+in one place, `main`: bad input and harness failures print `harness: <message>` on
+stderr and exit 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, NoReturn
+
+from harness.errors import HarnessError
+from harness.nemesis import Nemesis, NemesisError
+from harness.stack import (
+    RunningStack,
+    StackAlreadyRunning,
+    StackSettings,
+    open_stack,
+    start_stack,
+    target_app_env,
+)
+
+EXIT_OK = 0
+EXIT_HARNESS = 2
+DEFAULT_ROOT = Path(".harness")
+
+
+class UsageError(HarnessError):
+    """The command line itself is wrong."""
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse that raises instead of printing usage, so every error is one line."""
+
+    def error(self, message: str) -> NoReturn:
+        command = self.prog.partition(" ")[2]  # "harness fault add" -> "fault add"
+        raise UsageError(f"{command}: {message}" if command else message)
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must not be negative, got {value}")
+    return value
+
+
+def add_root_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--root", type=Path, default=DEFAULT_ROOT,
+                        help="state directory of the stack (default .harness)")
+
+
+def require_stack(root: Path) -> RunningStack:
+    stack = open_stack(root)
+    if stack is None:
+        raise HarnessError(f"no stack is running in {root}; start one with `harness up`")
+    return stack
+
+
+# --- up ------------------------------------------------------------------------------
+
+def add_up(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("up", help="start the stack in the background")
+    add_root_option(parser)
+    parser.add_argument("--app-workers", type=positive_int, default=4, help="gunicorn workers (default 4)")
+    parser.add_argument("--consumers", type=non_negative_int, default=2, help="stream consumers (default 2)")
+    parser.add_argument("--toxiproxy-url", help="use this Toxiproxy instead of starting one "
+                        "(default: $TOXIPROXY_URL, else toxiproxy-server on PATH, else the embedded one)")
+    parser.add_argument("--health-timeout", type=float, default=30.0,
+                        help="seconds each service may take to become healthy (default 30)")
+    parser.add_argument("--compose", action="store_true", help="attach to the docker compose services")
+    parser.add_argument("--compose-file", type=Path, help="compose file (default ./docker-compose.yml)")
+    parser.set_defaults(handler=handle_up)
+
+
+def handle_up(args: argparse.Namespace) -> int:
+    settings = StackSettings(
+        root=args.root, app_workers=args.app_workers, consumers=args.consumers,
+        env=target_app_env(os.environ),
+        toxiproxy_url=args.toxiproxy_url or os.environ.get("TOXIPROXY_URL") or None,
+        health_timeout=args.health_timeout, compose=args.compose, compose_file=args.compose_file,
+    )
+    try:
+        stack = start_stack(settings)
+    except StackAlreadyRunning as error:
+        print(f"harness: {error}")
+        return EXIT_OK
+    state = stack.state
+    print(f"stack up in {state['root']} ({state['mode']})")
+    print(f"  app (through toxiproxy)  {state['app_url']}")
+    print(f"  app (direct)             {state['app_direct_url']}")
+    print(f"  toxiproxy API            {state['toxiproxy_url']} ({state['toxiproxy_kind']})")
+    print(f"  redis (direct)           {state['redis_url']}")
+    if state.get("unsafe_disable"):
+        print(f"  UNSAFE: layers disabled  {', '.join(state['unsafe_disable'])}")
+    print("try:")
+    print(f"  curl -i -X POST {state['app_url']}/api/v1/orders -H 'Content-Type: application/json' "
+          "-H 'Idempotency-Key: demo-1' "
+          "-d '{\"sku\": \"sku-1\", \"quantity\": 1, \"amount_cents\": 1000, \"currency\": \"EUR\"}'")
+    print("  harness fault add latency --proxy app --latency 800   # then the same curl again")
+    print("  harness status; harness fault clear; harness down")
+    return EXIT_OK
+
+
+# --- down ----------------------------------------------------------------------------
+
+def add_down(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("down", help="stop the stack (a no-op when none is running)")
+    add_root_option(parser)
+    parser.set_defaults(handler=handle_down)
+
+
+def handle_down(args: argparse.Namespace) -> int:
+    stack = open_stack(args.root)
+    if stack is None:
+        print(f"no stack is running in {args.root}")
+        return EXIT_OK
+    stack.down()
+    print(f"stack in {args.root} stopped")
+    return EXIT_OK
+
+
+# --- status --------------------------------------------------------------------------
+
+def add_status(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("status", help="services, ports, health and active faults")
+    add_root_option(parser)
+    output = parser.add_mutually_exclusive_group()
+    output.add_argument("--json", action="store_true", help="machine-readable")
+    output.add_argument("--env", action="store_true",
+                        help="`export` lines for running a locustfile by hand")
+    parser.set_defaults(handler=handle_status)
+
+
+def active_faults(toxiproxy_url: str) -> list[dict[str, Any]]:
+    """Toxics and disabled proxies, as status and `fault list` show them."""
+    nemesis = Nemesis(toxiproxy_url)
+    faults: list[dict[str, Any]] = []
+    for name, proxy in sorted(nemesis.proxies().items()):
+        if not proxy.enabled:
+            faults.append({"kind": "proxy_down", "proxy": name})
+    for toxic in nemesis.list_toxics():
+        faults.append({"kind": "toxic", "proxy": toxic.proxy, "name": toxic.name, "type": toxic.type,
+                       "stream": toxic.stream, "toxicity": toxic.toxicity,
+                       "attributes": dict(toxic.attributes)})
+    return faults
+
+
+def process_faults(services: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [{"kind": "process", "service": row["name"], "status": row["status"]}
+            for row in services if row.get("status") not in ("running", "external")]
+
+
+def status_document(stack: RunningStack) -> dict[str, Any]:
+    state = stack.state
+    services = stack.services()
+    try:
+        faults = active_faults(state["toxiproxy_url"])
+    except NemesisError as error:
+        faults = [{"kind": "unknown", "error": str(error)}]
+    keys = ("mode", "root", "started_at", "app_url", "app_direct_url", "toxiproxy_url",
+            "toxiproxy_kind", "redis_url", "redis_proxy_url", "stream", "group", "unsafe_disable")
+    document = {"running": True, **{key: state.get(key) for key in keys}}
+    document["services"] = [
+        {"name": row["name"], "pid": row["pid"], "port": row["port"], "healthy": row["healthy"],
+         "status": row["status"], "log": row.get("log")} for row in services]
+    document["faults"] = faults + process_faults(services)
+    return document
+
+
+def env_lines(state: dict[str, Any]) -> list[str]:
+    values = {
+        "LOCUST_HOST": state["app_url"],
+        "HARNESS_REDIS_URL": state["redis_url"],
+        "HARNESS_STREAM": state.get("stream") or "payments",
+        "TARGET_APP_WEBHOOK_SECRET": state["webhook_secret"],
+        "HARNESS_SEED": "7",
+        "HARNESS_FRESH_CONNECTIONS": "1",
+        "HARNESS_REQUEST_TIMEOUT": "2",
+        "HARNESS_SKUS": "sku-1",
+    }
+    return [f"export {name}={shlex.quote(str(value))}" for name, value in values.items()]
+
+
+def handle_status(args: argparse.Namespace) -> int:
+    stack = open_stack(args.root)
+    if stack is None:
+        if args.json:
+            print(json.dumps({"running": False, "root": str(args.root)}))
+        elif args.env:
+            raise HarnessError(f"no stack is running in {args.root}; start one with `harness up`")
+        else:
+            print(f"no stack is running in {args.root}")
+        return EXIT_OK
+    if args.env:
+        print("\n".join(env_lines(stack.state)))
+        return EXIT_OK
+    document = status_document(stack)
+    if args.json:
+        print(json.dumps(document, indent=2))
+        return EXIT_OK
+    print(f"stack in {document['root']} ({document['mode']}), app {document['app_url']} "
+          f"(direct {document['app_direct_url']}), toxiproxy {document['toxiproxy_url']}")
+    if document.get("unsafe_disable"):
+        print(f"UNSAFE: layers disabled: {', '.join(document['unsafe_disable'])}")
+    print(f"{'SERVICE':<12} {'PID':>7} {'PORT':>6} {'STATUS':<9} HEALTHY")
+    for row in document["services"]:
+        print(f"{row['name']:<12} {row['pid'] or '-':>7} {row['port'] or '-':>6} "
+              f"{row['status']:<9} {'yes' if row['healthy'] else 'NO'}")
+    print(f"faults: {describe_faults(document['faults']) or 'none'}")
+    return EXIT_OK
+
+
+def describe_faults(faults: Sequence[dict[str, Any]]) -> str:
+    parts = []
+    for fault in faults:
+        if fault["kind"] == "toxic":
+            attributes = " ".join(f"{k}={v}" for k, v in fault["attributes"].items())
+            parts.append(f"{fault['name']} on {fault['proxy']} ({fault['type']} {fault['stream']} "
+                         f"{attributes} toxicity={fault['toxicity']:g})")
+        elif fault["kind"] == "proxy_down":
+            parts.append(f"proxy {fault['proxy']} down")
+        elif fault["kind"] == "process":
+            parts.append(f"{fault['service']} {fault['status']}")
+        else:
+            parts.append(str(fault.get("error")))
+    return "; ".join(parts)
+
+
+# --- toxiproxy serve -------------------------------------------------------------------
+
+def add_toxiproxy(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("toxiproxy", help="the embedded Toxiproxy server")
+    commands = parser.add_subparsers(dest="toxiproxy_command", required=True)
+    serve = commands.add_parser("serve", help="serve the Toxiproxy HTTP API until Ctrl-C")
+    serve.add_argument("--host", default="127.0.0.1", help="API address (default 127.0.0.1)")
+    serve.add_argument("--port", type=non_negative_int, default=8474, help="API port (default 8474)")
+    serve.set_defaults(handler=handle_toxiproxy_serve)
+
+
+def handle_toxiproxy_serve(args: argparse.Namespace) -> int:
+    from harness.toxiproxy.server import run_server
+
+    run_server(args.host, args.port)
+    return EXIT_OK
+
+
+# --- the boundary ----------------------------------------------------------------------
+
+def parser_adders() -> list[Callable[[argparse._SubParsersAction], None]]:
+    """Every subcommand's `add_*` function; a new subcommand is one more entry here."""
+    from harness import faults_cli
+
+    return [add_up, add_down, add_status, faults_cli.add_fault, add_toxiproxy]
+
+
+def build_parser() -> Parser:
+    parser = Parser(prog="harness", description="Idempotency chaos harness: prove that a "
+                    "duplicated request never becomes a duplicated payment.")
+    subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for add in parser_adders():
+        add(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        args = build_parser().parse_args(argv)
+        return int(args.handler(args))
+    except (HarnessError, NemesisError) as error:
+        lines = str(error).strip().splitlines() or [type(error).__name__]
+        print(f"harness: {lines[0]}", file=sys.stderr)
+        # A service that would not start shows the end of its log below the message.
+        for line in lines[1:]:
+            print(f"  {line}", file=sys.stderr)
+        return EXIT_HARNESS
+    except KeyboardInterrupt:
+        print("harness: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

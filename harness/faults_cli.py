@@ -1,0 +1,248 @@
+"""`harness fault ...`: toggle network and process faults by hand.
+
+Network faults go to Toxiproxy (the running stack's, or any given by
+`--toxiproxy-url`); process faults go to the running stack's supervisor. Every
+input is checked before anything is sent, so a typo is a one-line error (exit 2)
+and never a half-applied fault.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from harness.errors import HarnessError
+from harness.nemesis import STREAMS, Nemesis, validate_toxic
+from harness.stack import RunningStack, open_stack
+from harness.toxiproxy.toxics import TOXIC_ATTRIBUTES
+
+PROCESS_ACTIONS = ("kill", "pause", "resume", "restart", "start")
+
+
+class FaultInputError(HarnessError):
+    """A fault command named an unknown proxy, toxic, service or a bad value."""
+
+
+def _attribute_names() -> list[str]:
+    names: list[str] = []
+    for attributes in TOXIC_ATTRIBUTES.values():
+        names.extend(name for name in attributes if name not in names)
+    return names
+
+
+def _non_negative(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must not be negative, got {value}")
+    return value
+
+
+def _toxicity(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"must be between 0 and 1, got {text}")
+    return value
+
+
+def _target_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--root", type=Path, default=Path(".harness"),
+                        help="state directory of the stack (default .harness)")
+    parser.add_argument("--toxiproxy-url", help="any Toxiproxy API, no stack needed")
+
+
+def add_fault(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("fault", help="add, remove or list faults by hand")
+    commands = parser.add_subparsers(dest="fault_command", required=True, metavar="ACTION")
+
+    add = commands.add_parser("add", help="add a toxic to a proxy")
+    add.add_argument("type", choices=sorted(TOXIC_ATTRIBUTES), metavar="TYPE",
+                     help=f"toxic type: {', '.join(sorted(TOXIC_ATTRIBUTES))}")
+    add.add_argument("--proxy", required=True, help="proxy name (app or redis on the stack)")
+    add.add_argument("--stream", default="downstream", type=str.lower, choices=STREAMS)
+    add.add_argument("--toxicity", type=_toxicity, default=1.0, help="0..1 (default 1)")
+    add.add_argument("--name", help="toxic name (default TYPE_STREAM)")
+    for attribute in _attribute_names():
+        add.add_argument(f"--{attribute.replace('_', '-')}", dest=f"attr_{attribute}",
+                         type=_non_negative, metavar="N",
+                         help=f"({', '.join(t for t, a in TOXIC_ATTRIBUTES.items() if attribute in a)})")
+    _target_options(add)
+    add.set_defaults(handler=handle_add)
+
+    remove = commands.add_parser("remove", help="remove a toxic by name")
+    remove.add_argument("name")
+    remove.add_argument("--proxy", help="the proxy holding it (default: search every proxy)")
+    _target_options(remove)
+    remove.set_defaults(handler=handle_remove)
+
+    listing = commands.add_parser("list", help="active toxics, disabled proxies, stopped services")
+    listing.add_argument("--json", action="store_true")
+    _target_options(listing)
+    listing.set_defaults(handler=handle_list)
+
+    clear = commands.add_parser("clear", help="remove every toxic and enable every proxy")
+    _target_options(clear)
+    clear.set_defaults(handler=handle_clear)
+
+    for action, text in (("down", "disable a proxy (refuse connections)"), ("up", "enable a proxy")):
+        sub = commands.add_parser(action, help=text)
+        sub.add_argument("proxy")
+        _target_options(sub)
+        sub.set_defaults(handler=handle_proxy_toggle, enabled=(action == "up"))
+
+    for action in PROCESS_ACTIONS:
+        sub = commands.add_parser(action, help=f"{action} a service of the running stack")
+        sub.add_argument("service")
+        sub.add_argument("--root", type=Path, default=Path(".harness"),
+                         help="state directory of the stack (default .harness)")
+        sub.set_defaults(handler=handle_process, action=action)
+
+
+# --- where faults go -------------------------------------------------------------------
+
+def _stack(root: Path) -> RunningStack:
+    stack = open_stack(root)
+    if stack is None:
+        raise HarnessError(f"no stack is running in {root}; start one with `harness up` "
+                           "or pass --toxiproxy-url")
+    return stack
+
+
+def _nemesis(args: argparse.Namespace) -> tuple[Nemesis, RunningStack | None]:
+    url = args.toxiproxy_url or None
+    if url:
+        return Nemesis(url), None
+    stack = open_stack(args.root)
+    if stack is None:
+        env_url = os.environ.get("TOXIPROXY_URL")
+        if env_url:
+            return Nemesis(env_url), None
+        raise HarnessError(f"no stack is running in {args.root}; start one with `harness up` "
+                           "or pass --toxiproxy-url")
+    return Nemesis(stack.state["toxiproxy_url"]), stack
+
+
+def _check_proxy(nemesis: Nemesis, proxy: str) -> None:
+    known = sorted(nemesis.proxies())
+    if proxy not in known:
+        raise FaultInputError(f"unknown proxy {proxy!r} (proxies: {', '.join(known) or 'none'})")
+
+
+# --- handlers ---------------------------------------------------------------------------
+
+def handle_add(args: argparse.Namespace) -> int:
+    allowed = TOXIC_ATTRIBUTES[args.type]
+    attributes: dict[str, int] = {}
+    for attribute in _attribute_names():
+        value = getattr(args, f"attr_{attribute}")
+        if value is None:
+            continue
+        if attribute not in allowed:
+            names = ", ".join(f"--{a.replace('_', '-')}" for a in allowed) or "none"
+            raise FaultInputError(f"{args.type} has no attribute --{attribute.replace('_', '-')} "
+                                  f"(its attributes: {names})")
+        attributes[attribute] = value
+    validate_toxic(args.type, args.stream, attributes, args.toxicity)
+    nemesis, _ = _nemesis(args)
+    _check_proxy(nemesis, args.proxy)
+    toxic = nemesis.add_toxic(args.proxy, args.type, stream=args.stream, attributes=attributes,
+                              toxicity=args.toxicity, name=args.name)
+    shown = " ".join(f"{key}={value}" for key, value in toxic.attributes.items())
+    print(f"added {toxic.name} on {args.proxy}: {toxic.type} {toxic.stream} {shown} "
+          f"toxicity={toxic.toxicity:g}".replace("  ", " "))
+    return 0
+
+
+def handle_remove(args: argparse.Namespace) -> int:
+    nemesis, _ = _nemesis(args)
+    if args.proxy:
+        _check_proxy(nemesis, args.proxy)
+        holders = [t.proxy for t in nemesis.list_toxics() if t.proxy == args.proxy and t.name == args.name]
+    else:
+        holders = [t.proxy for t in nemesis.list_toxics() if t.name == args.name]
+    if not holders:
+        where = f"on proxy {args.proxy}" if args.proxy else "on any proxy"
+        raise FaultInputError(f"no toxic named {args.name!r} {where}")
+    if len(holders) > 1:
+        raise FaultInputError(f"toxic {args.name!r} is on proxies {', '.join(holders)}; pick one with --proxy")
+    nemesis.remove_toxic(holders[0], args.name)
+    print(f"removed {args.name} from {holders[0]}")
+    return 0
+
+
+def list_document(nemesis: Nemesis, stack: RunningStack | None) -> dict[str, Any]:
+    proxies = nemesis.proxies()
+    toxics = nemesis.list_toxics()
+    document: dict[str, Any] = {
+        "proxies": [{"name": p.name, "listen": p.listen, "upstream": p.upstream, "enabled": p.enabled}
+                    for p in sorted(proxies.values(), key=lambda p: p.name)],
+        "toxics": [{"proxy": t.proxy, "name": t.name, "type": t.type, "stream": t.stream,
+                    "toxicity": t.toxicity, "attributes": dict(t.attributes)} for t in toxics],
+        "processes": [],
+    }
+    if stack is not None:
+        document["processes"] = [
+            {"service": row["name"], "status": row["status"], "healthy": row["healthy"]}
+            for row in stack.services() if row["status"] not in ("running", "external")]
+    return document
+
+
+def handle_list(args: argparse.Namespace) -> int:
+    nemesis, stack = _nemesis(args)
+    document = list_document(nemesis, stack)
+    if args.json:
+        print(json.dumps(document, indent=2))
+        return 0
+    for proxy in document["proxies"]:
+        state = "enabled" if proxy["enabled"] else "DOWN"
+        print(f"proxy {proxy['name']:<8} {state:<8} {proxy['listen']} -> {proxy['upstream']}")
+    for toxic in document["toxics"]:
+        shown = " ".join(f"{k}={v}" for k, v in toxic["attributes"].items())
+        print(f"toxic {toxic['name']} on {toxic['proxy']}: {toxic['type']} {toxic['stream']} "
+              f"{shown} toxicity={toxic['toxicity']:g}".replace("  ", " "))
+    for process in document["processes"]:
+        print(f"process {process['service']}: {process['status']}")
+    if not document["toxics"] and not document["processes"] \
+            and all(p["enabled"] for p in document["proxies"]):
+        print("no active faults")
+    return 0
+
+
+def handle_clear(args: argparse.Namespace) -> int:
+    nemesis, _ = _nemesis(args)
+    count = len(nemesis.list_toxics())
+    nemesis.reset()
+    print(f"removed {count} toxic(s); every proxy enabled")
+    return 0
+
+
+def handle_proxy_toggle(args: argparse.Namespace) -> int:
+    nemesis, _ = _nemesis(args)
+    _check_proxy(nemesis, args.proxy)
+    if args.enabled:
+        nemesis.enable_proxy(args.proxy)
+        print(f"proxy {args.proxy} up")
+    else:
+        nemesis.disable_proxy(args.proxy)
+        print(f"proxy {args.proxy} down")
+    return 0
+
+
+def handle_process(args: argparse.Namespace) -> int:
+    stack = _stack(args.root)
+    names = [row["name"] for row in stack.state.get("services", [])]
+    if args.service not in names:
+        raise FaultInputError(f"unknown service {args.service!r} (services: {', '.join(names)})")
+    getattr(stack, args.action)(args.service)
+    past = {"kill": "killed", "pause": "paused", "resume": "resumed", "restart": "restarted",
+            "start": "started"}[args.action]
+    print(f"{args.service} {past}")
+    return 0
