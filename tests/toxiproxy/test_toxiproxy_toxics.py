@@ -242,3 +242,14 @@ def test_upstream_down_closes_client(tp_server) -> None:
             assert sock.recv(10) == b""
         except ConnectionResetError:
             pass
+
+
+def test_removing_a_toxic_mid_flight_keeps_byte_order(tp_server, make_proxy) -> None:
+    port = make_proxy()
+    add_toxic(tp_server, "echo", {"name": "lag", "type": "latency", "attributes": {"latency": 300}})
+    with connect(port) as sock:
+        sock.sendall(b"first-")
+        time.sleep(0.05)  # "first-" is now held by the latency toxic
+        assert requests.delete(f"{tp_server.url}/proxies/echo/toxics/lag", timeout=5).status_code == 204
+        sock.sendall(b"second")
+        assert recv_exactly(sock, 12) == b"first-second"
