@@ -1,0 +1,61 @@
+"""Fixtures of the stack tests: a shared stack for tests that only add faults, and
+helpers to prove that nothing (process or listening port) outlives a stack."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+
+from harness import services as svc
+from harness.stack import RunningStack, StackSettings, start_stack
+
+ORDER = {"sku": "sku-1", "quantity": 1, "amount_cents": 1000, "currency": "EUR"}
+
+
+def small_settings(root: Path, **overrides: Any) -> StackSettings:
+    values: dict[str, Any] = {"root": root, "app_workers": 2, "consumers": 1, "health_timeout": 20.0}
+    values.update(overrides)
+    return StackSettings(**values)
+
+
+def stack_ports(state: dict[str, Any]) -> list[int]:
+    ports = [row["port"] for row in state["services"] if row.get("port")]
+    for key in ("app_url", "app_direct_url", "redis_proxy_url"):
+        ports.append(int(state[key].rsplit(":", 1)[1].split("/")[0]))
+    return ports
+
+
+def wait_until_gone(root: Path, ports: list[int], timeout: float = 15.0) -> tuple[list[int], list[int]]:
+    """(processes, ports) of the stack still alive after waiting at most `timeout`."""
+    deadline = time.monotonic() + timeout
+    while True:
+        processes = svc.marked_processes(str(root))
+        listening = [port for port in ports if svc.port_listening(port)]
+        if (not processes and not listening) or time.monotonic() > deadline:
+            return processes, listening
+        time.sleep(0.1)
+
+
+def create_order(base_url: str, key: str | None = None, timeout: float = 5.0) -> requests.Response:
+    return requests.post(f"{base_url}/api/v1/orders", json=ORDER, timeout=timeout,
+                         headers={"Idempotency-Key": key or f"k-{uuid.uuid4().hex}"})
+
+
+@pytest.fixture(scope="module")
+def shared_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningStack]:
+    """One stack for a module whose tests only add (and remove) faults."""
+    root = tmp_path_factory.mktemp("stack") / ".harness"
+    stack = start_stack(small_settings(root, env={"TARGET_APP_IDEMPOTENCY_TTL": "3600"}))
+    ports = stack_ports(stack.state)
+    try:
+        yield stack
+    finally:
+        stack.down()
+        processes, listening = wait_until_gone(root, ports)
+        assert processes == [] and listening == [], f"leaked after down: {processes} {listening}"

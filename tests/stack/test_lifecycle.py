@@ -1,0 +1,175 @@
+"""up → healthy → traffic through the proxies → down → nothing left; also when the
+`harness up` process is SIGKILLed mid-start, and with a stale state file."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import redis
+import requests
+
+from harness import services as svc
+from harness.cli import main
+from harness.stack import (
+    StackAlreadyRunning,
+    StackError,
+    StackSettings,
+    open_stack,
+    read_state,
+    start_stack,
+    write_state,
+)
+from tests.stack.conftest import create_order, small_settings, stack_ports, wait_until_gone
+
+
+def test_up_serves_through_the_proxies_and_down_leaves_nothing(tmp_path: Path) -> None:
+    root = tmp_path / ".harness"
+    stack = start_stack(small_settings(root, consumers=2, env={"TARGET_APP_INFLIGHT_LEASE": "7"}))
+    state = stack.state
+    ports = stack_ports(state)
+    try:
+        assert stack.health() == {"redis": True, "toxiproxy": True, "app": True,
+                                  "consumer-1": True, "consumer-2": True}
+        assert state["app_url"] != state["app_direct_url"]
+        created = create_order(state["app_url"])
+        assert created.status_code == 201, created.text
+        order_id = created.json()["id"]
+        fetched = requests.get(f"{state['app_direct_url']}/api/v1/orders/{order_id}", timeout=5)
+        assert fetched.status_code == 200 and fetched.json()["id"] == order_id
+        # the app reaches redis through the redis proxy; the direct url is the same data
+        assert redis.Redis.from_url(state["redis_url"]).ping()
+        assert redis.Redis.from_url(state["redis_proxy_url"]).ping()
+        # TARGET_APP_* given, the proxy redis url and the generated secret reach app and consumers
+        for name in ("app", "consumer-2"):
+            pid = next(row["pid"] for row in state["services"] if row["name"] == name)
+            environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+            assert b"TARGET_APP_INFLIGHT_LEASE=7" in environ
+            assert f"TARGET_APP_REDIS_URL={state['redis_proxy_url']}".encode() in environ
+            assert f"TARGET_APP_WEBHOOK_SECRET={state['webhook_secret']}".encode() in environ
+        assert b"TARGET_APP_CONSUMER_NAME=consumer-2" in Path(
+            f"/proc/{state['services'][-1]['pid']}/environ").read_bytes().split(b"\0")
+        with pytest.raises(StackAlreadyRunning):
+            start_stack(small_settings(root))
+        assert (root / "logs" / "app.log").is_file()
+    finally:
+        stack.down()
+    assert wait_until_gone(root, ports) == ([], [])
+    assert read_state(root) is None
+    assert open_stack(root) is None
+
+
+def test_state_file_has_the_documented_shape(tmp_path: Path) -> None:
+    with start_stack(small_settings(tmp_path / "h", consumers=0)) as stack:
+        state = json.loads((tmp_path / "h" / "state.json").read_text())
+        for key in ("mode", "started_at", "root", "app_url", "app_direct_url", "toxiproxy_url",
+                    "toxiproxy_kind", "redis_url", "redis_proxy_url", "webhook_secret", "stream",
+                    "group", "unsafe_disable", "services"):
+            assert key in state, key
+        assert state["mode"] == "local" and state["toxiproxy_kind"] == "embedded"
+        assert state["unsafe_disable"] == [] and state["stream"] == "payments"
+        assert [row["name"] for row in state["services"]] == ["redis", "toxiproxy", "app"]
+        assert all({"name", "pid", "port", "log"} <= set(row) for row in state["services"])
+        ports = stack_ports(stack.state)
+    assert wait_until_gone(tmp_path / "h", ports) == ([], [])
+
+
+def test_cli_up_status_down_in_process(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = str(tmp_path / "h")
+    assert main(["up", "--root", root, "--app-workers", "1", "--consumers", "1"]) == 0
+    out = capsys.readouterr().out
+    state = read_state(Path(root))
+    assert state is not None and state["app_url"] in out
+    try:
+        assert main(["up", "--root", root]) == 0
+        assert "already running" in capsys.readouterr().out
+        assert main(["status", "--root", root, "--json"]) == 0
+        document = json.loads(capsys.readouterr().out)
+        for key in ("app_url", "app_direct_url", "toxiproxy_url", "redis_url", "services", "faults"):
+            assert key in document, key
+        assert {row["name"] for row in document["services"]} == {"redis", "toxiproxy", "app", "consumer-1"}
+        assert all(set(row) >= {"name", "pid", "port", "healthy"} and row["healthy"]
+                   for row in document["services"])
+        assert document["faults"] == []
+        assert main(["status", "--root", root]) == 0
+        table = capsys.readouterr().out
+        assert "consumer-1" in table and "faults: none" in table
+        assert main(["status", "--root", root, "--env"]) == 0
+        lines = capsys.readouterr().out.splitlines()
+        assert f"export HARNESS_REDIS_URL={state['redis_url']}" in lines
+        assert f"export TARGET_APP_WEBHOOK_SECRET={state['webhook_secret']}" in lines
+        assert f"export LOCUST_HOST={state['app_url']}" in lines
+    finally:
+        assert main(["down", "--root", root]) == 0
+    assert "stopped" in capsys.readouterr().out
+    assert wait_until_gone(Path(root), stack_ports(state)) == ([], [])
+    assert main(["down", "--root", root]) == 0
+    assert "no stack is running" in capsys.readouterr().out
+
+
+def test_harness_up_killed_mid_start_leaves_nothing(tmp_path: Path) -> None:
+    root = tmp_path / "h"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "harness.cli", "up", "--root", str(root), "--app-workers", "2",
+         "--consumers", "2"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    # Wait until the supervisor has started some services but is not ready yet.
+    deadline = time.monotonic() + 20
+    started: dict = {}
+    while time.monotonic() < deadline:
+        try:
+            state = read_state(root)
+        except StackError:
+            state = None  # caught mid-write is impossible (atomic rename), but stay bounded
+        if state and any(row["pid"] for row in state["services"]):
+            started = state
+            break
+        time.sleep(0.01)
+    assert started, "the supervisor never started a service"
+    assert started["phase"] == "starting"
+    process.send_signal(signal.SIGKILL)
+    process.wait(timeout=5)
+    processes, listening = wait_until_gone(root, stack_ports(started))
+    assert processes == [] and listening == []
+    assert not svc.pid_alive(started["supervisor_pid"])
+    assert open_stack(root) is None
+
+
+def test_stale_state_is_detected_and_cleaned(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = tmp_path / "h"
+    root.mkdir()
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    write_state(root, {"mode": "local", "root": str(root), "supervisor_pid": dead.pid,
+                       "app_url": "http://127.0.0.1:1", "redis_proxy_url": "redis://127.0.0.1:1/0",
+                       "services": [{"name": "app", "pid": os.getpid(), "port": None, "log": None}]})
+    assert open_stack(root) is None
+    assert not (root / "state.json").exists()
+    assert svc.pid_alive(os.getpid())  # a recorded pid that is not ours is never signalled
+    write_state(root, {"mode": "local", "root": str(root), "supervisor_pid": dead.pid, "services": []})
+    assert main(["status", "--root", str(root)]) == 0
+    assert "no stack is running" in capsys.readouterr().out
+
+
+def test_a_service_that_cannot_start_is_named_with_its_log(tmp_path: Path) -> None:
+    root = tmp_path / "h"
+    settings = small_settings(root, env={"TARGET_APP_UNSAFE_DISABLE": "not-a-layer"}, health_timeout=10.0)
+    with pytest.raises(StackError) as caught:
+        start_stack(settings)
+    message = str(caught.value)
+    assert "app" in message.splitlines()[0]
+    assert "not-a-layer" in message  # the end of the app's log
+    assert svc.marked_processes(str(root.resolve())) == []
+    assert open_stack(root) is None
+
+
+def test_settings_are_validated() -> None:
+    with pytest.raises(StackError):
+        StackSettings(app_workers=0)
+    with pytest.raises(StackError):
+        StackSettings(env={"PATH": "/bin"})
