@@ -81,7 +81,7 @@ def write_reports(run_dir: Path, result: dict) -> ReportPaths:
     except (HistoryError, OSError) as error:
         series, history_error = RunSeries(), str(error)
     html = render_report(result, series, faults, settings=settings, history_error=history_error)
-    _write_atomic(paths.report_html, html.encode())
+    _write_atomic(paths.report_html, html.encode("utf-8", "replace"))
     return paths
 
 
