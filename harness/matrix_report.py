@@ -80,6 +80,20 @@ def mutant_summary(mutant: str, cells: Sequence[MatrixCell]) -> str:
     return f"caught by {caught}/{len(cells)}" if caught else "NEVER CAUGHT"
 
 
+def matrix_problems(matrix: Sequence[MatrixCell]) -> list[str]:
+    """What makes the matrix red: false alarms, harness errors, mutants never caught."""
+    problems = [f"false alarm: {c.scenario} on the correct app"
+                for c in matrix if cell_status(c) == "false_alarm"]
+    problems += [f"harness error: {c.mutant} × {c.scenario}"
+                 for c in matrix if cell_status(c) == "error"]
+    mutants, _, _ = _grid(matrix)
+    for mutant in mutants:
+        cells = [c for c in matrix if c.mutant == mutant]
+        if mutant != "none" and not any(cell_status(c) == "caught" for c in cells):
+            problems.append(f"{mutant} never caught")
+    return problems
+
+
 def format_matrix_table(matrix: Sequence[MatrixCell]) -> str:
     """A plain-text table for the terminal: mutants down, scenarios across."""
     mutants, scenarios, cells = _grid(matrix)
@@ -147,12 +161,11 @@ def matrix_html(matrix: Sequence[MatrixCell], base: Path) -> str:
         rows.append(
             f"<tr><th><code>{escape(label)}</code></th>"
             + "".join(_cell_html(cells.get((mutant, s)), base) for s in scenarios)
-            + f"<td>{badge(summary, 'pass' if good else 'fail')}</td></tr>")
-    valid = all(cell_status(c) in ("pass", "caught", "missed") for c in matrix) and all(
-        mutant == "none" or any(cell_status(c) == "caught" for c in matrix if c.mutant == mutant)
-        for mutant in mutants)
-    verdict = ("every mutant caught, no false alarm" if valid
-               else "a false alarm, a harness error or a mutant no scenario caught")
+            + f"<td style='white-space:nowrap'>{badge(summary, 'pass' if good else 'fail')}"
+            "</td></tr>")
+    problems = matrix_problems(matrix)
+    valid = not problems
+    verdict = "every mutant caught, no false alarm" if valid else "; ".join(problems)
     return (
         f"<section id='verdict' class='verdict {'pass' if valid else 'fail'}' "
         f"data-valid='{'true' if valid else 'false'}'><span class='word'>"
@@ -170,6 +183,7 @@ def write_matrix_report(path: Path, matrix: Sequence[MatrixCell]) -> None:
     """An HTML page with the matrix, each cell linking to its run's report."""
     path = Path(path)
     body = "<h1>Idempotency chaos · mutant matrix</h1>" + matrix_html(matrix, path.parent)
-    body += f"<pre class='mono'>{escape(format_matrix_table(matrix))}</pre>"
+    body += ("<details class='more'><summary>plain-text table</summary><pre class='mono scroll'>"
+             f"{escape(format_matrix_table(matrix))}</pre></details>")
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(page("Mutant matrix", body), encoding="utf-8")

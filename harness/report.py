@@ -164,6 +164,8 @@ def _verdict(result: Mapping[str, Any], settings: Mapping[str, Any], duration: f
         headline = f"all {len(invariants)} invariants held"
     else:
         headline = f"{len(failed)} of {len(invariants)} invariants violated"
+        if failed:
+            headline += ": " + ", ".join(str(inv.get("name", "?")) for inv in failed)
     facts: list[tuple[str, str]] = [("scenario", str(result.get("scenario") or "–"))]
     unsafe = result.get("unsafe_disable") or []
     if unsafe:
@@ -333,6 +335,11 @@ def _violations(result: Mapping[str, Any], start: float) -> str:
 def _violation(violation: Mapping[str, Any], start: float, *, open_: bool) -> str:
     evidence = violation.get("evidence") or {}
     sections = []
+    details = violation.get("details")
+    if isinstance(details, Mapping) and details:
+        pairs = " · ".join(f"<span class='note'>{escape(str(k))}</span> "
+                           f"{format_cell(str(k), v, start)}" for k, v in details.items())
+        sections.append(f"<p class='details'>{pairs}</p>")
     renderers = {
         "operations": operations_table,
         "faults": faults_table,

@@ -128,7 +128,11 @@ class RunSeries:
             index = (second - start) // width
             if 0 <= index < count:
                 merged[index].merge(bucket)
-        return [(index * width + width / 2, float(width), merged[index]) for index in range(count)]
+        rows = [(index * width + width / 2, float(width), merged[index]) for index in range(count)]
+        # A last bucket that the run only half filled would draw a false drop to zero.
+        if len(rows) > 1 and (end - start) - (count - 1) * width < width / 2:
+            rows.pop()
+        return rows
 
 
 def build_series(operations: Iterable[Mapping[str, Any]]) -> RunSeries:

@@ -165,6 +165,7 @@ def failing_result(operations: int, order_id: str = "ord_7f3a") -> dict[str, Any
     violations = [
         {"invariant": "one_payment_per_order", "order_id": order_id,
          "message": f"order {order_id} holds 2 payments",
+         "details": {"status": "PAID", "provider_refs": ["pr_api_1", "pr_hook_2"]},
          "evidence": {"payments": payments, "operations": operations_evidence,
                       "faults": [FAULTS[0], FAULTS[1]]}},
         {"invariant": "one_payment_per_order", "order_id": "ord_91bc",

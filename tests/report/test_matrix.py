@@ -61,6 +61,8 @@ def test_false_alarm_and_uncaught_mutant_are_failures(tmp_path: Path) -> None:
     [alarm] = probe.find("td", data_mutant="none", data_scenario="bonus")
     assert alarm["data-status"] == "false_alarm"
     assert len(probe.find("td", data_mutant="inbox", data_status="missed")) == 4
+    assert "inbox never caught" in probe.all_text
+    assert "false alarm: bonus on the correct app" in probe.all_text
 
 
 def test_matrix_report_page(tmp_path: Path) -> None:

@@ -105,6 +105,7 @@ def test_failing_evidence_is_present(failing_run: tuple[Path, dict[str, Any]]) -
         assert needle in text, needle
     # Times are relative to the run start: payment applied 19.2 s in.
     assert "+19.200" in text
+    assert '["pr_api_1","pr_hook_2"]' in text  # the violation's details
     violations = probe.find("details", **{"class": "violation"})
     assert len(violations) == 3
 
