@@ -32,10 +32,8 @@ from harness.plots import (
 from harness.report_html import (
     badge,
     faults_table,
-    format_cell,
-    operations_table,
     page,
-    records_table,
+    violations_section,
 )
 from harness.report_series import RunSeries, build_series, percentile
 
@@ -56,7 +54,6 @@ OUTCOME_SEGMENTS = (Segment("ok", "#16a34a"), Segment("fail", "#dc2626"),
 LAYER_COLORS = {"api": "#2563eb", "domain": "#16a34a", "inbox": "#0891b2",
                 "webhook": "#9333ea"}
 FALLBACK_COLORS = ("#475569", "#be185d", "#0d9488", "#7c2d12")
-OPEN_VIOLATIONS = 3
 
 
 @dataclass(frozen=True)
@@ -150,7 +147,7 @@ def render_report(
     body.append(_faults_table(faults, start))
     body.append(_jepsen(result))
     body.append(_duplicates(result))
-    body.append(_violations(result, start))
+    body.append(violations_section(result, start))
     return page(f"{'PASS' if result.get('valid') else 'FAIL'} · {run_id}", "".join(body))
 
 
@@ -171,11 +168,11 @@ def _verdict(result: Mapping[str, Any], settings: Mapping[str, Any], duration: f
     if unsafe:
         facts.append(("unsafe_disable (mutant)", ", ".join(map(str, unsafe))))
     facts.append(("duration", f"{duration:.1f} s"))
-    facts.append(("operations", f"{counts.get('operations', 0):,}"))
+    facts.append(("operations", _count(counts.get("operations", 0))))
     facts.append(("faults", str(counts.get("faults", fault_count))))
     for key in ("orders", "payments"):
         if key in counts:
-            facts.append((key, f"{counts[key]:,}"))
+            facts.append((key, _count(counts[key])))
     for key in ("users", "seed"):
         if settings.get(key) is not None:
             facts.append((key, str(settings[key])))
@@ -312,60 +309,6 @@ def _duplicates(result: Mapping[str, Any]) -> str:
             f"</tr></thead><tbody>{rows}</tbody></table></section>")
 
 
-def _violations(result: Mapping[str, Any], start: float) -> str:
-    failed = [inv for inv in result.get("invariants") or [] if not inv.get("passed", False)]
-    if not failed:
-        return "<h2>Violations</h2><p class='note'>No violations: every invariant held.</p>"
-    parts = ["<h2>Violations</h2>"]
-    for inv in failed:
-        name = str(inv.get("name", "?"))
-        violations = inv.get("violations") or []
-        total = inv.get("violation_count", len(violations))
-        parts.append(f"<h3 id='inv-{escape(name)}'>{escape(str(inv.get('title') or name))} "
-                     f"<span class='mono note'>{escape(name)}</span> · "
-                     f"{escape(_plural(total, 'violation'))}</h3>")
-        for index, violation in enumerate(violations):
-            parts.append(_violation(violation, start, open_=index < OPEN_VIOLATIONS))
-        if isinstance(total, int) and total > len(violations):
-            parts.append(f"<p class='note'>{total - len(violations)} more not listed "
-                         "(the checker keeps the first ones).</p>")
-    return "".join(parts)
-
-
-def _violation(violation: Mapping[str, Any], start: float, *, open_: bool) -> str:
-    evidence = violation.get("evidence") or {}
-    sections = []
-    details = violation.get("details")
-    if isinstance(details, Mapping) and details:
-        pairs = " · ".join(f"<span class='note'>{escape(str(k))}</span> "
-                           f"{format_cell(str(k), v, start)}" for k, v in details.items())
-        sections.append(f"<p class='details'>{pairs}</p>")
-    renderers = {
-        "operations": operations_table,
-        "faults": faults_table,
-        "payments": lambda rows, start: records_table(
-            rows, ("order_id", "provider_ref", "amount_cents", "source", "source_id",
-                   "applied_at"), start=start),
-    }
-    for key, value in evidence.items() if isinstance(evidence, Mapping) else []:
-        title = f"<h4 style='margin:10px 0 4px'>{escape(str(key))}</h4>"
-        if isinstance(value, list) and value:
-            rows = [v if isinstance(v, Mapping) else {"value": v} for v in value]
-            render = renderers.get(str(key))
-            table = render(rows, start) if render else records_table(rows, (), start=start)
-            if len(value) > 8:
-                table = (f"<details class='more'><summary>{len(value)} {escape(str(key))}"
-                         f"</summary>{table}</details>")
-            sections.append(title + table)
-        elif isinstance(value, list):
-            sections.append(title + "<p class='note'>none</p>")
-        else:
-            sections.append(title + format_cell(str(key), value, start))
-    return (f"<details class='violation'{' open' if open_ else ''}>"
-            f"<summary>{escape(str(violation.get('message') or 'violation'))}</summary>"
-            f"<div>{''.join(sections)}</div></details>")
-
-
 def _card(content: str) -> str:
     return f"<div class='plot-card'>{content}</div>"
 
@@ -385,6 +328,10 @@ def _num(value: Any) -> float | None:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
     return float(value) if math.isfinite(value) else None
+
+
+def _count(value: Any) -> str:
+    return f"{value:,}" if isinstance(value, int) else str(value)
 
 
 def _plural(count: Any, noun: str) -> str:

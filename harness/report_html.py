@@ -228,3 +228,62 @@ def faults_table(faults: Sequence[Mapping[str, Any]], start: float | None) -> st
                     + f"<td class='wrap'>{badge(str(error), 'fail') if error else ''}</td></tr>")
     header = ("name", "kind", "target", "what", "start", "end", "length", "error")
     return _table(header, rows)
+
+
+def violations_section(result: Mapping[str, Any], start: float, *, open_first: int = 3) -> str:
+    """Each failed invariant's violations with their evidence; the first few unfolded."""
+    failed = [inv for inv in result.get("invariants") or [] if not inv.get("passed", False)]
+    if not failed:
+        return "<h2>Violations</h2><p class='note'>No violations: every invariant held.</p>"
+    parts = ["<h2>Violations</h2>"]
+    for inv in failed:
+        name = str(inv.get("name", "?"))
+        violations = inv.get("violations") or []
+        total = inv.get("violation_count", len(violations))
+        parts.append(f"<h3 id='inv-{escape(name)}'>{escape(str(inv.get('title') or name))} "
+                     f"<span class='mono note'>{escape(name)}</span> · "
+                     f"{escape(_plural(total, 'violation'))}</h3>")
+        for index, violation in enumerate(violations):
+            parts.append(_violation(violation, start, open_=index < open_first))
+        if isinstance(total, int) and total > len(violations):
+            parts.append(f"<p class='note'>{total - len(violations)} more not listed "
+                         "(the checker keeps the first ones).</p>")
+    return "".join(parts)
+
+
+def _violation(violation: Mapping[str, Any], start: float, *, open_: bool) -> str:
+    evidence = violation.get("evidence") or {}
+    sections = []
+    details = violation.get("details")
+    if isinstance(details, Mapping) and details:
+        pairs = " · ".join(f"<span class='note'>{escape(str(k))}</span> "
+                           f"{format_cell(str(k), v, start)}" for k, v in details.items())
+        sections.append(f"<p class='details'>{pairs}</p>")
+    renderers = {
+        "operations": operations_table,
+        "faults": faults_table,
+        "payments": lambda rows, start: records_table(
+            rows, ("order_id", "provider_ref", "amount_cents", "source", "source_id",
+                   "applied_at"), start=start),
+    }
+    for key, value in evidence.items() if isinstance(evidence, Mapping) else []:
+        title = f"<h4 style='margin:10px 0 4px'>{escape(str(key))}</h4>"
+        if isinstance(value, list) and value:
+            rows = [v if isinstance(v, Mapping) else {"value": v} for v in value]
+            render = renderers.get(str(key))
+            table = render(rows, start) if render else records_table(rows, (), start=start)
+            if len(value) > 8:
+                table = (f"<details class='more'><summary>{len(value)} {escape(str(key))}"
+                         f"</summary>{table}</details>")
+            sections.append(title + table)
+        elif isinstance(value, list):
+            sections.append(title + "<p class='note'>none</p>")
+        else:
+            sections.append(title + format_cell(str(key), value, start))
+    return (f"<details class='violation'{' open' if open_ else ''}>"
+            f"<summary>{escape(str(violation.get('message') or 'violation'))}</summary>"
+            f"<div>{''.join(sections)}</div></details>")
+
+
+def _plural(count: Any, noun: str) -> str:
+    return f"{count} {noun}{'' if count == 1 else 's'}"
