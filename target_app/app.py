@@ -91,10 +91,10 @@ def create_app(settings: Settings | None = None, *,
     @app.errorhandler(HTTPException)
     def _on_http(exc: HTTPException):
         status = exc.code or 500
+        allowed = getattr(exc, "valid_methods", None)
         return _problem(Problem(status, exc.name, exc.description or exc.name,
                                 type_=f"/problems/http-{status}",
-                                headers={"Allow": exc.valid_methods and ", ".join(exc.valid_methods)}
-                                if getattr(exc, "valid_methods", None) else None))
+                                headers={"Allow": ", ".join(allowed)} if allowed else None))
 
     @app.errorhandler(redis.RedisError)
     @app.errorhandler(StoreUnavailable)

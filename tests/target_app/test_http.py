@@ -67,6 +67,7 @@ def test_unknown_sku_order_and_routes(client, rclient):
                                json={"provider_ref": "p", "amount_cents": 1},
                                headers={"Idempotency-Key": "u2"}), 404)
     assert_problem(client.get("/no/such/route"), 404)
+    assert "POST" in client.delete("/api/v1/orders").headers["Allow"]
     assert_problem(client.delete("/api/v1/orders"), 405)
 
 
