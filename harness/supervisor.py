@@ -298,26 +298,27 @@ def _send(conn: socket.socket, response: dict[str, object]) -> None:
         conn.close()
 
 
-def serve(supervisor: Supervisor) -> None:
-    path = control_socket_path(supervisor.root)
+def bind_control_socket(root: Path) -> socket.socket:
+    """Listen on the control socket (before reporting ready, so callers can use it at once)."""
+    path = control_socket_path(root)
     if path.exists():
         path.unlink()
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        listener.bind(str(path))
-        listener.listen(16)
-        selector = selectors.DefaultSelector()
-        selector.register(listener, selectors.EVENT_READ)
-        while True:
-            supervisor.reap()
-            if not selector.select(timeout=0.2):
-                continue
-            for conn, request in _requests_once(listener):
-                _send(conn, supervisor.handle(request))
-    finally:
-        listener.close()
-        if path.exists():
-            path.unlink()
+    listener.bind(str(path))
+    listener.listen(16)
+    return listener
+
+
+def serve(supervisor: Supervisor, listener: socket.socket) -> None:
+    """Answer control requests one at a time until a signal raises Shutdown."""
+    selector = selectors.DefaultSelector()
+    selector.register(listener, selectors.EVENT_READ)
+    while True:
+        supervisor.reap()
+        if not selector.select(timeout=0.2):
+            continue
+        for conn, request in _requests_once(listener):
+            _send(conn, supervisor.handle(request))
 
 
 def _requests_once(listener: socket.socket) -> list[tuple[socket.socket, dict[str, object]]]:
@@ -345,10 +346,12 @@ def run(root: Path) -> int:
     parent = os.getppid()
     settings = read_settings(root)
     supervisor = Supervisor(settings)
+    listener: socket.socket | None = None
     try:
         try:
             supervisor.build()
             supervisor.start_all()
+            listener = bind_control_socket(root)
         except (svc.ServiceError, OSError) as error:
             _report({"ok": False, "error": str(error)})
             return 1
@@ -359,7 +362,7 @@ def run(root: Path) -> int:
         svc.set_parent_death_signal(0)
         if os.getppid() != parent or not _report({"ok": True}):
             return 1
-        serve(supervisor)
+        serve(supervisor, listener)
         return 0
     except Shutdown:
         return 0
@@ -371,6 +374,8 @@ def run(root: Path) -> int:
             supervisor.write_state()
         except OSError:
             pass
+        if listener is not None:
+            listener.close()
         supervisor.stop_all()
         remove_state(root)
 
