@@ -131,6 +131,8 @@ class Nemesis:
                 raise NemesisConflict(f"{what}: {_message(exc)}") from None
             except InvalidToxic as exc:
                 raise NemesisInvalid(f"{what}: {_message(exc)}") from None
+            except requests.exceptions.JSONDecodeError as exc:
+                raise NemesisError(f"{what}: unexpected answer from toxiproxy: {exc}") from None
             except requests.RequestException as exc:
                 raise NemesisUnreachable(f"{what}: toxiproxy at {self.api_url} unreachable: {exc}") from None
             except (ValueError, KeyError, TypeError) as exc:
@@ -150,7 +152,10 @@ class Nemesis:
                 message = response.text.strip() or f"HTTP {response.status_code}"
             error = {404: NemesisNotFound, 409: NemesisConflict, 400: NemesisInvalid}.get(response.status_code, NemesisError)
             raise error(f"{what}: {message}")
-        return response.json() if response.content else None
+        try:
+            return response.json() if response.content else None
+        except ValueError as exc:
+            raise NemesisError(f"{what}: unexpected answer from toxiproxy: {exc}") from None
 
     @staticmethod
     def _proxy_handle(name: str) -> Proxy:
@@ -189,8 +194,10 @@ class Nemesis:
                 self._proxy_handle(name).destroy()
             existing = None
         if existing is None:
-            with self._client(f"create proxy {name}") as client:
-                client.create(upstream=upstream, name=name, listen=listen, enabled=True)
+            # Plain HTTP: toxiproxy-python drops the server's message on a 500
+            # (e.g. "address already in use"), which is the one a user needs.
+            body = {"name": name, "listen": listen, "upstream": upstream, "enabled": True}
+            self._request("POST", "/proxies", f"create proxy {name}", body)
         elif not existing.enabled:
             self.enable_proxy(name)
         info = self.proxies().get(name)
