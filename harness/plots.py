@@ -47,16 +47,13 @@ class Segment:
     color: str
 
 
-def nice_ceiling(value: float) -> float:
-    """The smallest 1/2/2.5/5 × 10^k at or above `value`, so ticks are round."""
-    if value <= 0:
+def nice_step(raw: float) -> float:
+    """The smallest 1/2/5 × 10^k at or above `raw`, so ticks land on round numbers."""
+    if raw <= 0:
         return 1.0
-    exponent = math.floor(math.log10(value))
-    for step in (1, 2, 2.5, 5, 10):
-        candidate = step * 10**exponent
-        if candidate >= value * 0.999999:
-            return float(candidate)
-    return float(10 ** (exponent + 1))
+    exponent = math.floor(math.log10(raw))
+    return float(next(m * 10**exponent for m in (1, 2, 5, 10)
+                      if m * 10**exponent >= raw * 0.999999))
 
 
 def format_number(value: float) -> str:
@@ -69,13 +66,17 @@ def format_number(value: float) -> str:
     return f"{value:.2g}"
 
 
-def _ticks(maximum: float, count: int = 4) -> list[float]:
-    top = nice_ceiling(maximum)
-    return [top * i / count for i in range(count + 1)]
+def _ticks(maximum: float, count: int = 5) -> list[float]:
+    """Round ticks from zero past `maximum`, about `count` intervals of 1/2/5 × 10^k."""
+    if maximum <= 0:
+        return [0.0, 1.0]
+    step = nice_step(maximum / count)
+    intervals = max(1, math.ceil(maximum / step - 1e-9))
+    return [step * i for i in range(intervals + 1)]
 
 
 def _time_ticks(duration: float) -> list[float]:
-    step = nice_ceiling(max(duration, 1.0) / 8)
+    step = nice_step(max(duration, 1.0) / 8)
     ticks: list[float] = []
     value = 0.0
     while value <= duration + 1e-9 and len(ticks) < 50:
@@ -92,6 +93,16 @@ def _open_svg(plot_id: str, title: str, height: int) -> list[str]:
         f"<text x='16' y='22' font-size='15' font-weight='600' fill='{TEXT_COLOR}'>"
         f"{escape(title)}</text>",
     ]
+
+
+def _legend_width(entries: Sequence[tuple[str, str]]) -> float:
+    return sum(7.2 * len(name) + 34 for name, _ in entries)
+
+
+def _legend_drop(title: str, entries: Sequence[tuple[str, str]]) -> int:
+    """Extra height needed when the legend does not fit beside the title."""
+    title_width = 16 + 9.2 * len(title) + 24  # 15 px semibold: about 9 px a character
+    return 0 if title_width + _legend_width(entries) <= WIDTH - 16 else 22
 
 
 def _legend(entries: Sequence[tuple[str, str]], y: int) -> list[str]:
@@ -150,7 +161,8 @@ def line_chart(
 
     ordered = sorted(windows, key=lambda w: (w.start, w.end))
     lanes = _label_lanes(ordered, sx)
-    top = 44 + 15 * ((max(lanes) + 1) if lanes else 0)
+    drop = _legend_drop(title, [(s.name, s.color) for s in series])
+    top = 44 + drop + 15 * ((max(lanes) + 1) if lanes else 0)
     plot_height = 190
     height = top + plot_height + 46
 
@@ -162,7 +174,7 @@ def line_chart(
         return top + plot_height - plot_height * value / y_top
 
     parts = _open_svg(plot_id, title, height)
-    parts += _legend([(s.name, s.color) for s in series], 22)
+    parts += _legend([(s.name, s.color) for s in series], 22 + drop)
     for window, lane in zip(ordered, lanes):
         x0, x1 = sx(window.start), sx(window.end)
         width = max(x1 - x0, 2.0)
@@ -173,7 +185,7 @@ def line_chart(
             f"fill-opacity='0.16' stroke='{FAULT_FILL}' stroke-opacity='0.5' "
             f"stroke-dasharray='3 3'><title>{escape(tooltip)}</title></rect>"
         )
-        label_y = 40 + 15 * lane
+        label_y = 40 + drop + 15 * lane
         parts.append(
             f"<line x1='{x0:.1f}' y1='{label_y + 3}' x2='{x0:.1f}' y2='{top}' "
             f"stroke='{FAULT_FILL}' stroke-opacity='0.6'/>"
@@ -249,8 +261,10 @@ def stacked_bar_chart(
     empty_note: str = "nothing to show",
 ) -> str:
     """One vertical bar per category, stacked by segment, with totals on top."""
-    height = 300
-    top, bottom, left, right = 56, 250, 64, WIDTH - 20
+    entries = [(s.name, s.color) for s in segments]
+    drop = _legend_drop(title, entries)
+    height = 300 + drop
+    top, bottom, left, right = 56 + drop, 250 + drop, 64, WIDTH - 20
     totals = {name: sum(values.get(s.name, 0) for s in segments) for name, values in bars.items()}
     y_ticks = _ticks(max(totals.values(), default=0.0))
     y_top = y_ticks[-1]
@@ -259,7 +273,7 @@ def stacked_bar_chart(
         return bottom - (bottom - top) * value / y_top
 
     parts = _open_svg(plot_id, title, height)
-    parts += _legend([(s.name, s.color) for s in segments], 22)
+    parts += _legend(entries, 22 + drop)
     for tick in y_ticks:
         y = sy(tick)
         parts.append(
@@ -313,12 +327,13 @@ def horizontal_bar_chart(
 ) -> str:
     """One horizontal bar per (label, value, color) row, value printed at the bar's end."""
     row_height = 24
-    top, left, right = 48, 250, WIDTH - 80
+    drop = _legend_drop(title, legend)
+    top, left, right = 48 + drop, 250, WIDTH - 80
     height = top + row_height * max(len(rows), 1) + 20
     maximum = max((value for _, value, _ in rows), default=0.0)
     scale = (right - left) / maximum if maximum > 0 else 0.0
     parts = _open_svg(plot_id, title, height)
-    parts += _legend(legend, 22)
+    parts += _legend(legend, 22 + drop)
     for index, (label, value, color) in enumerate(rows):
         y = top + row_height * index
         width = max(value * scale, 1.0 if value > 0 else 0.0)

@@ -216,7 +216,7 @@ def _time_charts(series: RunSeries, start: int, duration: float,
     ops = series.op_names()
     throughput = [
         Series(op, OP_COLORS.get(op, FALLBACK_COLORS[i % len(FALLBACK_COLORS)]),
-               [(x, b.completed.get(op, 0) / w) for x, w, b in rows])
+               [(x, b.ok.get(op, 0) / w) for x, w, b in rows])
         for i, op in enumerate(ops)]
     latency = [
         Series("p50", "#2563eb", [(x, percentile(b.latency, 0.50)) for x, _, b in rows]),
@@ -227,7 +227,7 @@ def _time_charts(series: RunSeries, start: int, duration: float,
         Series("info", "#ca8a04", [(x, b.info / w) for x, w, b in rows]),
     ]
     return [
-        line_chart("throughput", "Throughput: completed operations per second, by operation",
+        line_chart("throughput", "Throughput: acknowledged (ok) operations per second",
                    throughput, duration=duration, windows=windows, y_label="ops/s"),
         line_chart("latency", "Latency p50 and p99 (ms), by completion second",
                    latency, duration=duration, windows=windows, y_label="ms"),

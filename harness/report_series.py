@@ -42,14 +42,16 @@ def percentile(histogram: Mapping[int, int], fraction: float) -> float | None:
 
 @dataclass
 class Bucket:
-    completed: dict[str, int] = field(default_factory=dict)
+    ok: dict[str, int] = field(default_factory=dict)
+    completed: int = 0
     fail: int = 0
     info: int = 0
     latency: dict[int, int] = field(default_factory=dict)
 
     def merge(self, other: Bucket) -> None:
-        for op, count in other.completed.items():
-            self.completed[op] = self.completed.get(op, 0) + count
+        for op, count in other.ok.items():
+            self.ok[op] = self.ok.get(op, 0) + count
+        self.completed += other.completed
         self.fail += other.fail
         self.info += other.info
         for index, count in other.latency.items():
@@ -89,10 +91,11 @@ class RunSeries:
         self._see(invoked)
         self._see(completed)
         bucket = self.buckets.setdefault(int(math.floor(completed)), Bucket())
-        bucket.completed[op] = bucket.completed.get(op, 0) + 1
+        bucket.completed += 1
         stats = self.ops.setdefault(op, OpStats())
         if kind == "ok":
             stats.ok += 1
+            bucket.ok[op] = bucket.ok.get(op, 0) + 1
         elif kind == "fail":
             stats.fail += 1
             bucket.fail += 1

@@ -16,7 +16,7 @@ def test_buckets_grow_with_seconds_not_operations() -> None:
     series = build_series(operations)
     assert series.operations == 20_000
     assert len(series.buckets) == 5
-    assert sum(sum(b.completed.values()) for b in series.buckets.values()) == 20_000
+    assert sum(b.completed for b in series.buckets.values()) == 20_000
 
 
 def test_percentiles_within_bin_error() -> None:
@@ -36,13 +36,14 @@ def test_outcomes_and_errors_are_counted() -> None:
     rows = series.resampled(int(T0), T0 + 4)
     assert [b.fail for _, _, b in rows] == [1, 0, 0, 0]
     assert [b.info for _, _, b in rows] == [0, 0, 0, 1]  # counted at completion (T0+3)
+    assert [b.ok for _, _, b in rows] == [{"pay": 1}, {}, {}, {}]  # throughput counts ok only
 
 
 def test_long_or_stray_times_are_merged_into_few_points() -> None:
     series = build_series([op(T0, 0.1), op(T0 + 3600 * 24 * 365, 0.1), op(0.0, 0.1)])
     rows = series.resampled(0, T0 + 3600 * 24 * 365 + 1, max_points=300)
     assert len(rows) <= 300
-    assert sum(sum(b.completed.values()) for _, _, b in rows) == 3
+    assert sum(b.completed for _, _, b in rows) == 3
 
 
 def test_missing_or_bad_times_are_ignored() -> None:
