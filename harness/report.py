@@ -52,7 +52,9 @@ OP_COLORS = {"create_order": "#2563eb", "pay": "#16a34a", "webhook": "#9333ea",
 OUTCOME_SEGMENTS = (Segment("ok", "#16a34a"), Segment("fail", "#dc2626"),
                     Segment("info", "#eab308"))
 LAYER_COLORS = {"api": "#2563eb", "domain": "#16a34a", "inbox": "#0891b2",
-                "webhook": "#9333ea"}
+                "webhook": "#9333ea", "history": "#94a3b8"}
+# The checker adds what the clients saw beside the app's own counters.
+LAYER_NAMES = {"history": "seen by clients"}
 FALLBACK_COLORS = ("#475569", "#be185d", "#0d9488", "#7c2d12")
 
 
@@ -251,9 +253,10 @@ def _layers_chart(result: Mapping[str, Any]) -> str:
     legend: list[tuple[str, str]] = []
     for index, (layer, counters) in enumerate((result.get("layers") or {}).items()):
         color = LAYER_COLORS.get(layer, FALLBACK_COLORS[index % len(FALLBACK_COLORS)])
-        legend.append((str(layer), color))
+        name = LAYER_NAMES.get(str(layer), str(layer))
+        legend.append((name, color))
         for counter, value in (counters or {}).items():
-            rows.append((f"{layer} · {str(counter).replace('_', ' ')}", _num(value) or 0.0, color))
+            rows.append((f"{name} · {str(counter).replace('_', ' ')}", _num(value) or 0.0, color))
     return horizontal_bar_chart("layers", "Duplicates stopped per layer", rows, legend=legend,
                                 empty_note="no duplicates stopped")
 

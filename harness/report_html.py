@@ -225,7 +225,8 @@ def faults_table(faults: Sequence[Mapping[str, Any]], start: float | None) -> st
                  relative_time(begin, start), relative_time(end, start), length]
         error = fault.get("error")
         rows.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells)
-                    + f"<td class='wrap'>{badge(str(error), 'fail') if error else ''}</td></tr>")
+                    + (f"<td class='wrap'>{badge(str(error), 'fail')}</td>" if error else "<td></td>")
+                    + "</tr>")
     header = ("name", "kind", "target", "what", "start", "end", "length", "error")
     return _table(header, rows)
 
@@ -264,7 +265,7 @@ def _violation(violation: Mapping[str, Any], start: float, *, open_: bool) -> st
         "faults": faults_table,
         "payments": lambda rows, start: records_table(
             rows, ("order_id", "provider_ref", "amount_cents", "source", "source_id",
-                   "applied_at"), start=start),
+                   "applied_at"), start=start, hidden=("kind",)),
     }
     for key, value in evidence.items() if isinstance(evidence, Mapping) else []:
         title = f"<h4 style='margin:10px 0 4px'>{escape(str(key))}</h4>"
