@@ -68,6 +68,7 @@ class ReportPaths:
 def write_reports(run_dir: Path, result: dict) -> ReportPaths:
     """Write the three report files into `run_dir` and return their paths."""
     run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
     paths = ReportPaths(run_dir / "result.json", run_dir / "junit.xml", run_dir / "report.html")
     _write_atomic(paths.result_json, orjson.dumps(
         result, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS | orjson.OPT_APPEND_NEWLINE))
