@@ -1,0 +1,303 @@
+"""Fault plans: parse errors name the file and field, schedules are deterministic, and
+the runner applies, logs and heals every fault (also when something fails)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from harness.faults import (
+    FaultWindow,
+    NemesisRunner,
+    PlanError,
+    ProcessFault,
+    ProxyDownFault,
+    ToxicFault,
+    load_plan,
+    parse_plan,
+    schedule,
+)
+from harness.nemesis import Nemesis
+from harness.ports import free_port
+from harness.toxiproxy.server import EmbeddedToxiproxy
+
+PLANS = Path(__file__).resolve().parents[1] / "plans"
+TOXIC = {"proxy": "app", "type": "latency", "stream": "downstream", "attributes": {"latency": 800}}
+
+
+# --- parsing ----------------------------------------------------------------------
+
+@pytest.mark.parametrize(
+    ("raw", "field", "words"),
+    [
+        ({"seed": 1, "windows": [], "colour": 3}, "plan", "unknown key(s) colour"),
+        ({"windows": [{"at": "1s", "for": "1s", "proxy_down": "redis"}]}, "plan", "missing seed"),
+        ({"seed": -1, "windows": [{"at": "1s", "for": "1s", "proxy_down": "redis"}]}, "seed", "non-negative"),
+        ({"seed": 1, "windows": [{"at": "3x", "for": "1s", "proxy_down": "redis"}]}, "windows[0].at", "not a duration"),
+        ({"seed": 1, "windows": [{"at": "-2s", "for": "1s", "proxy_down": "redis"}]}, "windows[0].at", "not a duration"),
+        ({"seed": 1, "windows": [{"at": "1s", "for": "0s", "proxy_down": "redis"}]}, "windows[0].for", "longer than 0s"),
+        ({"seed": 1, "windows": [{"at": "1s", "proxy_down": "redis"}]}, "windows[0]", "missing for"),
+        ({"seed": 1, "windows": [{"at": "1s", "for": "1s"}]}, "windows[0]", "exactly one of"),
+        ({"seed": 1, "windows": [{"at": "1s", "for": "1s", "proxy_down": "redis", "toxic": TOXIC}]},
+         "windows[0]", "exactly one of"),
+        ({"seed": 1, "windows": [{"at": "1s", "for": "1s", "process": {"action": "nuke", "service": "app"}}]},
+         "windows[0].process.action", "must be one of kill, pause, restart"),
+        ({"seed": 1, "windows": [{"at": "1s", "for": "1s", "toxic": {**TOXIC, "type": "gremlin"}}]},
+         "windows[0].toxic", "unknown toxic type"),
+        ({"seed": 1, "windows": [{"at": "1s", "for": "1s", "toxic": {**TOXIC, "attributes": {"latency": -5}}}]},
+         "windows[0].toxic", "non-negative integer"),
+        ({"seed": 1, "windows": [{"at": "1s", "for": "1s", "toxic": {**TOXIC, "toxicity": 1.5}}]},
+         "windows[0].toxic", "toxicity"),
+        ({"seed": 1, "windows": [{"at": "1s", "for": "1s", "toxic": {**TOXIC, "colour": "red"}}]},
+         "windows[0].toxic", "unknown key(s) colour"),
+        ({"seed": 1, "random": {"every": "2s", "duration": "1s-3s", "faults": [{"proxy_down": "redis"}]}},
+         "random.duration", "at most random.every"),
+        ({"seed": 1, "random": {"every": "2s", "duration": "3s-1s", "faults": [{"proxy_down": "redis"}]}},
+         "random.duration", "backwards"),
+        ({"seed": 1, "random": {"every": "0s", "duration": "0s", "faults": [{"proxy_down": "redis"}]}},
+         "random.every", "at least"),
+        ({"seed": 1, "random": {"every": "2s", "duration": "1s", "faults": []}}, "random.faults", "non-empty"),
+        ({"seed": 1}, "plan", "nothing to do"),
+    ],
+)
+def test_bad_plans_name_the_file_and_field(raw: dict[str, Any], field: str, words: str) -> None:
+    with pytest.raises(PlanError) as caught:
+        parse_plan(raw, source="plans/bad.yaml")
+    message = str(caught.value)
+    assert message.startswith(f"plans/bad.yaml: {field}: "), message
+    assert words in message
+
+
+def test_unreadable_and_invalid_yaml_files_are_plan_errors(tmp_path: Path) -> None:
+    with pytest.raises(PlanError, match="cannot read"):
+        load_plan(tmp_path / "missing.yaml")
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("seed: [1\n")
+    with pytest.raises(PlanError, match=f"{broken}: not valid YAML"):
+        load_plan(broken)
+
+
+def test_a_full_plan_parses_into_typed_windows() -> None:
+    plan = parse_plan({
+        "seed": 7,
+        "windows": [
+            {"at": "2s", "for": "3s", "toxic": {**TOXIC, "toxicity": 0.5}},
+            {"at": "5s", "for": "2s", "process": {"action": "pause", "service": "consumer-1"}},
+            {"at": 4, "for": "500ms", "proxy_down": "redis", "name": "redis-gone"},
+        ],
+    })
+    first, second, third = plan.windows
+    assert first.fault == ToxicFault("app", "latency", "downstream", {"latency": 800}, 0.5)
+    assert (first.at, first.duration) == (2.0, 3.0)
+    assert second.fault == ProcessFault("pause", "consumer-1")
+    assert third == FaultWindow("redis-gone", 4.0, 0.5, ProxyDownFault("redis"))
+
+
+@pytest.mark.parametrize("path", sorted(PLANS.glob("*.yaml")), ids=lambda p: p.stem)
+def test_shipped_plans_load_and_fill_short_and_long_runs(path: Path) -> None:
+    plan = load_plan(path)
+    for duration in (10.0, 60.0):
+        windows = schedule(plan, duration)
+        assert windows, f"{path.name} schedules nothing in {duration}s"
+        assert all(0 <= w.at < duration and w.end <= duration for w in windows)
+        assert len({w.name for w in windows}) == len(windows)
+
+
+def test_shipped_plans_cover_the_promised_faults() -> None:
+    kinds = {p.stem: {_kind(w.fault) for w in schedule(load_plan(p), 60.0)} for p in PLANS.glob("*.yaml")}
+    assert {"toxic:app:latency", "toxic:app:timeout"} <= kinds["flaky-network"]
+    assert {"toxic:redis:latency", "toxic:redis:reset_peer", "proxy_down:redis"} <= kinds["redis-brownout"]
+    assert {"process:kill", "process:pause"} <= kinds["consumer-crashes"]
+    assert len(kinds["chaos"]) >= 4
+
+
+def _kind(fault: Any) -> str:
+    if isinstance(fault, ToxicFault):
+        return f"toxic:{fault.proxy}:{fault.type}"
+    if isinstance(fault, ProcessFault):
+        return f"process:{fault.action}"
+    return f"proxy_down:{fault.proxy}"
+
+
+# --- schedule ---------------------------------------------------------------------
+
+RANDOM_PLAN = {
+    "seed": 5,
+    "windows": [{"at": "1s", "for": "2s", "proxy_down": "redis"},
+                {"at": "9s", "for": "5s", "proxy_down": "app"},
+                {"at": "12s", "for": "1s", "proxy_down": "app"}],
+    "random": {"every": "2s", "duration": "500ms-2s", "start": "1s",
+               "faults": [{"toxic": TOXIC}, {"proxy_down": "redis"},
+                          {"process": {"action": "kill", "service": "consumer-1"}}]},
+}
+
+
+def test_same_seed_same_schedule_and_another_seed_another() -> None:
+    first = schedule(parse_plan(RANDOM_PLAN), 30.0)
+    assert first == schedule(parse_plan(RANDOM_PLAN), 30.0)
+    other = schedule(parse_plan({**RANDOM_PLAN, "seed": 6}), 30.0)
+    assert [(w.at, w.duration, w.fault) for w in first] != [(w.at, w.duration, w.fault) for w in other]
+    assert [w.at for w in first] == sorted(w.at for w in first)
+
+
+def test_windows_past_the_run_are_dropped_and_long_ones_cut() -> None:
+    windows = schedule(parse_plan(RANDOM_PLAN), 10.0)
+    explicit = [w for w in windows if w.name.startswith("w")]
+    assert [(w.at, w.duration) for w in explicit] == [(1.0, 2.0), (9.0, 1.0)]
+    randoms = [w for w in windows if w.name.startswith("r")]
+    assert [w.at for w in randoms] == [1.0, 3.0, 5.0, 7.0, 9.0]
+    assert all(w.end <= 10.0 for w in windows)
+
+
+# --- the runner -------------------------------------------------------------------
+
+class FakeProcesses:
+    """Records process actions; can fail one action, and can run a probe on one."""
+
+    def __init__(self, fail_on: str | None = None, probe: Any = None) -> None:
+        self.calls: list[tuple[str, str]] = []
+        self.fail_on = fail_on
+        self.probe = probe
+        self.seen: Any = None
+
+    def _act(self, action: str, service: str) -> None:
+        self.calls.append((action, service))
+        if action == self.fail_on:
+            raise OSError(f"{service} refused to {action}")
+        if self.probe is not None and action == "restart":
+            self.seen = self.probe()
+
+    def kill(self, service: str) -> None:
+        self._act("kill", service)
+
+    def start(self, service: str) -> None:
+        self._act("start", service)
+
+    def pause(self, service: str) -> None:
+        self._act("pause", service)
+
+    def resume(self, service: str) -> None:
+        self._act("resume", service)
+
+    def restart(self, service: str) -> None:
+        self._act("restart", service)
+
+
+@pytest.fixture(scope="module")
+def nemesis() -> Iterator[Nemesis]:
+    with EmbeddedToxiproxy() as toxiproxy:
+        client = Nemesis(toxiproxy.url)
+        for name in ("app", "redis"):
+            client.ensure_proxy(name, f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}")
+        yield client
+
+
+@pytest.fixture
+def clean(nemesis: Nemesis) -> Iterator[Nemesis]:
+    nemesis.reset()
+    yield nemesis
+    nemesis.reset()
+
+
+def _log(path: Path) -> list[dict[str, Any]]:
+    return [orjson.loads(line) for line in path.read_bytes().splitlines()]
+
+
+def _network_state(nemesis: Nemesis) -> tuple[list[str], dict[str, bool]]:
+    return ([t.name for t in nemesis.list_toxics()],
+            {name: info.enabled for name, info in nemesis.proxies().items()})
+
+
+def test_every_applied_fault_is_logged_with_start_and_end_and_healed(clean: Nemesis, tmp_path: Path) -> None:
+    windows = [
+        FaultWindow("slow-app", 0.0, 0.6, ToxicFault("app", "latency", "downstream", {"latency": 300}, 1.0)),
+        FaultWindow("redis-down", 0.1, 0.5, ProxyDownFault("redis")),
+        FaultWindow("pause-c1", 0.0, 0.3, ProcessFault("pause", "consumer-1")),
+        FaultWindow("kill-c2", 0.1, 0.2, ProcessFault("kill", "consumer-2")),
+        FaultWindow("restart-app", 0.3, 0.1, ProcessFault("restart", "app")),
+    ]
+    processes = FakeProcesses(probe=lambda: _network_state(clean))
+    log = tmp_path / "faults.jsonl"
+    runner = NemesisRunner(clean, processes, log)
+    began = time.time()
+    runner.run(windows)
+
+    assert runner.failure is None
+    # While the windows overlapped, the toxic and the disabled proxy were really there.
+    toxics, enabled = processes.seen
+    assert toxics == ["plan_slow_app"] and enabled == {"app": True, "redis": False}
+    assert _network_state(clean) == ([], {"app": True, "redis": True})
+    assert sorted(processes.calls) == sorted([("pause", "consumer-1"), ("kill", "consumer-2"),
+                                              ("resume", "consumer-1"), ("start", "consumer-2"),
+                                              ("restart", "app")])
+    lines = {line["name"]: line for line in _log(log)}
+    assert set(lines) == {w.name for w in windows}
+    for window in windows:
+        line = lines[window.name]
+        assert line["error"] is None
+        assert began <= line["start"] <= line["end"]
+        assert line["end"] - line["start"] >= window.duration - 0.05
+        assert line["kind"] == window.fault.kind
+    assert lines["slow-app"]["target"] == "app" and lines["slow-app"]["attributes"] == {"latency": 300}
+    assert lines["pause-c1"]["action"] == "pause" and lines["pause-c1"]["target"] == "consumer-1"
+    assert lines["redis-down"]["type"] is None and lines["redis-down"]["target"] == "redis"
+
+
+def test_a_fault_that_cannot_be_applied_is_a_recorded_failure_and_the_rest_is_healed(
+        clean: Nemesis, tmp_path: Path) -> None:
+    windows = [
+        FaultWindow("slow-app", 0.0, 5.0, ToxicFault("app", "latency", "downstream", {"latency": 100}, 1.0)),
+        FaultWindow("redis-down", 0.0, 5.0, ProxyDownFault("redis")),
+        FaultWindow("kill-c1", 0.1, 5.0, ProcessFault("kill", "consumer-1")),
+        FaultWindow("pause-c2", 0.2, 1.0, ProcessFault("pause", "consumer-2")),
+    ]
+    processes = FakeProcesses(fail_on="kill")
+    log = tmp_path / "faults.jsonl"
+    runner = NemesisRunner(clean, processes, log)
+    started = time.monotonic()
+    runner.run(windows)
+
+    assert time.monotonic() - started < 3.0, "the runner kept waiting after a failure"
+    assert runner.failure is not None and "kill-c1" in runner.failure
+    assert runner.active() == []
+    assert _network_state(clean) == ([], {"app": True, "redis": True})
+    assert ("pause", "consumer-2") not in processes.calls, "a window after the failure was applied"
+    lines = {line["name"]: line for line in _log(log)}
+    assert "consumer-1 refused to kill" in lines["kill-c1"]["error"]
+    assert lines["slow-app"]["error"] is None and lines["redis-down"]["error"] is None
+
+
+def test_a_fault_that_cannot_be_applied_on_the_proxy_side_is_a_failure(clean: Nemesis, tmp_path: Path) -> None:
+    windows = [FaultWindow("ghost", 0.0, 1.0, ProxyDownFault("no-such-proxy"))]
+    runner = NemesisRunner(clean, FakeProcesses(), tmp_path / "faults.jsonl")
+    runner.run(windows)
+    assert runner.failure is not None and "ghost" in runner.failure
+    assert _log(tmp_path / "faults.jsonl")[0]["error"]
+
+
+def test_stopping_early_heals_what_is_active(clean: Nemesis, tmp_path: Path) -> None:
+    windows = [
+        FaultWindow("slow-app", 0.0, 30.0, ToxicFault("app", "latency", "downstream", {"latency": 100}, 1.0)),
+        FaultWindow("pause-c1", 0.0, 30.0, ProcessFault("pause", "consumer-1")),
+        FaultWindow("later", 20.0, 1.0, ProxyDownFault("redis")),
+    ]
+    processes = FakeProcesses()
+    log = tmp_path / "faults.jsonl"
+    runner = NemesisRunner(clean, processes, log)
+    runner.start(windows)
+    deadline = time.monotonic() + 5.0
+    while len(runner.active()) < 2 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert runner.active() == ["pause-c1", "slow-app"]
+    runner.stop()  # as the harness does when the load crashes
+
+    assert runner.active() == [] and runner.failure is None
+    assert _network_state(clean) == ([], {"app": True, "redis": True})
+    assert processes.calls == [("pause", "consumer-1"), ("resume", "consumer-1")]
+    names = sorted(line["name"] for line in _log(log))
+    assert names == ["pause-c1", "slow-app"]
