@@ -15,6 +15,7 @@ import argparse
 import os
 import re
 import shutil
+import statistics
 import socket
 import subprocess
 import sys
@@ -96,6 +97,11 @@ def wrk(url: str, connections: int, duration: float) -> dict[str, float]:
     return {"rps": rate, "p50": percentile("50"), "p99": percentile("99")}
 
 
+def median_run(runs: list[dict[str, float]]) -> dict[str, float]:
+    """The run with the median request rate (its latencies belong to it)."""
+    return sorted(runs, key=lambda run: run["rps"])[len(runs) // 2]
+
+
 def bulk(port: int, mib: int) -> float:
     """MB/s (10^6 bytes) for `mib` MiB sent through port, counted at the sink."""
     block = os.urandom(1 << 20)
@@ -129,6 +135,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--duration", type=float, default=5.0, help="seconds per wrk run")
     parser.add_argument("--bulk-mib", type=int, default=256)
+    parser.add_argument("--repeats", type=int, default=3, help="interleaved runs per figure; the median is shown")
     args = parser.parse_args()
     if shutil.which("wrk") is None:
         sys.exit("wrk is not installed (apt-get install wrk)")
@@ -154,30 +161,37 @@ def main() -> None:
             timeout=5,
         ).raise_for_status()
 
+        # Direct and proxied runs alternate, so a noisy neighbour hurts both alike.
         rows = []
         for label, path, conns in [("small, 1 conn", "/small", 1), ("small, 16 conns", "/small", 16), ("64 KiB, 16 conns", "/big", 16)]:
-            direct = wrk(f"http://127.0.0.1:{http_port}{path}", conns, args.duration)
-            proxied = wrk(f"http://127.0.0.1:{http_proxy}{path}", conns, args.duration)
-            rows.append((label, direct, proxied))
-        idle = wrk(f"http://127.0.0.1:{http_idle}/small", 16, args.duration)
+            runs: dict[int, list[dict[str, float]]] = {http_port: [], http_proxy: []}
+            if path == "/small" and conns == 16:
+                runs[http_idle] = []
+            for _ in range(args.repeats):
+                for port in runs:
+                    runs[port].append(wrk(f"http://127.0.0.1:{port}{path}", conns, args.duration))
+            rows.append((label, *(median_run(r) for r in runs.values())))
 
-        bulk_direct = bulk(sink_port, args.bulk_mib)
-        bulk_proxied = bulk(sink_proxy, args.bulk_mib)
-        bulk_idle = bulk(sink_idle, args.bulk_mib)
-        bulk_other = bulk(sink_other, args.bulk_mib)
+        bulk_runs: dict[int, list[float]] = {sink_port: [], sink_proxy: [], sink_idle: [], sink_other: []}
+        for _ in range(args.repeats):
+            for port in bulk_runs:
+                bulk_runs[port].append(bulk(port, args.bulk_mib))
+        bulk_direct, bulk_proxied, bulk_idle, bulk_other = (statistics.median(r) for r in bulk_runs.values())
 
         print("| workload | direct req/s | proxy req/s | proxy/direct | direct p50 / p99 ms | proxy p50 / p99 ms |")
         print("|---|---:|---:|---:|---:|---:|")
-        for label, direct, proxied in rows:
+        for label, direct, proxied, *_ in rows:
             print(
                 f"| {label} | {direct['rps']:,.0f} | {proxied['rps']:,.0f} | {proxied['rps'] / direct['rps']:.0%} "
                 f"| {direct['p50']:.2f} / {direct['p99']:.2f} | {proxied['p50']:.2f} / {proxied['p99']:.2f} |"
             )
-        small16 = rows[1][1]
+        small16, idle = rows[1][1], rows[1][3]
         print(
             f"| small, 16 conns, toxicity-0 toxics on both streams | {small16['rps']:,.0f} | {idle['rps']:,.0f} "
             f"| {idle['rps'] / small16['rps']:.0%} | {small16['p50']:.2f} / {small16['p99']:.2f} | {idle['p50']:.2f} / {idle['p99']:.2f} |"
         )
+        print()
+        print(f"(median of {args.repeats} interleaved runs; wrk -t1, {args.duration:g} s each)")
         print()
         print("| bulk, {} MiB | MB/s | of direct |".format(args.bulk_mib))
         print("|---|---:|---:|")

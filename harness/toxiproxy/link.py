@@ -325,6 +325,7 @@ class Connection:
         towards = self.down if side.is_client else self.up
         towards.done = True
         towards.stop()
+        towards.source_side.feed = _discard
         self._direction_from(side).feed_eof()  # type: ignore[union-attr]
         self.direction_done()
 

@@ -13,16 +13,21 @@ from tp_helpers import connect, recv_exactly
 from harness.toxiproxy.server import EmbeddedToxiproxy
 
 CONNECTIONS = 200
-ROUNDS = 30
+MIN_ROUNDS = 5
+MAX_ROUNDS = 400
+CHURN_CYCLES = 40
 CHUNK = 4096
 
 
-def _client(port: int, seed: int, errors: list[str], barrier: threading.Barrier) -> None:
+def _client(port: int, seed: int, errors: list[str], barrier: threading.Barrier, churned: threading.Event) -> None:
     rng = random.Random(seed)
     try:
         with connect(port, timeout=20) as sock:
             barrier.wait(timeout=20)
-            for round_number in range(ROUNDS):
+            # Keep talking until the churn is over (bounded in rounds either way).
+            for round_number in range(MAX_ROUNDS):
+                if round_number >= MIN_ROUNDS and churned.is_set():
+                    return
                 payload = rng.randbytes(rng.randint(4, CHUNK))
                 # Several writes in flight at once, so a toxic that comes or goes
                 # mid-stream would show up as reordered or lost bytes.
@@ -38,7 +43,7 @@ def _client(port: int, seed: int, errors: list[str], barrier: threading.Barrier)
         errors.append(f"connection {seed}: {exc!r}")
 
 
-def _churn(server: EmbeddedToxiproxy, stop: threading.Event, counter: list[int]) -> None:
+def _churn(server: EmbeddedToxiproxy, churned: threading.Event, counter: list[int]) -> None:
     """Add and remove toxics that must not change any byte: a noop, a slicer and a
     small latency that fire (so data switches between the fast path and the toxic
     chain), a latency toxic at toxicity 0, and a destructive toxic on another proxy."""
@@ -50,15 +55,14 @@ def _churn(server: EmbeddedToxiproxy, stop: threading.Event, counter: list[int])
         ("other", {"name": "cut", "type": "limit_data", "attributes": {"bytes": 1}}),
     ]
     session = requests.Session()
-    for _ in range(10_000):
-        if stop.is_set():
-            return
+    for _ in range(CHURN_CYCLES):
         proxy, toxic = random.choice(toxics)
         base = f"{server.url}/proxies/{proxy}/toxics"
         if session.post(base, json=toxic, timeout=5).status_code == 200:
             counter[0] += 1
         time.sleep(0.002)
         session.delete(f"{base}/{toxic['name']}", timeout=5)
+    churned.set()
 
 
 def test_churn_keeps_every_byte_of_200_connections(tp_server: EmbeddedToxiproxy, make_proxy) -> None:
@@ -66,18 +70,20 @@ def test_churn_keeps_every_byte_of_200_connections(tp_server: EmbeddedToxiproxy,
     make_proxy("other")
     errors: list[str] = []
     barrier = threading.Barrier(CONNECTIONS + 1)
-    clients = [threading.Thread(target=_client, args=(port, seed, errors, barrier)) for seed in range(CONNECTIONS)]
+    churned = threading.Event()
+    clients = [
+        threading.Thread(target=_client, args=(port, seed, errors, barrier, churned)) for seed in range(CONNECTIONS)
+    ]
     for thread in clients:
         thread.start()
     barrier.wait(timeout=30)  # all 200 connections are open at once
-    stop = threading.Event()
     added = [0]
-    churner = threading.Thread(target=_churn, args=(tp_server, stop, added))
+    churner = threading.Thread(target=_churn, args=(tp_server, churned, added))
     churner.start()
+    churner.join(timeout=30)
+    churned.set()  # clients stop even if the churner failed
     for thread in clients:
-        thread.join(timeout=60)
-    stop.set()
-    churner.join(timeout=10)
+        thread.join(timeout=30)
     assert not any(thread.is_alive() for thread in clients)
     assert errors == []
-    assert added[0] >= 20, added[0]
+    assert added[0] == CHURN_CYCLES
