@@ -17,12 +17,13 @@ from typing import Any
 
 import orjson
 
+from harness.errors import HarnessError
 from harness.history import HistoryError, history_files, iter_operations
-from harness.invariants import (INVARIANTS, CheckerError, Finding, HistoryIndex, evaluate,
-                                jepsen_counts, load_export)
+from harness.invariants import (INVARIANTS, Finding, HistoryIndex, evaluate,
+                                jepsen_counts, scope_key)
 
-__all__ = ["CheckResult", "CheckerError", "InvariantResult", "Violation", "HistoryFiles",
-           "check", "check_run", "read_export"]
+__all__ = ["CheckResult", "CheckerError", "ExportState", "HistoryFiles", "InvariantResult",
+           "Violation", "check", "check_run", "load_export", "read_export"]
 
 VIOLATION_CAP = 50
 EVIDENCE_OPERATIONS = 20
@@ -38,6 +39,103 @@ _LAYER_COUNTERS = {
               "dead_lettered": "messages_dead_lettered"},
     "webhook": {"bad_signatures": "webhook_bad_signatures"},
 }
+
+
+class CheckerError(HarnessError):
+    """The checker could not judge the run: missing or malformed input (exit 2)."""
+
+
+# A payment as kept in memory: (provider_ref, source, source_id, amount_cents, applied_at).
+Payment = tuple[str, Any, Any, Any, Any]
+# A message effect as kept: (message_id, order_id, outcome).
+Effect = tuple[str, Any, Any]
+
+
+class ExportState:
+    """The final state reduced to what the invariants read, in compact tuples:
+    at 10^5 orders, dicts per line would be most of the checker's memory."""
+
+    def __init__(self) -> None:
+        # order id -> (the id itself, "tenant␟key" scope or "", status)
+        self.orders: dict[str, tuple[str, str, Any]] = {}
+        self.order_by_scope: dict[str, str] = {}
+        self.extra_orders_by_scope: dict[str, list[str]] = {}
+        self.reserved: dict[str, int] = {}
+        self.payments: dict[str, list[Payment]] = {}
+        self.payment_count = 0
+        self.effects: dict[str, list[Effect]] = {}
+        self.inventory: dict[str, dict[str, Any]] = {}
+        self.dead_letters: set[str] = set()
+        self.counters: dict[str, int] = {}
+
+    def holds(self, order_id: str, provider_ref: str) -> bool:
+        return any(payment[0] == provider_ref for payment in self.payments.get(order_id, ()))
+
+    def payments_of(self, order_ids: Iterable[str]) -> list[dict[str, Any]]:
+        """The export lines of these orders' payments, for evidence."""
+        return [{"kind": "payment", "order_id": order_id, "provider_ref": ref, "amount_cents": amount,
+                 "source": source, "source_id": source_id, "applied_at": applied}
+                for order_id in order_ids
+                for ref, source, source_id, amount, applied in self.payments.get(order_id, ())]
+
+
+def _require(record: dict[str, Any], *names: str) -> None:
+    for name in names:
+        if record.get(name) is None:
+            raise CheckerError(f"export {record.get('kind')} line lacks {name!r}: {record}")
+
+
+def load_export(records: Iterable[dict[str, Any]]) -> ExportState:
+    state = ExportState()
+    # Few distinct tenants, statuses, sources, outcomes: share one string object each.
+    shared: dict[Any, Any] = {}
+    for record in records:
+        if not isinstance(record, dict):
+            raise CheckerError(f"export line is not an object: {record!r}")
+        kind = record.get("kind")
+        if kind == "order":
+            _require(record, "id")
+            order_id = record["id"]
+            key = record.get("idempotency_key")
+            scope = scope_key(record.get("tenant") or "default", key) if key is not None else ""
+            status = record.get("status")
+            state.orders[order_id] = (order_id, scope, shared.setdefault(status, status))
+            if key is not None:
+                first = state.order_by_scope.setdefault(scope, order_id)
+                if first != order_id:
+                    state.extra_orders_by_scope.setdefault(scope, []).append(order_id)
+            sku = record.get("sku")
+            if sku is not None:
+                state.reserved[sku] = state.reserved.get(sku, 0) + int(record.get("quantity") or 0)
+        elif kind == "payment":
+            _require(record, "order_id", "provider_ref")
+            order = state.orders.get(record["order_id"])
+            order_id = order[0] if order is not None else record["order_id"]
+            source = record.get("source")
+            state.payments.setdefault(order_id, []).append(
+                (record["provider_ref"], shared.setdefault(source, source), record.get("source_id"),
+                 record.get("amount_cents"), record.get("applied_at")))
+            state.payment_count += 1
+        elif kind == "message_effect":
+            _require(record, "message_id")
+            message_id = record["message_id"]
+            order = state.orders.get(record.get("order_id"))
+            outcome = record.get("outcome")
+            state.effects.setdefault(message_id, []).append(
+                (message_id, order[0] if order is not None else record.get("order_id"),
+                 shared.setdefault(outcome, outcome)))
+        elif kind == "inventory":
+            _require(record, "sku", "available")
+            state.inventory[record["sku"]] = record
+        elif kind == "dead_letter":
+            if record.get("message_id") is not None:
+                state.dead_letters.add(record["message_id"])
+        elif kind == "counters":
+            state.counters = {name: value for name, value in record.items() if name != "kind"}
+        elif kind is None:
+            raise CheckerError(f"export line has no kind: {record}")
+        # Unknown kinds are newer export content this checker does not judge.
+    return state
 
 
 @dataclass
@@ -193,7 +291,7 @@ def _layers(counters: dict[str, int], index: HistoryIndex) -> dict[str, dict[str
 def _evidence(
     findings: list[Finding],
     operations: Iterable[dict[str, Any]],
-    state: Any,
+    state: ExportState,
     faults: Sequence[dict[str, Any]],
 ) -> dict[int, dict[str, list[dict[str, Any]]]]:
     """For each finding, the most relevant operations, the payments, the faults in play."""

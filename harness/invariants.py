@@ -12,9 +12,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from harness.errors import HarnessError
+if TYPE_CHECKING:
+    from harness.checker import ExportState
 
 INVARIANTS: tuple[tuple[str, str], ...] = (
     ("one_payment_per_order", "One payment per order"),
@@ -38,8 +39,12 @@ MESSAGE_ACK = 512
 ACKNOWLEDGED = PAY_OK | WEBHOOK_OK | MESSAGE_ACK
 INDETERMINATE = PAY_INFO | WEBHOOK_INFO | PUBLISH_INFO
 
-_FLAG_BASE = {"pay": PAY_OK, "webhook": WEBHOOK_OK, "publish": PUBLISH_OK}
-_COMPLETION_SHIFT = {"ok": 0, "info": 1, "fail": 2}
+# op -> completion -> flag; an unknown completion counts as info (it may have happened)
+_FLAGS: dict[str, dict[str, int]] = {
+    "pay": {"ok": PAY_OK, "info": PAY_INFO, "fail": PAY_FAIL},
+    "webhook": {"ok": WEBHOOK_OK, "info": WEBHOOK_INFO, "fail": WEBHOOK_FAIL},
+    "publish": {"ok": PUBLISH_OK, "info": PUBLISH_INFO, "fail": PUBLISH_FAIL},
+}
 
 # export payment source -> (the history op that can cause it, flags that justify
 # it, flags meaning the server said it did not happen)
@@ -51,9 +56,22 @@ SOURCES: dict[str, tuple[str, int, int]] = {
 
 PAID_OUTCOMES = frozenset({"paid", "already_paid"})
 
+SEPARATOR = "\x1f"  # unit separator: never in a valid key (printable only) nor an id
+_MASK64 = (1 << 64) - 1
 
-class CheckerError(HarnessError):
-    """The checker could not judge the run: missing or malformed input (exit 2)."""
+
+def scope_key(*parts: str) -> str:
+    """One string for a (tenant, key) or (op, tenant, key) scope: far smaller than a tuple."""
+    return SEPARATOR.join(parts)
+
+
+def answer_code(status: int, digest: str) -> int:
+    """A response as one int: the status above a 64-bit hash of the body digest.
+
+    Comparing replays needs only equality of (status, body); a full digest string
+    per idempotency key would dominate the checker's memory.
+    """
+    return (status << 64) | (hash(digest) & _MASK64)
 
 
 @dataclass
@@ -85,75 +103,6 @@ class Findings:
             kept.append(finding)
 
 
-def _require(record: dict[str, Any], *names: str) -> None:
-    for name in names:
-        if record.get(name) is None:
-            raise CheckerError(f"export {record.get('kind')} line lacks {name!r}: {record}")
-
-
-class ExportState:
-    """The final state, reduced to what the invariants read."""
-
-    def __init__(self) -> None:
-        # order id -> (tenant, idempotency key, status)
-        self.orders: dict[str, tuple[str, str | None, str | None]] = {}
-        self.orders_by_key: dict[tuple[str, str], list[str]] = {}
-        self.reserved: dict[str, int] = {}
-        self.payments: dict[str, list[dict[str, Any]]] = {}
-        self.payment_count = 0
-        self.effects: dict[str, list[dict[str, Any]]] = {}
-        self.inventory: dict[str, dict[str, Any]] = {}
-        self.dead_letters: set[str] = set()
-        self.counters: dict[str, int] = {}
-
-    def holds(self, order_id: str, provider_ref: str) -> bool:
-        for payment in self.payments.get(order_id, ()):
-            if payment.get("provider_ref") == provider_ref:
-                return True
-        return False
-
-    def payments_of(self, order_ids: Iterable[str]) -> list[dict[str, Any]]:
-        return [payment for order_id in order_ids for payment in self.payments.get(order_id, ())]
-
-
-def load_export(records: Iterable[dict[str, Any]]) -> ExportState:
-    state = ExportState()
-    for record in records:
-        if not isinstance(record, dict):
-            raise CheckerError(f"export line is not an object: {record!r}")
-        kind = record.get("kind")
-        if kind == "order":
-            _require(record, "id")
-            order_id = record["id"]
-            tenant = record.get("tenant") or "default"
-            key = record.get("idempotency_key")
-            state.orders[order_id] = (tenant, key, record.get("status"))
-            if key is not None:
-                state.orders_by_key.setdefault((tenant, key), []).append(order_id)
-            sku = record.get("sku")
-            if sku is not None:
-                state.reserved[sku] = state.reserved.get(sku, 0) + int(record.get("quantity") or 0)
-        elif kind == "payment":
-            _require(record, "order_id", "provider_ref")
-            state.payments.setdefault(record["order_id"], []).append(record)
-            state.payment_count += 1
-        elif kind == "message_effect":
-            _require(record, "message_id")
-            state.effects.setdefault(record["message_id"], []).append(record)
-        elif kind == "inventory":
-            _require(record, "sku", "available")
-            state.inventory[record["sku"]] = record
-        elif kind == "dead_letter":
-            if record.get("message_id") is not None:
-                state.dead_letters.add(record["message_id"])
-        elif kind == "counters":
-            state.counters = {name: value for name, value in record.items() if name != "kind"}
-        elif kind is None:
-            raise CheckerError(f"export line has no kind: {record}")
-        # Unknown kinds are newer export content this checker does not judge.
-    return state
-
-
 class HistoryIndex:
     """The history folded into per-subject records, in one streaming pass."""
 
@@ -165,149 +114,174 @@ class HistoryIndex:
         self.replays_seen = 0
         self.conflicts_seen = 0
         self.rejections_seen = 0
+        # (order id, provider_ref) -> attempt flags; order ids are the export's own
+        # string objects where possible, so a pair costs one tuple and one ref string
         self.pairs: dict[tuple[str, str], int] = {}
-        # (tenant, key) -> first ok order id; further distinct ids go to created_extra
-        self.created: dict[tuple[str, str], str] = {}
-        self.created_extra: dict[tuple[str, str], set[str]] = {}
-        # (tenant, op, key) -> (status, digest) of non-replayed ok answers / replays;
-        # a set only when answers disagree, which is rare
-        self.originals: dict[tuple[str, str, str], Any] = {}
-        self.replays: dict[tuple[str, str, str], Any] = {}
-        self.replay_orders: dict[tuple[str, str, str], str | None] = {}
-        self.failed_5xx: dict[tuple[str, str, str], set[str]] = {}
+        # scope "tenant␟key" -> first ok order id; further distinct ids in created_extra
+        self.created: dict[str, str] = {}
+        self.created_extra: dict[str, set[str]] = {}
+        # scope "op␟tenant␟key" -> answer_code of non-replayed ok answers, or a set
+        # of codes when they differ (a stored record expired and the key ran again)
+        self.originals: dict[str, int | set[int]] = {}
+        # scope -> (answer code or set of codes, order id) of replayed answers
+        self.replays: dict[str, tuple[int | set[int], str | None]] = {}
+        self.failed_5xx: dict[str, set[int]] = {}
         self.ok_messages: set[str] = set()
         # violations found while streaming, each subject reported once
         self.streamed: list[Finding] = []
-        self._reported: set[tuple[str, Any]] = set()
+        self._reported: set[tuple[str, str]] = set()
 
-    def _report(self, subject: tuple[str, Any], finding: Finding) -> None:
+    def _report(self, subject: tuple[str, str], finding: Finding) -> None:
         if subject not in self._reported:
             self._reported.add(subject)
             self.streamed.append(finding)
 
     def consume(self, operations: Iterable[dict[str, Any]]) -> None:
-        # The hot loop of the checker: a million iterations, so locals and few calls.
+        # The hot loop of the checker (a million iterations): locals, few calls.
         outcomes = self.outcomes
         duplicates = self.duplicates
         pairs = self.pairs
+        orders = self.export.orders
+        flag_table = _FLAGS
+        count = replays = rejections = conflicts = 0
         for op in operations:
-            self.operations += 1
-            name = op.get("op")
-            kind = op.get("type")
+            count += 1
+            get = op.get
+            name = get("op")
+            kind = get("type")
             per_op = outcomes.get(name)
             if per_op is None:
                 per_op = outcomes[name] = {"ok": 0, "fail": 0, "info": 0}
             per_op[kind] = per_op.get(kind, 0) + 1
-            expect = op.get("expect")
+            expect = get("expect")
             if expect:
                 duplicates[expect] = duplicates.get(expect, 0) + 1
-            status = op.get("status")
+            status = get("status")
             if status is not None and 400 <= status < 500:
-                self.rejections_seen += 1
+                rejections += 1
                 if status == 409:
-                    self.conflicts_seen += 1
-            replayed = op.get("replayed") is True
+                    conflicts += 1
+            replayed = get("replayed") is True
             if replayed:
-                self.replays_seen += 1
+                replays += 1
+            order_id = get("order_id")
+            if order_id is not None:
+                exported = orders.get(order_id)
+                if exported is not None:
+                    order_id = exported[0]
 
-            base = _FLAG_BASE.get(name)
-            if base is not None:
-                order_id = op.get("order_id")
-                provider_ref = op.get("provider_ref")
+            flags_of = flag_table.get(name)
+            if flags_of is not None:
+                provider_ref = get("provider_ref")
                 if order_id is not None and provider_ref is not None:
                     pair = (order_id, provider_ref)
-                    flags = base << _COMPLETION_SHIFT.get(kind, 1)
+                    flags = flags_of.get(kind, flags_of["info"])
                     if name == "publish":
-                        flags |= self._message(op, kind, order_id, provider_ref)
+                        flags |= self._message(get("message_id"), kind, order_id, provider_ref)
                     pairs[pair] = pairs.get(pair, 0) | flags
-            elif name == "create_order" and kind == "ok":
-                self._created(op)
+            elif name == "create_order" and kind == "ok" and order_id is not None:
+                self._created(op, order_id)
 
-            if op.get("idempotency_key") is not None and (name == "pay" or name == "create_order"):
-                self._response(op, name, kind, status, replayed)
+            if (name == "pay" or name == "create_order") and get("idempotency_key") is not None:
+                self._response(op, name, kind, status, replayed, order_id)
+        self.operations += count
+        self.replays_seen += replays
+        self.rejections_seen += rejections
+        self.conflicts_seen += conflicts
 
-    def _message(self, op: dict[str, Any], kind: str, order_id: str, provider_ref: str) -> int:
-        message_id = op.get("message_id")
+    def _message(self, message_id: str | None, kind: str, order_id: str, provider_ref: str) -> int:
         if message_id is None or kind == "fail":
             return 0
         effects = self.export.effects.get(message_id)
         if kind == "ok":
-            self.ok_messages.add(message_id)
-            if effects is None and message_id not in self.export.dead_letters:
+            if effects is not None:
+                self.ok_messages.add(effects[0][0])
+            elif message_id in self.export.dead_letters:
+                self.ok_messages.add(message_id)
+            else:
+                self.ok_messages.add(message_id)
                 self._report(("lost_message", message_id), Finding(
                     "no_lost_acknowledgement",
                     f"message {message_id} was published (ok) but never handled nor dead-lettered",
                     order_ids=(order_id,), message_id=message_id, provider_ref=provider_ref,
                     details={"message_id": message_id, "provider_ref": provider_ref}))
-        if effects is not None and any(e.get("outcome") in PAID_OUTCOMES for e in effects):
+        if effects is not None and any(outcome in PAID_OUTCOMES for _m, _o, outcome in effects):
             return MESSAGE_ACK
         return 0
 
-    def _created(self, op: dict[str, Any]) -> None:
-        order_id = op.get("order_id")
+    def _created(self, op: dict[str, Any], order_id: str) -> None:
         key = op.get("idempotency_key")
-        if order_id is None or key is None:
+        if key is None:
             return
         tenant = op.get("tenant") or "default"
-        scoped = (tenant, key)
-        first = self.created.setdefault(scoped, order_id)
+        scope = scope_key(tenant, key)
+        first = self.created.setdefault(scope, order_id)
         if first != order_id:
-            self.created_extra.setdefault(scoped, {first}).add(order_id)
+            self.created_extra.setdefault(scope, {first}).add(order_id)
         exported = self.export.orders.get(order_id)
         if exported is None:
             self._report(("lost_order", order_id), Finding(
                 "one_order_per_key",
                 f"create_order with key {key!r} returned {order_id} (ok) but the export has no such order",
-                order_ids=(order_id,), key=scoped,
+                order_ids=(order_id,), key=(tenant, key),
                 details={"tenant": tenant, "idempotency_key": key}))
-        elif (exported[0], exported[1]) != scoped:
+        elif exported[1] != scope:
+            owner = exported[1].split(SEPARATOR, 1)
             self._report(("foreign_order", order_id), Finding(
                 "one_order_per_key",
                 f"create_order with key {key!r} returned {order_id}, "
-                f"which the export files under key {exported[1]!r} (tenant {exported[0]})",
-                order_ids=(order_id,), key=scoped,
+                f"which the export files under key {owner[-1]!r} (tenant {owner[0]})",
+                order_ids=(order_id,), key=(tenant, key),
                 details={"tenant": tenant, "idempotency_key": key}))
 
-    def _response(self, op: dict[str, Any], name: str, kind: str, status: Any, replayed: bool) -> None:
-        scoped = (op.get("tenant") or "default", name, op["idempotency_key"])
+    def _response(self, op: dict[str, Any], name: str, kind: str, status: Any, replayed: bool,
+                  order_id: str | None) -> None:
+        key = op["idempotency_key"]
+        tenant = op.get("tenant") or "default"
         digest = op.get("body_digest")
+        if replayed and status is not None and status >= 500:
+            self._report(("replayed_5xx", scope_key(name, tenant, key)), Finding(
+                "replay_fidelity", f"{name} key {key!r}: a {status} response was replayed",
+                order_ids=_maybe(order_id), key=(tenant, key), details={"op": name, "status": status}))
+        if status is None or digest is None:
+            return  # a cut-off answer says nothing about what was stored
         if replayed:
-            if status is not None and status >= 500:
-                self._report(("replayed_5xx", scoped), Finding(
-                    "replay_fidelity",
-                    f"{name} key {scoped[2]!r}: a {status} response was replayed",
-                    order_ids=_maybe(op.get("order_id")), key=(scoped[0], scoped[2]),
-                    details={"op": name, "status": status}))
-            if status is None or digest is None:
-                return  # a cut-off answer says nothing about what was stored
-            answer = (status, digest)
-            known = self.replays.get(scoped)
+            scope = scope_key(name, tenant, key)
+            code = answer_code(status, digest)
+            known = self.replays.get(scope)
             if known is None:
-                self.replays[scoped] = answer
-                self.replay_orders[scoped] = op.get("order_id")
-            elif known != answer:
-                if not isinstance(known, set):
-                    known = self.replays[scoped] = {known}
-                known.add(answer)
-        elif kind == "ok" and status is not None and digest is not None:
-            answer = (status, digest)
-            known = self.originals.get(scoped)
-            if known is None:
-                self.originals[scoped] = answer
-            elif known != answer:
-                if not isinstance(known, set):
-                    known = self.originals[scoped] = {known}
-                known.add(answer)
-        elif status is not None and status >= 500 and digest is not None:
-            self.failed_5xx.setdefault(scoped, set()).add(digest)
+                self.replays[scope] = (code, order_id)
+            elif isinstance(known[0], set):
+                known[0].add(code)
+            elif known[0] != code:
+                self.replays[scope] = ({known[0], code}, known[1])
+        elif kind == "ok":
+            scope = scope_key(name, tenant, key)
+            code = answer_code(status, digest)
+            known_original = self.originals.get(scope)
+            if known_original is None:
+                self.originals[scope] = code
+            elif isinstance(known_original, set):
+                known_original.add(code)
+            elif known_original != code:
+                self.originals[scope] = {known_original, code}
+        elif status >= 500:
+            self.failed_5xx.setdefault(scope_key(name, tenant, key), set()).add(answer_code(status, digest))
 
 
 def _maybe(order_id: str | None) -> tuple[str, ...]:
     return (order_id,) if order_id is not None else ()
 
 
-def _answers(value: Any) -> set[tuple[Any, Any]]:
+def _codes(value: int | set[int] | None) -> set[int]:
+    if value is None:
+        return set()
     return value if isinstance(value, set) else {value}
+
+
+def _split(scope: str) -> tuple[str, str]:
+    tenant, _, key = scope.partition(SEPARATOR)
+    return tenant, key
 
 
 def evaluate(export: ExportState, index: HistoryIndex, *, cap: int) -> Findings:
@@ -327,25 +301,26 @@ def evaluate(export: ExportState, index: HistoryIndex, *, cap: int) -> Findings:
 
 def one_payment_per_order(export: ExportState, findings: Findings) -> None:
     name = "one_payment_per_order"
-    for order_id, (_tenant, _key, status) in export.orders.items():
+    for order_id, (_id, _scope, status) in export.orders.items():
         findings.checked[name] += 1
         payments = export.payments.get(order_id, ())
-        refs = [payment.get("provider_ref") for payment in payments]
-        details = {"status": status, "provider_refs": refs}
+        refs = [payment[0] for payment in payments]
         if len(payments) > 1:
-            message = f"order {order_id} holds {len(payments)} payments ({', '.join(map(str, refs))})"
+            message = f"order {order_id} holds {len(payments)} payments ({', '.join(refs)})"
         elif status == "PAID" and not payments:
             message = f"order {order_id} is PAID but holds no payment"
         elif status != "PAID" and payments:
             message = f"order {order_id} is {status} but holds a payment ({refs[0]})"
         else:
             continue
-        findings.add(Finding(name, message, order_ids=(order_id,), details=details))
+        findings.add(Finding(name, message, order_ids=(order_id,),
+                             details={"status": status, "provider_refs": refs}))
     for order_id, payments in export.payments.items():
         if order_id not in export.orders:
+            refs = [payment[0] for payment in payments]
             findings.add(Finding(
                 name, f"{len(payments)} payment(s) for order {order_id}, which the export does not hold",
-                order_ids=(order_id,), details={"provider_refs": [p.get("provider_ref") for p in payments]}))
+                order_ids=(order_id,), details={"provider_refs": refs}))
 
 
 def no_lost_acknowledgement(export: ExportState, index: HistoryIndex, findings: Findings) -> None:
@@ -359,11 +334,11 @@ def no_lost_acknowledgement(export: ExportState, index: HistoryIndex, findings: 
             continue
         how = [label for bit, label in ((PAY_OK, "pay ok"), (WEBHOOK_OK, "webhook ok"),
                                         (MESSAGE_ACK, "message handled as paid")) if flags & bit]
-        held = [p.get("provider_ref") for p in export.payments.get(order_id, ())]
+        held = [payment[0] for payment in export.payments.get(order_id, ())]
         findings.add(Finding(
             name,
             f"order {order_id}: {' and '.join(how)} for provider_ref {provider_ref}, "
-            f"but the order holds {held or 'no payment'}",
+            f"but the order holds {', '.join(held) or 'no payment'}",
             order_ids=(order_id,), provider_ref=provider_ref,
             details={"provider_ref": provider_ref, "acknowledged_by": how, "held": held}))
 
@@ -371,10 +346,8 @@ def no_lost_acknowledgement(export: ExportState, index: HistoryIndex, findings: 
 def nothing_unexpected(export: ExportState, index: HistoryIndex, findings: Findings) -> None:
     name = "nothing_unexpected"
     for order_id, payments in export.payments.items():
-        for payment in payments:
+        for provider_ref, source, source_id, _amount, _applied in payments:
             findings.checked[name] += 1
-            provider_ref = payment.get("provider_ref")
-            source = payment.get("source")
             flags = index.pairs.get((order_id, provider_ref), 0)
             if source not in SOURCES:
                 reason = f"has unknown source {source!r}"
@@ -391,20 +364,21 @@ def nothing_unexpected(export: ExportState, index: HistoryIndex, findings: Findi
             findings.add(Finding(
                 name, f"payment {provider_ref} on order {order_id} (source {source}) {reason}",
                 order_ids=(order_id,), provider_ref=provider_ref,
-                details={"provider_ref": provider_ref, "source": source,
-                         "source_id": payment.get("source_id")}))
+                details={"provider_ref": provider_ref, "source": source, "source_id": source_id}))
 
 
 def one_order_per_key(export: ExportState, index: HistoryIndex, findings: Findings) -> None:
     name = "one_order_per_key"
-    findings.checked[name] = len(export.orders_by_key.keys() | index.created.keys())
-    for (tenant, key), order_ids in export.orders_by_key.items():
-        if len(order_ids) > 1:
-            findings.add(Finding(
-                name, f"key {key!r} (tenant {tenant}) created {len(order_ids)} orders: {', '.join(order_ids)}",
-                order_ids=tuple(order_ids), key=(tenant, key),
-                details={"tenant": tenant, "idempotency_key": key, "order_ids": order_ids}))
-    for (tenant, key), order_ids in index.created_extra.items():
+    findings.checked[name] = len(export.order_by_scope.keys() | index.created.keys())
+    for scope, extra in export.extra_orders_by_scope.items():
+        tenant, key = _split(scope)
+        order_ids = [export.order_by_scope[scope], *extra]
+        findings.add(Finding(
+            name, f"key {key!r} (tenant {tenant}) created {len(order_ids)} orders: {', '.join(order_ids)}",
+            order_ids=tuple(order_ids), key=(tenant, key),
+            details={"tenant": tenant, "idempotency_key": key, "order_ids": order_ids}))
+    for scope, order_ids in index.created_extra.items():
+        tenant, key = _split(scope)
         seen = sorted(order_ids)
         findings.add(Finding(
             name, f"ok create_order answers for key {key!r} (tenant {tenant}) named "
@@ -415,29 +389,27 @@ def one_order_per_key(export: ExportState, index: HistoryIndex, findings: Findin
 
 def replay_fidelity(index: HistoryIndex, findings: Findings) -> None:
     name = "replay_fidelity"
-    for scoped, replayed in index.replays.items():
+    for scope, (replayed, order_id) in index.replays.items():
         findings.checked[name] += 1
-        tenant, op, key = scoped
-        answers = _answers(replayed)
-        originals = index.originals.get(scoped)
+        op, _, scoped_key = scope.partition(SEPARATOR)
+        tenant, key = _split(scoped_key)
+        answers = _codes(replayed)
+        originals = _codes(index.originals.get(scope))
         problems = []
         if len(answers) > 1:
             problems.append(f"replays disagree ({len(answers)} different answers)")
-        if originals is not None:
-            strays = answers - _answers(originals)
-            if strays:
-                problems.append("a replay differs from the original answer")
-        stored_5xx = index.failed_5xx.get(scoped, set()) & {digest for _status, digest in answers}
-        if stored_5xx:
+        if originals and answers - originals:
+            problems.append("a replay differs from the original answer")
+        if answers & index.failed_5xx.get(scope, set()):
             problems.append("a 5xx answer was stored and replayed")
         if not problems:
             continue
         findings.add(Finding(
             name, f"{op} key {key!r} (tenant {tenant}): {'; '.join(problems)}",
-            order_ids=_maybe(index.replay_orders.get(scoped)), key=(tenant, key),
+            order_ids=_maybe(order_id), key=(tenant, key),
             details={"op": op, "tenant": tenant, "idempotency_key": key,
-                     "replays": sorted(map(list, answers), key=str),
-                     "originals": sorted(map(list, _answers(originals)), key=str) if originals else []}))
+                     "replay_statuses": sorted(code >> 64 for code in answers),
+                     "original_statuses": sorted(code >> 64 for code in originals)}))
 
 
 def inventory_conservation(export: ExportState, findings: Findings) -> None:
@@ -467,8 +439,8 @@ def message_effects_once(export: ExportState, findings: Findings) -> None:
         findings.checked[name] += 1
         if len(effects) < 2:
             continue
-        order_ids = tuple(dict.fromkeys(e["order_id"] for e in effects if e.get("order_id")))
-        outcomes = [e.get("outcome") for e in effects]
+        order_ids = tuple(dict.fromkeys(order_id for _m, order_id, _o in effects if order_id))
+        outcomes = [outcome for _m, _o, outcome in effects]
         findings.add(Finding(
             name, f"message {message_id} produced {len(effects)} effects ({', '.join(map(str, outcomes))})",
             order_ids=order_ids, message_id=message_id,
@@ -487,7 +459,6 @@ def jepsen_counts(export: ExportState, index: HistoryIndex, findings: Findings) 
                 counts["lost"] += 1
         elif flags & INDETERMINATE:
             counts["recovered" if present else "indeterminate_absent"] += 1
-    # published and acknowledged by the broker, then never handled: lost as well
-    counts["lost"] += sum(1 for f in index.streamed
-                          if f.invariant == "no_lost_acknowledgement")
+    # published and taken by the broker, then never handled: lost as well
+    counts["lost"] += sum(1 for f in index.streamed if f.invariant == "no_lost_acknowledgement")
     return counts
