@@ -113,8 +113,17 @@ def race(settings, rclient, mode: str, delay_ms: int) -> tuple[list[str], str]:
     """Two consumers hold the same redelivered entry and handle it at the same time."""
     settings = replace(settings, reclaim_idle_ms=1, handler_delay_ms=delay_ms, consumer_block_ms=10)
     order_id = make_order(rclient)
-    first = Consumer(rclient, settings, name="c1", inbox=Inbox(rclient, mode=mode, handler_delay_ms=delay_ms))
-    second = Consumer(rclient, settings, name="c2", inbox=Inbox(rclient, mode=mode, handler_delay_ms=delay_ms))
+    # Both handlers meet inside the window (after the nonatomic inbox's check, before
+    # any effect), so the race is decided by the inbox alone, not by thread timing.
+    window = threading.Barrier(2)
+
+    def rendezvous(_message):
+        window.wait(5)
+
+    first = Consumer(rclient, settings, name="c1", inbox=Inbox(
+        rclient, mode=mode, handler_delay_ms=delay_ms, before_apply=rendezvous))
+    second = Consumer(rclient, settings, name="c2", inbox=Inbox(
+        rclient, mode=mode, handler_delay_ms=delay_ms, before_apply=rendezvous))
     first.ensure_group()
     entry = publish_payment(rclient, "payments", "m-race", order_id, "pr_1", 1000)
     # c1 reads the entry and stalls (a paused consumer)…
@@ -141,13 +150,13 @@ def race(settings, rclient, mode: str, delay_ms: int) -> tuple[list[str], str]:
 
 
 def test_two_consumers_racing_on_a_redelivered_entry_apply_one_effect(settings, seeded):
-    outcomes, order_id = race(settings, seeded, "atomic", delay_ms=200)
+    outcomes, order_id = race(settings, seeded, "atomic", delay_ms=100)
     assert outcomes == ["duplicate", "paid"]
     assert len(effects(seeded)) == 1 and len(payments(seeded, order_id)) == 1
 
 
 def test_nonatomic_inbox_mutant_applies_the_effect_twice(settings, seeded):
-    outcomes, order_id = race(settings, seeded, "nonatomic", delay_ms=300)
+    outcomes, order_id = race(settings, seeded, "nonatomic", delay_ms=100)
     # both passed the check before either marked: two receipts (the domain still
     # stops the second payment, which is the point of having three layers)
     assert outcomes == ["already_paid", "paid"]
@@ -204,3 +213,57 @@ def test_consumer_rejects_unknown_unsafe_layer(settings, tmp_path):
     result = subprocess.run([sys.executable, "-m", "target_app.consumer"], cwd=ROOT, env=env,
                             capture_output=True, text=True, timeout=30)
     assert result.returncode == 2 and "bogus" in result.stderr
+
+
+def consumer_processes_race(settings, rclient, tmp_path, unsafe: str) -> list[dict]:
+    """Two real consumer processes; the slow handler lets the second reclaim the entry
+    (idle > reclaim time) while the first still holds it: a broker redelivery."""
+    order_id = make_order(rclient)
+    env = {**os.environ, **settings_env(settings), "TARGET_APP_UNSAFE_DISABLE": unsafe,
+           "TARGET_APP_HANDLER_DELAY_MS": "800", "TARGET_APP_RECLAIM_IDLE_MS": "100",
+           "TARGET_APP_CONSUMER_BLOCK_MS": "20"}
+    processes = []
+    try:
+        for name in ("proc-a", "proc-b"):
+            log = open(tmp_path / f"{name}.log", "wb")
+            processes.append((subprocess.Popen([sys.executable, "-m", "target_app.consumer"], cwd=ROOT,
+                                               env={**env, "TARGET_APP_CONSUMER_NAME": name},
+                                               stdout=log, stderr=subprocess.STDOUT), log))
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:  # both consumers are in their read loop
+            readers = [c for c in rclient.client_list() if c.get("cmd") in ("xreadgroup", "xautoclaim")]
+            if len(readers) >= 2:
+                break
+            time.sleep(0.05)
+        publish_payment(rclient, "payments", "m-proc", order_id, "pr_1", 1000)
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            if rclient.xpending("payments", "target-app")["pending"] == 0 and effects(rclient):
+                break
+            time.sleep(0.05)
+        time.sleep(0.3)  # let a late second handler land, if there is one
+        claims = {c["name"]: c for c in rclient.xinfo_consumers("payments", "target-app")}
+        assert set(claims) == {"proc-a", "proc-b"}
+    finally:
+        for process, log in processes:
+            process.send_signal(signal.SIGTERM)
+        for process, log in processes:
+            try:
+                process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+            log.close()
+    assert len(payments(rclient, order_id)) == 1  # the domain layer holds either way
+    return effects(rclient)
+
+
+def test_consumer_processes_racing_on_a_redelivered_entry_apply_one_effect(settings, seeded, tmp_path):
+    assert [e["outcome"] for e in consumer_processes_race(settings, seeded, tmp_path, "")] == ["paid"]
+    assert seeded.hget("ta:counters", "inbox_duplicates_skipped") == "1"
+
+
+def test_consumer_processes_nonatomic_mutant_apply_it_twice(settings, seeded, tmp_path):
+    result = consumer_processes_race(settings, seeded, tmp_path, "inbox-nonatomic")
+    assert sorted(e["outcome"] for e in result) == ["already_paid", "paid"]
+    assert {e["message_id"] for e in result} == {"m-proc"}
