@@ -99,6 +99,8 @@ class Direction:
     def refresh(self, chain: list[Toxic]) -> None:
         """Match this direction to the proxy's current chain. Toxicity is drawn once
         per toxic per connection, the first time this connection sees the toxic."""
+        if self.connection.closed:
+            return
         active: list[Behaviour] = []
         seen: set[Toxic] = set()
         for toxic in chain:
@@ -119,13 +121,14 @@ class Direction:
             elif behaviour is not None:
                 behaviour.stop()
                 del self.behaviours[toxic]
+        self.active = active
         for toxic in list(self.draws):
             if toxic not in seen:
                 del self.draws[toxic]
                 gone = self.behaviours.pop(toxic, None)
                 if gone is not None:
                     gone.stop()
-        self.active = active
+                    gone.removed()
 
     def stop(self) -> None:
         for behaviour in self.behaviours.values():
@@ -304,7 +307,7 @@ class Connection:
         if self.up is None or self.down is None or self.closed:
             return
         self.up.refresh(self.proxy.toxics.upstream)
-        self.down.refresh(self.proxy.toxics.downstream)
+        self.down.refresh(self.proxy.toxics.downstream)  # no-op if that closed us
 
     # -- events from the sides ------------------------------------------------------
     def _direction_from(self, side: Side) -> Direction | None:

@@ -199,6 +199,9 @@ class Behaviour:
     def stop(self) -> None:
         """Called when the toxic stops acting (removed, updated, connection closed)."""
 
+    def removed(self) -> None:
+        """Called once the toxic was deleted from the proxy (after stop)."""
+
     async def chunk(self, data: bytes, arrived: float, emit: Emit) -> None:
         await emit(data)
 
@@ -243,47 +246,68 @@ class _SlowClose(Behaviour):
             await asyncio.sleep(delay / 1000.0)
 
 
-class _Timer(Behaviour):
-    """Base for toxics that act once their timeout has passed."""
+class _Timeout(Behaviour):
+    """Drops all data. With timeout > 0 the connection closes once no data has
+    arrived for that long (Toxiproxy restarts its timer on every chunk).
+    Removing the toxic closes the connections it held, as Toxiproxy's cleanup does."""
 
     def __init__(self, toxic: Toxic, link: LinkControl) -> None:
         super().__init__(toxic, link)
         self._handle: asyncio.TimerHandle | None = None
 
     def start(self) -> None:
-        timeout = self.toxic.attributes["timeout"]
-        if self._arms(timeout):
-            loop = asyncio.get_running_loop()
-            self._handle = loop.call_later(max(timeout, 0) / 1000.0, self._fire)
+        self._arm()
 
     def stop(self) -> None:
         if self._handle is not None:
             self._handle.cancel()
             self._handle = None
 
-    def _arms(self, timeout: int) -> bool:
-        return True
-
-    def _fire(self) -> None:
-        raise NotImplementedError
-
-
-class _Timeout(_Timer):
-    def _arms(self, timeout: int) -> bool:
-        return timeout > 0  # 0 holds the connection open forever
-
-    def _fire(self) -> None:
-        self._handle = None
+    def removed(self) -> None:
         self.link.close_connection()
 
+    def _arm(self) -> None:
+        self.stop()
+        timeout = self.toxic.attributes["timeout"]
+        if timeout > 0:  # 0 holds the connection open forever
+            self._handle = asyncio.get_running_loop().call_later(timeout / 1000.0, self.link.close_connection)
+
     async def chunk(self, data: bytes, arrived: float, emit: Emit) -> None:
-        return  # data is dropped while the toxic is active
+        self._arm()  # the data itself is dropped
 
 
-class _ResetPeer(_Timer):
+class _ResetPeer(Behaviour):
+    """Once data (or the close) arrives, waits `timeout` ms and then resets the
+    connection (TCP RST via SO_LINGER 0). The data is dropped, as in Toxiproxy."""
+
+    def __init__(self, toxic: Toxic, link: LinkControl) -> None:
+        super().__init__(toxic, link)
+        self._handle: asyncio.TimerHandle | None = None
+        self._fired: asyncio.Event | None = None
+
+    def stop(self) -> None:
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
+
+    def _trigger(self) -> asyncio.Event:
+        if self._fired is None:
+            self._fired = asyncio.Event()
+            delay = max(self.toxic.attributes["timeout"], 0) / 1000.0
+            self._handle = asyncio.get_running_loop().call_later(delay, self._fire)
+        return self._fired
+
     def _fire(self) -> None:
         self._handle = None
+        assert self._fired is not None
+        self._fired.set()
         self.link.reset_connection()
+
+    async def chunk(self, data: bytes, arrived: float, emit: Emit) -> None:
+        self._trigger()
+
+    async def before_close(self) -> None:
+        await self._trigger().wait()
 
 
 class _Slicer(Behaviour):

@@ -83,21 +83,52 @@ def test_timeout_zero_holds_and_drops_until_removed(tp_server, make_proxy) -> No
         sock.sendall(b"dropped")
         with pytest.raises(TimeoutError):
             sock.recv(10)  # held open, nothing delivered
+        # Toxiproxy closes the connections a timeout toxic held when it is removed.
         assert requests.delete(f"{tp_server.url}/proxies/echo/toxics/timeout_upstream", timeout=5).status_code == 204
         sock.settimeout(5)
+        try:
+            assert sock.recv(10) == b""
+        except ConnectionResetError:
+            pass
+    with connect(port) as sock:
         assert round_trip(sock, b"after")[0] == b"after"
 
 
-def test_reset_peer_gives_connection_reset(tp_server, make_proxy) -> None:
+def test_timeout_restarts_its_timer_on_data(tp_server, make_proxy) -> None:
+    port = make_proxy()
+    add_toxic(tp_server, "echo", {"type": "timeout", "stream": "upstream", "attributes": {"timeout": 300}})
+    with connect(port) as sock:
+        started = time.monotonic()
+        for _ in range(4):  # keep the upstream busy for 0.6 s
+            time.sleep(0.15)
+            sock.sendall(b"x")
+        assert recv_until_eof(sock) == b""
+        assert time.monotonic() - started >= 0.85
+
+
+def test_reset_peer_gives_connection_reset_after_data(tp_server, make_proxy) -> None:
     port = make_proxy()
     add_toxic(tp_server, "echo", {"type": "reset_peer", "attributes": {"timeout": 200}})
     with connect(port) as sock:
         started = time.monotonic()
+        sock.sendall(b"ping")  # the echo reaching the toxic starts its timer
         with pytest.raises(ConnectionResetError):
             for _ in range(50):
                 if not sock.recv(10):
                     break
         assert time.monotonic() - started >= 0.19
+
+
+def test_reset_peer_zero_on_upstream_resets_at_once(tp_server, make_proxy, echo: EchoServer) -> None:
+    port = make_proxy()
+    add_toxic(tp_server, "echo", {"type": "reset_peer", "stream": "upstream", "attributes": {"timeout": 0}})
+    with connect(port) as sock:
+        sock.sendall(b"never arrives")
+        with pytest.raises(ConnectionResetError):
+            for _ in range(50):
+                if not sock.recv(10):
+                    break
+    assert all(bytes(received) == b"" for received in echo.received)
 
 
 def test_limit_data_passes_exactly_n_bytes_then_eof(tp_server, make_proxy) -> None:
