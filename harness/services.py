@@ -148,7 +148,7 @@ def tail(path: Path, limit: int = 2000) -> str:
 # Health checks: each takes the spec and returns True when the service works.
 
 def redis_healthy(port: int) -> bool:
-    client = redis.Redis(host=HOST, port=port, socket_timeout=0.5, socket_connect_timeout=0.5)
+    client = redis.Redis(host=HOST, port=port, socket_timeout=1.0, socket_connect_timeout=1.0)
     try:
         return bool(client.ping())
     except redis.RedisError:
@@ -159,7 +159,7 @@ def redis_healthy(port: int) -> bool:
 
 def http_healthy(url: str) -> bool:
     try:
-        return requests.get(url, timeout=1.0).status_code == 200
+        return requests.get(url, timeout=2.0).status_code == 200
     except requests.RequestException:
         return False
 

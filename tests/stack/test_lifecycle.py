@@ -162,8 +162,10 @@ def test_a_service_that_cannot_start_is_named_with_its_log(tmp_path: Path) -> No
     with pytest.raises(StackError) as caught:
         start_stack(settings)
     message = str(caught.value)
-    assert "app" in message.splitlines()[0]
-    assert "not-a-layer" in message  # the end of the app's log
+    assert message.startswith("app ") and "app.log" in message.splitlines()[0]
+    last_line = (root / "logs" / "app.log").read_text().strip().splitlines()[-1]
+    assert last_line in message  # the end of the app's log
+    assert "not-a-layer" in (root / "logs" / "app.log").read_text()
     assert svc.marked_processes(str(root.resolve())) == []
     assert open_stack(root) is None
 
