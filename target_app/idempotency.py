@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import io
 import logging
+import time
 from collections.abc import Callable, Iterable
 
 from target_app.errors import Problem, StoreUnavailable, problem_wsgi_response
@@ -25,6 +26,8 @@ log = logging.getLogger(__name__)
 
 MAX_KEY_LENGTH = 255
 REPLAY_HEADER = ("Idempotent-Replayed", "true")
+# Pauses between attempts to record a finished response (None: give up).
+FINISH_RETRY_PAUSES = (0.05, 0.2, None)
 # Headers of the original response worth replaying (hop-by-hop and dates are not).
 STORED_HEADERS = frozenset({"content-type", "location"})
 
@@ -131,8 +134,7 @@ class IdempotencyMiddleware:
         stored = [(name, value) for name, value in captured["headers"]
                   if name.lower() in STORED_HEADERS]
         try:
-            self.store.finish(tenant, key, token, status=status_code, headers=stored,
-                              body=response_body, ttl_seconds=self.ttl_seconds)
+            self._finish_with_retries(tenant, key, token, status_code, stored, response_body)
         except StoreUnavailable as exc:
             # The effect may have happened; the record stays in flight until its
             # lease ends, and the client is told the outcome is unknown.
@@ -143,6 +145,20 @@ class IdempotencyMiddleware:
                           headers={"Retry-After": str(self.lease_seconds)}) from exc
         start_response(captured["status"], captured["headers"])
         return [response_body]
+
+    def _finish_with_retries(self, tenant, key, token, status, headers, body) -> None:
+        # The effect has happened; losing the record now would let a retry run it
+        # again, so a short brownout is worth waiting out. Finish is safe to repeat:
+        # once stored, the token no longer matches and a repeat changes nothing.
+        for pause in FINISH_RETRY_PAUSES:
+            try:
+                self.store.finish(tenant, key, token, status=status, headers=headers, body=body,
+                                  ttl_seconds=self.ttl_seconds)
+                return
+            except StoreUnavailable:
+                if pause is None:
+                    raise
+                time.sleep(pause)
 
     def _release(self, tenant: str, key: str, token: str) -> None:
         try:

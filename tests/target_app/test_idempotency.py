@@ -225,3 +225,38 @@ def test_redis_store_counts_replays_and_conflicts(redis_url):
     test.post("/things", json={"x": 1}, headers={"Idempotency-Key": "c"})
     counters = client.hgetall("ta:counters")
     assert counters["api_replays"] == "1" and counters["api_fingerprint_conflicts"] == "1"
+
+
+class FlakyFinish(MemoryStore):
+    """A store whose finish fails a given number of times (a Redis brownout)."""
+
+    def __init__(self, failures: int) -> None:
+        super().__init__()
+        self.failures = failures
+
+    def finish(self, *args, **kwargs):
+        if self.failures:
+            self.failures -= 1
+            from target_app.errors import StoreUnavailable
+
+            raise StoreUnavailable("brownout")
+        return super().finish(*args, **kwargs)
+
+
+def test_finish_survives_a_short_brownout():
+    app, state = build(FlakyFinish(failures=2))
+    client = app.test_client()
+    first = client.post("/things", json={}, headers={"Idempotency-Key": "b"})
+    assert first.status_code == 201
+    assert client.post("/things", json={}, headers={"Idempotency-Key": "b"}).headers["Idempotent-Replayed"] == "true"
+    assert state["runs"] == 1
+
+
+def test_finish_failing_for_good_is_503_and_keeps_the_key_in_flight():
+    app, state = build(FlakyFinish(failures=3))
+    client = app.test_client()
+    failed = client.post("/things", json={}, headers={"Idempotency-Key": "b"})
+    assert failed.status_code == 503 and failed.content_type == "application/problem+json"
+    # the effect may have happened: the key stays blocked until the lease ends
+    assert client.post("/things", json={}, headers={"Idempotency-Key": "b"}).status_code == 409
+    assert state["runs"] == 1
