@@ -1,0 +1,192 @@
+"""Checker benchmark: time and peak memory of `check_run` on large generated runs.
+
+    .venv/bin/python benchmarks/bench_checker.py            # the full table
+    .venv/bin/python benchmarks/bench_checker.py --quick    # small sizes, a smoke run
+
+Each row generates a run directory on disk (history files of 8 load processes and
+the matching export of a correct app), then checks it in a fresh subprocess so the
+peak RSS (ru_maxrss) belongs to the check alone. Rows vary the number of orders at
+a fixed number of operations per order (memory should grow linearly), then keep
+the orders and multiply the operations by adding duplicate rounds (memory should
+stay flat), then add duplicate payments so the evidence pass runs too.
+Results go to benchmarks/results/checker.md by hand.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import orjson
+
+WORKERS = 8
+DUMP = orjson.OPT_APPEND_NEWLINE
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+class Writer:
+    """Writes invoke/completion pairs the way HistoryWriter would, but in big batches."""
+
+    def __init__(self, directory: Path, worker: int) -> None:
+        self.handle = open(directory / f"w{worker}-1.jsonl", "wb")
+        self.process = f"w{worker}-u1-p0"
+        self.incarnation = 0
+        self.counter = 0
+        self.clock = 1_700_000_000.0 + worker
+        self.buffer: list[bytes] = []
+
+    def op(self, op: str, kind: str, invoke: dict, completion: dict) -> None:
+        self.counter += 1
+        op_id = f"{self.process}:{self.counter}"
+        self.clock += 0.01
+        self.buffer.append(orjson.dumps(
+            {"type": "invoke", "op_id": op_id, "time": self.clock, "process": self.process,
+             "op": op, "tenant": "default", **invoke}, option=DUMP))
+        self.buffer.append(orjson.dumps(
+            {"type": kind, "op_id": op_id, "time": self.clock + 0.005, "process": self.process,
+             "op": op, **completion}, option=DUMP))
+        if kind == "info":
+            self.incarnation += 1
+            self.process = f"{self.process.rsplit('-p', 1)[0]}-p{self.incarnation}"
+        if len(self.buffer) >= 20_000:
+            self.flush()
+
+    def flush(self) -> None:
+        self.handle.write(b"".join(self.buffer))
+        self.buffer.clear()
+
+    def close(self) -> None:
+        self.flush()
+        self.handle.close()
+
+
+def generate(run_dir: Path, *, orders: int, rounds: int, duplicates: int) -> int:
+    """A correct app's run: per order ~10 operations, plus 4 per extra duplicate round."""
+    histories = run_dir / "histories"
+    histories.mkdir(parents=True)
+    writers = [Writer(histories, worker) for worker in range(WORKERS)]
+    export = open(run_dir / "export.ndjson", "wb")
+    effects: list[bytes] = []
+    operations = 0
+    for number in range(orders):
+        w = writers[number % WORKERS]
+        order_id, ref, message = f"ord_{number:08d}", f"pr_{number}", f"msg_{number}"
+        created, paid = _digest(f"created {order_id}"), _digest(f"paid {order_id}")
+        create = {"idempotency_key": f"ck-{number}", "sku": "sku-1", "quantity": 1,
+                  "amount_cents": 1000, "fingerprint": created}
+        pay = {"idempotency_key": f"pk-{number}", "order_id": order_id, "provider_ref": ref,
+               "amount_cents": 1000, "fingerprint": paid}
+        webhook = {"order_id": order_id, "provider_ref": ref, "event_id": f"ev-{number}",
+                   "amount_cents": 1000}
+        publish = {"order_id": order_id, "provider_ref": ref, "message_id": message,
+                   "amount_cents": 1000}
+        w.op("create_order", "ok", create,
+             {"status": 201, "order_id": order_id, "body_digest": created, "replayed": False})
+        w.op("pay", "info", pay, {"error": "ReadTimeout"})
+        w.op("pay", "ok", {**pay, "expect": "duplicate"},
+             {"status": 201, "body_digest": paid, "replayed": True})
+        w.op("pay", "ok", {**pay, "idempotency_key": f"pk2-{number}", "expect": "same_fact_new_id"},
+             {"status": 200, "body_digest": paid, "replayed": False})
+        w.op("pay", "fail", {**pay, "idempotency_key": f"pk3-{number}", "provider_ref": f"px_{number}",
+                             "expect": "conflict"}, {"status": 409, "body_digest": _digest("conflict")})
+        w.op("webhook", "fail", {**webhook, "expect": "bad_signature"}, {"status": 401})
+        w.op("publish", "ok", publish, {})
+        operations += 7
+        for _ in range(rounds):
+            w.op("create_order", "ok", {**create, "expect": "double_click"},
+                 {"status": 201, "order_id": order_id, "body_digest": created, "replayed": True})
+            w.op("pay", "ok", {**pay, "expect": "duplicate"},
+                 {"status": 201, "body_digest": paid, "replayed": True})
+            w.op("webhook", "ok", {**webhook, "expect": "duplicate"}, {"status": 200})
+            w.op("publish", "ok", {**publish, "expect": "producer_duplicate"}, {})
+            operations += 4
+        export.write(orjson.dumps(
+            {"kind": "order", "id": order_id, "tenant": "default", "idempotency_key": f"ck-{number}",
+             "sku": "sku-1", "quantity": 1, "amount_cents": 1000, "currency": "EUR", "status": "PAID",
+             "created_at": 1.0}, option=DUMP))
+        export.write(orjson.dumps(
+            {"kind": "payment", "order_id": order_id, "provider_ref": ref, "amount_cents": 1000,
+             "source": "api", "source_id": f"pk-{number}", "applied_at": 2.0}, option=DUMP))
+        if number < duplicates:  # the domain mutant: a second payment from the webhook
+            export.write(orjson.dumps(
+                {"kind": "payment", "order_id": order_id, "provider_ref": f"px_{number}",
+                 "amount_cents": 1000, "source": "webhook", "source_id": f"ev-{number}",
+                 "applied_at": 3.0}, option=DUMP))
+        effects.append(orjson.dumps(
+            {"kind": "message_effect", "message_id": message, "order_id": order_id,
+             "provider_ref": ref, "outcome": "already_paid", "at": 3.0}, option=DUMP))
+    for writer in writers:
+        writer.close()
+    export.write(b"".join(effects))
+    export.write(orjson.dumps({"kind": "inventory", "sku": "sku-1", "available": 10 * orders,
+                               "added_total": 11 * orders}, option=DUMP))
+    export.write(orjson.dumps({"kind": "counters", "api_replays": orders * (1 + rounds)}, option=DUMP))
+    export.close()
+    (run_dir / "faults.jsonl").write_bytes(orjson.dumps(
+        {"name": "latency", "kind": "toxic", "target": "app", "start": 1_700_000_000.0,
+         "end": 1_700_000_100.0, "error": None}, option=DUMP))
+    return operations
+
+
+def measure(run_dir: Path) -> dict:
+    """Check the run in a fresh interpreter: wall time and peak RSS of the check alone."""
+    # VmHWM (not ru_maxrss, which a forked child inherits from this big parent)
+    code = (
+        "import json, time, sys\n"
+        "from pathlib import Path\n"
+        "from harness.checker import check_run\n"
+        "def hwm():\n"
+        "    for line in open('/proc/self/status'):\n"
+        "        if line.startswith('VmHWM:'):\n"
+        "            return int(line.split()[1])\n"
+        "base = hwm()\n"
+        "start, cpu = time.perf_counter(), time.process_time()\n"
+        "result = check_run(Path(sys.argv[1]))\n"
+        "seconds, cpu = time.perf_counter() - start, time.process_time() - cpu\n"
+        "peak = hwm()\n"
+        "print(json.dumps({'seconds': seconds, 'cpu': cpu, 'peak_mib': peak / 1024, 'base_mib': base / 1024,\n"
+        "                  'valid': result.valid, 'operations': result.counts['operations'],\n"
+        "                  'violations': sum(i.violation_count for i in result.invariants)}))\n"
+    )
+    output = subprocess.run([sys.executable, "-c", code, str(run_dir)], check=True,
+                            capture_output=True, text=True).stdout
+    return json.loads(output.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="small sizes only")
+    args = parser.parse_args()
+    if args.quick:
+        rows = [(2_000, 1, 0), (4_000, 1, 0), (2_000, 4, 0), (4_000, 1, 40)]
+    else:
+        rows = [(25_000, 1, 0), (50_000, 1, 0), (100_000, 1, 0), (25_000, 7, 0), (100_000, 1, 1_000)]
+    print("| orders | operations | duplicate payments | check wall s | check CPU s | peak RSS MiB "
+          "| RSS above start MiB | valid |")
+    print("|---:|---:|---:|---:|---:|---:|---:|:---:|")
+    for orders, rounds, duplicates in rows:
+        with tempfile.TemporaryDirectory(prefix="bench-checker-") as temp:
+            run_dir = Path(temp) / "run"
+            started = time.perf_counter()
+            operations = generate(run_dir, orders=orders, rounds=rounds, duplicates=duplicates)
+            generated = time.perf_counter() - started
+            figures = measure(run_dir)
+        assert figures["operations"] == operations, figures
+        print(f"| {orders:,} | {operations:,} | {duplicates:,} | {figures['seconds']:.2f} | {figures['cpu']:.2f} "
+              f"| {figures['peak_mib']:.0f} | {figures['peak_mib'] - figures['base_mib']:.0f} "
+              f"| {figures['valid']} |", flush=True)
+        print(f"<!-- generated in {generated:.1f} s; violations {figures['violations']} -->", flush=True)
+    print(f"<!-- python {sys.version.split()[0]} -->")
+
+
+if __name__ == "__main__":
+    main()
