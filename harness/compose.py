@@ -1,0 +1,244 @@
+"""The stack under docker compose: the same handle as the local stack, backed by
+`docker compose` and `docker` commands instead of a supervisor.
+
+URLs come from the compose file's published ports, so the file is the one source
+of truth; the Toxiproxy proxies come from `compose/toxiproxy.json` (the real
+Toxiproxy image creates them at start) and are checked, not created, here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import yaml
+
+from harness.nemesis import Nemesis, NemesisError
+from harness.stack import StackAlreadyRunning, StackError, StackSettings, read_state, remove_state, write_state
+
+PROJECT = "idempotency-harness"
+CORE_SERVICES = ("redis", "toxiproxy", "app", "consumer")
+PROXIES = ("app", "redis")
+_DEFAULT = re.compile(r"^\$\{(?P<name>[A-Z0-9_]+):?-(?P<default>[^}]*)\}$")
+
+
+@dataclass(frozen=True)
+class ComposeLayout:
+    """What the harness needs to know of a compose file."""
+
+    file: Path
+    app_url: str
+    app_direct_url: str
+    toxiproxy_url: str
+    redis_url: str
+    redis_proxy_url: str
+    webhook_secret: str
+    stream: str
+    group: str
+
+
+def load_compose(file: Path) -> dict[str, Any]:
+    try:
+        document = yaml.safe_load(Path(file).read_text())
+    except (OSError, yaml.YAMLError) as error:
+        raise StackError(f"cannot read compose file {file}: {error}") from error
+    if not isinstance(document, dict) or not isinstance(document.get("services"), dict):
+        raise StackError(f"{file} has no services")
+    return document
+
+
+def published_port(service: Mapping[str, Any], container_port: int) -> int:
+    """The host port a service publishes for container_port ("[ip:]host:container")."""
+    for entry in service.get("ports", []):
+        parts = str(entry).split("/")[0].split(":")
+        if len(parts) >= 2 and int(parts[-1]) == container_port:
+            return int(parts[-2])
+    raise StackError(f"container port {container_port} is not published")
+
+
+def env_default(value: str, environ: Mapping[str, str]) -> str:
+    """`${VAR:-default}` as compose would expand it with environ; plain values as they are."""
+    match = _DEFAULT.match(str(value))
+    if not match:
+        return str(value)
+    return environ.get(match["name"]) or match["default"]
+
+
+def read_layout(file: Path, environ: Mapping[str, str] | None = None) -> ComposeLayout:
+    environ = os.environ if environ is None else environ
+    services = load_compose(file)["services"]
+    for name in CORE_SERVICES:
+        if name not in services:
+            raise StackError(f"{file} has no service {name!r}")
+    toxiproxy = services["toxiproxy"]
+    app_env = services["app"].get("environment", {})
+    redis_proxy_port = int(str(app_env["TARGET_APP_REDIS_URL"]).rsplit(":", 1)[1].split("/")[0])
+    try:
+        return ComposeLayout(
+            file=Path(file).resolve(),
+            app_url=f"http://127.0.0.1:{published_port(toxiproxy, 8666)}",
+            app_direct_url=f"http://127.0.0.1:{published_port(services['app'], 8000)}",
+            toxiproxy_url=f"http://127.0.0.1:{published_port(toxiproxy, 8474)}",
+            redis_url=f"redis://127.0.0.1:{published_port(services['redis'], 6379)}/0",
+            redis_proxy_url=f"redis://127.0.0.1:{published_port(toxiproxy, redis_proxy_port)}/0",
+            webhook_secret=env_default(app_env.get("TARGET_APP_WEBHOOK_SECRET", ""), environ),
+            stream=env_default(app_env.get("TARGET_APP_STREAM", "payments"), environ),
+            group=env_default(app_env.get("TARGET_APP_GROUP", "target-app"), environ),
+        )
+    except (KeyError, ValueError, StackError) as error:
+        raise StackError(f"{file}: {error}") from error
+
+
+def _docker() -> str:
+    docker = shutil.which("docker")
+    if docker is None:
+        raise StackError("docker is not on PATH; --compose needs Docker with the compose plugin")
+    return docker
+
+
+def docker(args: Sequence[str], *, timeout: float = 60.0, env: Mapping[str, str] | None = None) -> str:
+    command = [_docker(), *args]
+    try:
+        result = subprocess.run(command, capture_output=True, text=True, timeout=timeout,
+                                env=dict(env) if env is not None else None)
+    except subprocess.TimeoutExpired:
+        raise StackError(f"`docker {' '.join(args)}` did not finish within {timeout:.0f}s") from None
+    if result.returncode != 0:
+        detail = (result.stderr or result.stdout).strip().splitlines()
+        raise StackError(f"`docker {' '.join(args)}` failed: {detail[-1] if detail else result.returncode}")
+    return result.stdout
+
+
+class ComposeStack:
+    """The compose services behind the RunningStack interface."""
+
+    def __init__(self, root: Path, state: dict[str, Any]) -> None:
+        self.root = root
+        self._state = state
+
+    @property
+    def state(self) -> dict[str, Any]:
+        return read_state(self.root) or self._state
+
+    def __enter__(self) -> "ComposeStack":
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, value: BaseException | None,
+                 traceback: TracebackType | None) -> None:
+        self.down()
+
+    def _compose(self, *args: str, timeout: float = 60.0) -> str:
+        return docker(["compose", "-f", self._state["compose_file"], "-p", self._state["project"], *args],
+                      timeout=timeout)
+
+    def container(self, service: str) -> str:
+        names = [row["name"] for row in self._state["services"]]
+        if service not in names:
+            raise StackError(f"unknown service {service!r} (services: {', '.join(names)})")
+        base, _, index = service.partition("-")
+        return f"{self._state['project']}-{base}-{index or 1}"
+
+    def kill(self, service: str) -> None:
+        docker(["kill", "--signal", "SIGKILL", self.container(service)])
+
+    def start(self, service: str) -> None:
+        docker(["start", self.container(service)])
+        self._wait_healthy(service)
+
+    def pause(self, service: str) -> None:
+        docker(["pause", self.container(service)])
+
+    def resume(self, service: str) -> None:
+        docker(["unpause", self.container(service)])
+
+    def restart(self, service: str) -> None:
+        docker(["restart", self.container(service)])
+        self._wait_healthy(service)
+
+    def _wait_healthy(self, service: str) -> None:
+        deadline = time.monotonic() + float(self._state.get("health_timeout", 60.0))
+        while time.monotonic() < deadline:
+            if self.health().get(service):
+                return
+            time.sleep(0.5)
+        raise StackError(f"{service} not healthy; see `docker compose logs {service.split('-')[0]}`")
+
+    def services(self) -> list[dict[str, Any]]:
+        rows = []
+        containers = {row["name"]: self.container(row["name"]) for row in self._state["services"]}
+        output = docker(["inspect", "--format",
+                         "{{.Name}} {{.State.Status}} {{if .State.Health}}{{.State.Health.Status}}{{end}}",
+                         *containers.values()])
+        found: dict[str, tuple[str, str]] = {}
+        for line in output.splitlines():
+            parts = line.strip().lstrip("/").split()
+            if parts:
+                found[parts[0]] = (parts[1] if len(parts) > 1 else "unknown", parts[2] if len(parts) > 2 else "")
+        for row in self._state["services"]:
+            status, health = found.get(containers[row["name"]], ("missing", ""))
+            rows.append({"name": row["name"], "pid": None, "port": row.get("port"), "log": None,
+                         "status": status, "healthy": status == "running" and health in ("healthy", "")})
+        return rows
+
+    def health(self) -> dict[str, bool]:
+        return {row["name"]: bool(row["healthy"]) for row in self.services()}
+
+    def down(self) -> None:
+        self._compose("down", timeout=120.0)
+        remove_state(self.root)
+
+
+def start_compose_stack(settings: StackSettings) -> ComposeStack:
+    root = settings.root.resolve()
+    if read_state(root) is not None:
+        raise StackAlreadyRunning(f"a stack is already recorded in {root}; `harness down` first")
+    layout = read_layout(settings.compose_file or Path("docker-compose.yml"))
+    env = dict(os.environ)
+    env.update(settings.env)
+    env["APP_WORKERS"] = str(settings.app_workers)
+    docker(["compose", "-f", str(layout.file), "-p", PROJECT, "up", "-d", "--wait",
+            "--scale", f"consumer={settings.consumers}", *CORE_SERVICES],
+           timeout=settings.health_timeout * 4 + 60, env=env)
+    try:
+        proxies = Nemesis(layout.toxiproxy_url).proxies()
+    except NemesisError as error:
+        raise StackError(f"the compose Toxiproxy does not answer: {error}") from error
+    missing = [name for name in PROXIES if name not in proxies]
+    if missing:
+        raise StackError(f"the compose Toxiproxy has no proxy {', '.join(missing)}; "
+                         "check compose/toxiproxy.json")
+    services = [
+        {"name": "redis", "pid": None, "port": int(layout.redis_url.rsplit(":", 1)[1].split("/")[0]), "log": None},
+        {"name": "toxiproxy", "pid": None, "port": int(layout.toxiproxy_url.rsplit(":", 1)[1]), "log": None},
+        {"name": "app", "pid": None, "port": int(layout.app_direct_url.rsplit(":", 1)[1]), "log": None},
+    ] + [{"name": f"consumer-{i}", "pid": None, "port": None, "log": None}
+         for i in range(1, settings.consumers + 1)]
+    unsafe = settings.env.get("TARGET_APP_UNSAFE_DISABLE", "")
+    state = {
+        "mode": "compose", "phase": "running", "started_at": time.time(), "root": str(root),
+        "app_url": layout.app_url, "app_direct_url": layout.app_direct_url,
+        "toxiproxy_url": layout.toxiproxy_url, "toxiproxy_kind": "compose",
+        "redis_url": layout.redis_url, "redis_proxy_url": layout.redis_proxy_url,
+        "webhook_secret": settings.env.get("TARGET_APP_WEBHOOK_SECRET") or layout.webhook_secret,
+        "stream": layout.stream, "group": layout.group,
+        "unsafe_disable": sorted({p.strip() for p in unsafe.split(",") if p.strip()}),
+        "compose_file": str(layout.file), "project": PROJECT,
+        "health_timeout": settings.health_timeout, "services": services,
+    }
+    root.mkdir(parents=True, exist_ok=True)
+    write_state(root, state)
+    return ComposeStack(root, json.loads(json.dumps(state)))
+
+
+def open_compose_stack(root: Path, state: dict[str, Any]) -> ComposeStack:
+    return ComposeStack(root, state)
+
