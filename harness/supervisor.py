@@ -22,6 +22,7 @@ import json
 import os
 import secrets
 import selectors
+import shutil
 import signal
 import socket
 import sys
@@ -74,7 +75,7 @@ class Supervisor:
         else:
             self.ports["toxiproxy"] = free_port()
             self.toxiproxy_url = f"http://{svc.HOST}:{self.ports['toxiproxy']}"
-            self.toxiproxy_kind = "server" if _which("toxiproxy-server") else "embedded"
+            self.toxiproxy_kind = "server" if shutil.which("toxiproxy-server") else "embedded"
         self.phase = "starting"
 
     # --- building the services -------------------------------------------------
@@ -98,7 +99,7 @@ class Supervisor:
         data_dir.mkdir(parents=True, exist_ok=True)
         self._add(svc.ServiceSpec(
             name="redis",
-            argv=[_which("redis-server") or "redis-server", "--bind", svc.HOST, "--port", str(redis_port),
+            argv=[shutil.which("redis-server") or "redis-server", "--bind", svc.HOST, "--port", str(redis_port),
                   "--dir", str(data_dir), "--save", "", "--appendonly", "yes",
                   "--appendfsync", "always", "--protected-mode", "no", "--daemonize", "no"],
             env=self._base_env(), log_path=self.logs / "redis.log", port=redis_port,
@@ -106,7 +107,7 @@ class Supervisor:
         if self.toxiproxy_kind != "external":
             port = self.ports["toxiproxy"]
             if self.toxiproxy_kind == "server":
-                argv = [_which("toxiproxy-server") or "toxiproxy-server", "-host", svc.HOST, "-port", str(port)]
+                argv = [shutil.which("toxiproxy-server") or "toxiproxy-server", "-host", svc.HOST, "-port", str(port)]
             else:
                 argv = svc.python_module("harness.toxiproxy", "--host", svc.HOST, "--port", str(port))
             url = self.toxiproxy_url
@@ -267,12 +268,6 @@ class Supervisor:
 
 def _unsafe_list(raw: str) -> list[str]:
     return sorted({part.strip() for part in raw.split(",") if part.strip()})
-
-
-def _which(program: str) -> str | None:
-    import shutil
-
-    return shutil.which(program)
 
 
 def _report(message: dict[str, object]) -> bool:

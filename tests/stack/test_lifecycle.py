@@ -175,3 +175,26 @@ def test_settings_are_validated() -> None:
         StackSettings(app_workers=0)
     with pytest.raises(StackError):
         StackSettings(env={"PATH": "/bin"})
+
+
+def test_an_external_toxiproxy_gets_the_proxies_and_loses_them_at_down(tmp_path: Path) -> None:
+    from harness.nemesis import Nemesis
+    from harness.toxiproxy.server import EmbeddedToxiproxy
+
+    root = tmp_path / "h"
+    with EmbeddedToxiproxy() as toxiproxy:
+        stack = start_stack(small_settings(root, consumers=0, toxiproxy_url=toxiproxy.url))
+        try:
+            state = stack.state
+            assert state["toxiproxy_kind"] == "external" and state["toxiproxy_url"] == toxiproxy.url
+            assert [row["name"] for row in state["services"]] == ["redis", "app"]
+            assert set(Nemesis(toxiproxy.url).proxies()) == {"app", "redis"}
+            assert stack.health() == {"redis": True, "app": True, "toxiproxy": True}
+            assert create_order(state["app_url"]).status_code == 201
+            with pytest.raises(StackError, match="unknown service"):
+                stack.kill("toxiproxy")
+            ports = stack_ports(state)
+        finally:
+            stack.down()
+        assert Nemesis(toxiproxy.url).proxies() == {}
+    assert wait_until_gone(root.resolve(), ports) == ([], [])
