@@ -185,6 +185,11 @@ class LinkControl(Protocol):
     def reset_connection(self) -> None: ...
 
 
+def _resolve(future: "asyncio.Future[None]") -> None:
+    if not future.done():
+        future.set_result(None)
+
+
 class Behaviour:
     """A toxic acting on one direction of one connection. Default: pass through."""
 
@@ -192,12 +197,33 @@ class Behaviour:
         self.toxic = toxic
         self.link = link
         self.revision = toxic.revision
+        self._stopped = False
+        self._sleeping: asyncio.Future[None] | None = None
 
     def start(self) -> None:
         """Called when the toxic starts acting on this connection (or is updated)."""
+        self._stopped = False
 
     def stop(self) -> None:
-        """Called when the toxic stops acting (removed, updated, connection closed)."""
+        """Called when the toxic stops acting (removed, updated, connection closed).
+        A chunk it is holding is let go at once, as Toxiproxy's interrupt does."""
+        self._stopped = True
+        if self._sleeping is not None and not self._sleeping.done():
+            self._sleeping.set_result(None)
+
+    async def _sleep(self, delay: float) -> None:
+        """Sleep that `stop` cuts short (a huge latency must not pin a chunk)."""
+        if delay <= 0 or self._stopped:
+            return
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[None] = loop.create_future()
+        handle = loop.call_later(delay, _resolve, future)
+        self._sleeping = future
+        try:
+            await future
+        finally:
+            handle.cancel()
+            self._sleeping = None
 
     def removed(self) -> None:
         """Called once the toxic was deleted from the proxy (after stop)."""
@@ -220,7 +246,7 @@ class _Latency(Behaviour):
         # delayed once overall rather than once per chunk in sequence.
         remaining = delay / 1000.0 - (time.monotonic() - arrived)
         if remaining > 0:
-            await asyncio.sleep(remaining)
+            await self._sleep(remaining)
         await emit(data)
 
 
@@ -235,7 +261,7 @@ class _Bandwidth(Behaviour):
             # Send at most 100 ms worth at a time, then wait that long.
             step = max(1, rate * 100)
             piece, view = view[:step], view[step:]
-            await asyncio.sleep(len(piece) / (rate * 1000.0))
+            await self._sleep(len(piece) / (rate * 1000.0))
             await emit(bytes(piece))
 
 
@@ -243,7 +269,7 @@ class _SlowClose(Behaviour):
     async def before_close(self) -> None:
         delay = self.toxic.attributes["delay"]
         if delay > 0:
-            await asyncio.sleep(delay / 1000.0)
+            await self._sleep(delay / 1000.0)
 
 
 class _Timeout(Behaviour):
@@ -256,9 +282,14 @@ class _Timeout(Behaviour):
         self._handle: asyncio.TimerHandle | None = None
 
     def start(self) -> None:
+        super().start()
         self._arm()
 
     def stop(self) -> None:
+        super().stop()
+        self._cancel()
+
+    def _cancel(self) -> None:
         if self._handle is not None:
             self._handle.cancel()
             self._handle = None
@@ -267,7 +298,7 @@ class _Timeout(Behaviour):
         self.link.close_connection()
 
     def _arm(self) -> None:
-        self.stop()
+        self._cancel()
         timeout = self.toxic.attributes["timeout"]
         if timeout > 0:  # 0 holds the connection open forever
             self._handle = asyncio.get_running_loop().call_later(timeout / 1000.0, self.link.close_connection)
@@ -286,9 +317,13 @@ class _ResetPeer(Behaviour):
         self._fired: asyncio.Event | None = None
 
     def stop(self) -> None:
+        super().stop()
         if self._handle is not None:
             self._handle.cancel()
             self._handle = None
+        if self._fired is not None:
+            self._fired.set()  # a close waiting on the reset goes ahead normally
+        self._fired = None
 
     def _trigger(self) -> asyncio.Event:
         if self._fired is None:
@@ -328,7 +363,7 @@ class _Slicer(Behaviour):
             await emit(data[offset : offset + size])
             offset += size
             if delay > 0 and offset < len(data):
-                await asyncio.sleep(delay)
+                await self._sleep(delay)
 
 
 class _LimitData(Behaviour):

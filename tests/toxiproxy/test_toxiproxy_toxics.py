@@ -284,3 +284,25 @@ def test_removing_a_toxic_mid_flight_keeps_byte_order(tp_server, make_proxy) -> 
         assert requests.delete(f"{tp_server.url}/proxies/echo/toxics/lag", timeout=5).status_code == 204
         sock.sendall(b"second")
         assert recv_exactly(sock, 12) == b"first-second"
+
+
+def test_removing_a_huge_latency_lets_held_data_go(tp_server, make_proxy) -> None:
+    port = make_proxy()
+    add_toxic(tp_server, "echo", {"name": "lag", "type": "latency", "attributes": {"latency": 600_000}})
+    with connect(port, timeout=5) as sock:
+        sock.sendall(b"held")
+        time.sleep(0.05)
+        assert requests.delete(f"{tp_server.url}/proxies/echo/toxics/lag", timeout=5).status_code == 204
+        assert recv_exactly(sock, 4) == b"held"
+
+
+def test_removing_slow_close_while_closing_lets_the_close_through(tp_server, make_proxy) -> None:
+    port = make_proxy()
+    add_toxic(tp_server, "echo", {"name": "slow", "type": "slow_close", "attributes": {"delay": 600_000}})
+    with connect(port, timeout=5) as sock:
+        sock.sendall(b"bye")
+        assert recv_exactly(sock, 3) == b"bye"
+        sock.shutdown(socket.SHUT_WR)
+        time.sleep(0.05)
+        assert requests.delete(f"{tp_server.url}/proxies/echo/toxics/slow", timeout=5).status_code == 204
+        assert recv_until_eof(sock) == b""
