@@ -19,8 +19,8 @@ from harness.ports import free_port
 from target_app.app import create_app
 from target_app.settings import Settings
 
-ROOT = Path(__file__).resolve().parents[2]
-SECRET = "test-webhook-secret"
+from ta_helpers import ROOT, SECRET, settings_env
+
 
 
 @pytest.fixture
@@ -39,19 +39,6 @@ def rclient(redis_url: str) -> Iterator[redis.Redis]:
 @pytest.fixture
 def client(settings: Settings):
     return create_app(settings).test_client()
-
-
-def settings_env(settings: Settings) -> dict[str, str]:
-    return {
-        "TARGET_APP_REDIS_URL": settings.redis_url,
-        "TARGET_APP_WEBHOOK_SECRET": settings.webhook_secret,
-        "TARGET_APP_IDEMPOTENCY_TTL": str(settings.idempotency_ttl),
-        "TARGET_APP_INFLIGHT_LEASE": str(settings.inflight_lease),
-        "TARGET_APP_UNSAFE_DISABLE": ",".join(sorted(settings.unsafe_disable)),
-        "TARGET_APP_INVENTORY": ",".join(f"{k}={v}" for k, v in settings.inventory.items()),
-        "TARGET_APP_STREAM": settings.stream,
-        "TARGET_APP_GROUP": settings.group,
-    }
 
 
 class Gunicorn:

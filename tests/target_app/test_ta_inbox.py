@@ -18,7 +18,7 @@ from target_app.consumer import Consumer, publish_payment
 from target_app.domain import Domain
 from target_app.inbox import HandlerFailed, Inbox, PaymentMessage
 
-from conftest import ROOT, settings_env
+from ta_helpers import ROOT, settings_env
 
 
 def make_order(rclient, amount=1000) -> str:
