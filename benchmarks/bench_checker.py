@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -185,7 +186,8 @@ def main() -> None:
               f"| {figures['peak_mib']:.0f} | {figures['peak_mib'] - figures['base_mib']:.0f} "
               f"| {figures['valid']} |", flush=True)
         print(f"<!-- generated in {generated:.1f} s; violations {figures['violations']} -->", flush=True)
-    print(f"<!-- python {sys.version.split()[0]} -->")
+    print(f"<!-- python {sys.version.split()[0]}, load average at the end "
+          f"{' '.join(f'{x:.1f}' for x in os.getloadavg())} -->")
 
 
 if __name__ == "__main__":

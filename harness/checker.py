@@ -309,15 +309,19 @@ def _evidence(
     # Bounded min-heaps: the lowest score (then the latest invoke) drops out first.
     heaps: list[list[tuple[int, float, int, dict[str, Any]]]] = [[] for _ in findings]
     for sequence, op in enumerate(operations):
-        hits: set[int] = set(by_order.get(op.get("order_id"), ()))
-        key = op.get("idempotency_key")
-        if key is not None:
-            hits.update(by_key.get((op.get("tenant") or "default", key), ()))
-        message_id = op.get("message_id")
-        if message_id is not None:
-            hits.update(by_message.get(message_id, ()))
-        for number in hits:
-            entry = (_relevance(findings[number], op), -float(op.get("invoke_time") or 0.0), sequence, op)
+        # Most operations touch nothing that failed: test that before allocating.
+        get = op.get
+        hits = by_order.get(get("order_id"), ())
+        key = get("idempotency_key")
+        if key is not None and by_key:
+            hits = (*hits, *by_key.get((get("tenant") or "default", key), ()))
+        message_id = get("message_id")
+        if message_id is not None and by_message:
+            hits = (*hits, *by_message.get(message_id, ()))
+        if not hits:
+            continue
+        for number in set(hits):
+            entry = (_relevance(findings[number], op), -float(get("invoke_time") or 0.0), sequence, op)
             heap = heaps[number]
             if len(heap) < EVIDENCE_OPERATIONS:
                 heapq.heappush(heap, entry)

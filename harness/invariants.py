@@ -165,10 +165,6 @@ class HistoryIndex:
             if replayed:
                 replays += 1
             order_id = get("order_id")
-            if order_id is not None:
-                exported = orders.get(order_id)
-                if exported is not None:
-                    order_id = exported[0]
 
             flags_of = flag_table.get(name)
             if flags_of is not None:
@@ -178,7 +174,15 @@ class HistoryIndex:
                     flags = flags_of.get(kind, flags_of["info"])
                     if name == "publish":
                         flags |= self._message(get("message_id"), kind, order_id, provider_ref)
-                    pairs[pair] = pairs.get(pair, 0) | flags
+                    known = pairs.get(pair)
+                    if known is None:
+                        # a new pair keeps the export's id string, not this operation's copy
+                        exported = orders.get(order_id)
+                        if exported is not None:
+                            pair = (exported[0], provider_ref)
+                        pairs[pair] = flags
+                    elif known | flags != known:
+                        pairs[pair] = known | flags
             elif name == "create_order" and kind == "ok" and order_id is not None:
                 self._created(op, order_id)
 
@@ -213,12 +217,14 @@ class HistoryIndex:
         key = op.get("idempotency_key")
         if key is None:
             return
+        exported = self.export.orders.get(order_id)
+        if exported is not None:
+            order_id = exported[0]
         tenant = op.get("tenant") or "default"
         scope = scope_key(tenant, key)
         first = self.created.setdefault(scope, order_id)
         if first != order_id:
             self.created_extra.setdefault(scope, {first}).add(order_id)
-        exported = self.export.orders.get(order_id)
         if exported is None:
             self._report(("lost_order", order_id), Finding(
                 "one_order_per_key",
@@ -250,7 +256,8 @@ class HistoryIndex:
             code = answer_code(status, digest)
             known = self.replays.get(scope)
             if known is None:
-                self.replays[scope] = (code, order_id)
+                exported = self.export.orders.get(order_id)
+                self.replays[scope] = (code, exported[0] if exported is not None else order_id)
             elif isinstance(known[0], set):
                 known[0].add(code)
             elif known[0] != code:
