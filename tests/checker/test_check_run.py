@@ -106,3 +106,13 @@ def test_unreadable_history_is_a_harness_failure(tmp_path: Path) -> None:
     (run_dir / "histories" / "w3.jsonl").write_bytes(b'{"type": "ok", "op_id": "x:1"}\n')
     with pytest.raises(CheckerError, match="history"):
         check_run(run_dir)
+
+
+def test_settings_and_fault_log_are_optional(tmp_path: Path) -> None:
+    run_dir = make_run(tmp_path)
+    (run_dir / "settings.json").unlink()
+    (run_dir / "faults.jsonl").unlink()
+    result = check_run(run_dir)
+    assert result.valid
+    assert (result.run_id, result.scenario, result.unsafe_disable) == ("r-1", "", [])
+    assert result.counts["faults"] == 0

@@ -373,3 +373,15 @@ def test_message_with_two_effects_fails() -> None:
     assert violation.order_id == "o1"
     assert violation.details["outcomes"] == ["paid", "already_paid"]
     assert [op["op"] for op in violation.evidence["operations"]] == ["create_order", "publish"]
+
+
+def test_message_handled_as_paid_counts_even_when_the_publish_was_indeterminate() -> None:
+    run = Run()
+    run.create("k1", "o1")
+    run.publish("o1", "pr1", "m1", "info")
+    run.order("o1", "k1")
+    run.effect("m1", "o1", "pr1", "paid")
+    result = run.check()
+    assert failed(result) == {"no_lost_acknowledgement"}
+    assert result.invariant("no_lost_acknowledgement").violations[0].details["acknowledged_by"] == [
+        "message handled as paid"]

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import orjson
+import pytest
 
 from checker_builders import Run
-from harness.checker import VIOLATION_CAP, CheckResult, check
+from harness.checker import VIOLATION_CAP, CheckerError, CheckResult, check
 from harness.invariants import INVARIANTS
 
 
@@ -112,3 +113,13 @@ def test_empty_run_is_valid() -> None:
     result = check([], [])
     assert result.valid
     assert all(item.checked == 0 for item in result.invariants)
+
+
+def test_unknown_export_kinds_are_ignored_but_a_line_without_kind_is_an_error() -> None:
+    run = Run()
+    run.paid_order("o1", "pr1")
+    run.export.append({"kind": "something_newer", "x": 1})
+    assert run.check().valid
+    run.export.append({"id": "o2"})
+    with pytest.raises(CheckerError, match="no kind"):
+        run.check()
