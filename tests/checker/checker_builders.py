@@ -120,7 +120,7 @@ class Run:
         """Inventory lines that conserve stock for the orders exported so far."""
         reserved: dict[str, int] = {}
         for line in self.export:
-            if line["kind"] == "order":
+            if line.get("kind") == "order":
                 reserved[line["sku"]] = reserved.get(line["sku"], 0) + line["quantity"]
         return [{"kind": "inventory", "sku": sku, "available": added_total - quantity,
                  "added_total": added_total} for sku, quantity in sorted(reserved.items())]
@@ -128,7 +128,7 @@ class Run:
     def check(self, **kwargs: Any) -> CheckResult:
         """Check with inventory balanced unless the test wrote inventory lines itself."""
         export = list(self.export)
-        if not any(line["kind"] == "inventory" for line in export):
+        if not any(line.get("kind") == "inventory" for line in export):
             export += self.balanced_inventory()
         return check(list(self.operations), export, list(self.faults), **kwargs)
 
