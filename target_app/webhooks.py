@@ -10,11 +10,13 @@ import hashlib
 import hmac
 import time
 
+from target_app.errors import TargetAppError
+
 TOLERANCE_SECONDS = 300
 SIGNATURE_HEADER = "Webhook-Signature"
 
 
-class SignatureError(ValueError):
+class SignatureError(TargetAppError):
     """Why a signature was refused (missing, malformed, stale, wrong)."""
 
 

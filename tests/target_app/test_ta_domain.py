@@ -6,7 +6,7 @@ import uuid
 
 import pytest
 import redis
-from hypothesis import HealthCheck, settings as hsettings, strategies as st
+from hypothesis import HealthCheck, Phase, settings as hsettings, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
 from target_app.app import create_app
@@ -87,6 +87,7 @@ class DomainMachine(RuleBasedStateMachine):
     """Payments through the API, webhooks and messages keep one payment per order."""
 
     redis_url: str = ""
+    unsafe: frozenset = frozenset()
 
     @initialize()
     def setup(self):
@@ -94,9 +95,9 @@ class DomainMachine(RuleBasedStateMachine):
         client.flushdb()
         self.redis = client
         settings = Settings(redis_url=self.redis_url, webhook_secret="test-webhook-secret",
-                            inventory={"sku-1": 1000})
+                            inventory={"sku-1": 1000}, unsafe_disable=self.unsafe)
         self.http = create_app(settings).test_client()
-        self.inbox = Inbox(client)
+        self.inbox = Inbox(client, domain_guard="domain" not in self.unsafe)
         self.orders = [create_order(self.http, amount_cents=1000)["id"] for _ in range(3)]
         self.first_ref: dict[str, str] = {}
         self.message_ids: set[str] = set()
@@ -152,12 +153,24 @@ class DomainMachine(RuleBasedStateMachine):
         assert len(effects) == len(self.message_ids)
 
 
-def test_domain_state_machine(redis_url):
-    DomainMachine.redis_url = redis_url
-    runner = DomainMachine.TestCase
-    runner.settings = hsettings(max_examples=15, stateful_step_count=20, deadline=None,
-                                suppress_health_check=list(HealthCheck))
+def run_machine(redis_url: str, unsafe: frozenset = frozenset()) -> None:
+    machine = type("Machine", (DomainMachine,), {"redis_url": redis_url, "unsafe": unsafe})
+    runner = machine.TestCase
+    # The mutant run only has to fail; shrinking its counterexample would cost seconds.
+    phases = [Phase.generate] if unsafe else list(Phase)
+    runner.settings = hsettings(max_examples=25, stateful_step_count=20, deadline=None,
+                                suppress_health_check=list(HealthCheck), database=None,
+                                print_blob=False, phases=phases, report_multiple_bugs=False)
     runner("runTest").runTest()
+
+
+def test_domain_state_machine(redis_url):
+    run_machine(redis_url)
+
+
+def test_domain_state_machine_catches_the_domain_mutant(redis_url):
+    with pytest.raises(AssertionError):
+        run_machine(redis_url, frozenset({"domain"}))
 
 
 def test_publish_payment_helper(rclient):

@@ -54,3 +54,17 @@ def test_bad_values_fail_at_startup(env):
 def test_settings_are_frozen():
     with pytest.raises(AttributeError):
         Settings().redis_url = "x"  # type: ignore[misc]
+
+
+def test_wsgi_entry_refuses_an_unknown_negative_control():
+    import os
+    import subprocess
+    import sys
+
+    from ta_helpers import ROOT
+
+    env = {**os.environ, "TARGET_APP_UNSAFE_DISABLE": "api,nope", "TARGET_APP_REDIS_URL": "redis://127.0.0.1:1/0"}
+    result = subprocess.run([sys.executable, "-c", "import target_app.wsgi"], cwd=ROOT, env=env,
+                            capture_output=True, text=True, timeout=30)
+    assert result.returncode != 0
+    assert "ConfigError" in result.stderr and "nope" in result.stderr
