@@ -166,6 +166,9 @@ def measure(run_dir: Path) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small sizes only")
+    parser.add_argument("--repeat", type=int, default=3,
+                        help="checks per row; the best wall and CPU time are shown, because "
+                             "other work on a shared machine only ever adds time")
     args = parser.parse_args()
     if args.quick:
         rows = [(2_000, 1, 0), (4_000, 1, 0), (2_000, 4, 0), (4_000, 1, 40)]
@@ -180,12 +183,17 @@ def main() -> None:
             started = time.perf_counter()
             operations = generate(run_dir, orders=orders, rounds=rounds, duplicates=duplicates)
             generated = time.perf_counter() - started
-            figures = measure(run_dir)
+            runs = [measure(run_dir) for _ in range(max(1, args.repeat))]
+        figures = min(runs, key=lambda figure: figure["seconds"])
+        figures["cpu"] = min(figure["cpu"] for figure in runs)
+        figures["peak_mib"] = max(figure["peak_mib"] for figure in runs)
         assert figures["operations"] == operations, figures
         print(f"| {orders:,} | {operations:,} | {duplicates:,} | {figures['seconds']:.2f} | {figures['cpu']:.2f} "
               f"| {figures['peak_mib']:.0f} | {figures['peak_mib'] - figures['base_mib']:.0f} "
               f"| {figures['valid']} |", flush=True)
-        print(f"<!-- generated in {generated:.1f} s; violations {figures['violations']} -->", flush=True)
+        walls = ", ".join(f"{figure['seconds']:.2f}" for figure in runs)
+        print(f"<!-- generated in {generated:.1f} s; violations {figures['violations']}; "
+              f"wall of each check {walls} s -->", flush=True)
     print(f"<!-- python {sys.version.split()[0]}, load average at the end "
           f"{' '.join(f'{x:.1f}' for x in os.getloadavg())} -->")
 
