@@ -1,10 +1,11 @@
 """The checker: a run's history, fault log and final state in; a verdict with evidence out.
 
 `check` is pure (no I/O); `check_run` reads a run directory (docs/internals.md) and
-calls it. The invariants themselves live in harness.invariants. The history is read
-in one streaming pass; when something failed, a second pass picks out the
-operations that touched the failing orders, so evidence never needs the whole
-history in memory.
+calls it. This module holds the inputs and outputs: the export reduced to compact
+tuples (`ExportState`), the result types and the evidence; the history index and
+the invariants themselves live in harness.invariants. The history is read in one
+streaming pass; when something failed, a second pass picks out the operations that
+touched the failing subjects, so evidence never needs the whole history in memory.
 """
 
 from __future__ import annotations

@@ -1,11 +1,11 @@
-"""The facts the checker needs, indexed compactly, and the seven invariants over them.
+"""The history folded into compact per-subject records, and the seven invariants.
 
 Memory must grow with the number of orders, not of operations (DESIGN.md, Scale):
-the export is loaded first (it is proportional to orders), then the history is
-streamed once and folded into small per-subject records: attempt flags per
-(order, provider_ref), the ok order ids per idempotency key, the response digests
-per key. Nothing keeps a whole operation; evidence is gathered later, in a second
-pass over only the orders that failed (see harness.checker).
+the export (harness.checker.ExportState, proportional to orders) is loaded first,
+then the history is streamed once and folded into small records: attempt flags
+per (order, provider_ref), the ok order ids per idempotency key, one int per key
+for its original and replayed answers. No operation is kept; evidence is
+gathered afterwards, in a second pass, for the failing subjects only.
 """
 
 from __future__ import annotations
@@ -71,7 +71,7 @@ def answer_code(status: int, digest: str) -> int:
     Comparing replays needs only equality of (status, body); a full digest string
     per idempotency key would dominate the checker's memory.
     """
-    return (status << 64) | (hash(digest) & _MASK64)
+    return (int(status) << 64) | (hash(digest) & _MASK64)
 
 
 @dataclass
