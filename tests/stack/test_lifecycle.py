@@ -113,7 +113,32 @@ def test_cli_up_status_down_in_process(tmp_path: Path, capsys: pytest.CaptureFix
     assert "no stack is running" in capsys.readouterr().out
 
 
-def test_harness_up_killed_mid_start_leaves_nothing(tmp_path: Path) -> None:
+def harness(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "harness.cli", *args], capture_output=True,
+                          text=True, timeout=120)
+
+
+def test_the_stack_outlives_harness_up_and_harness_down_stops_it(tmp_path: Path) -> None:
+    root = tmp_path / "h"
+    up = harness("up", "--root", str(root), "--app-workers", "1", "--consumers", "1")
+    assert up.returncode == 0, up.stderr
+    state = read_state(root)
+    assert state is not None and state["app_url"] in up.stdout
+    try:
+        time.sleep(0.5)  # the `harness up` process is gone; the stack must not follow it
+        stack = open_stack(root)
+        assert stack is not None and all(stack.health().values())
+        assert create_order(state["app_url"]).status_code == 201
+        status = harness("status", "--root", str(root), "--json")
+        assert status.returncode == 0 and json.loads(status.stdout)["app_url"] == state["app_url"]
+    finally:
+        down = harness("down", "--root", str(root))
+    assert down.returncode == 0, down.stderr
+    assert wait_until_gone(root, stack_ports(state)) == ([], [])
+
+
+@pytest.mark.parametrize("signum", [signal.SIGKILL, signal.SIGINT])
+def test_harness_up_killed_mid_start_leaves_nothing(tmp_path: Path, signum: int) -> None:
     root = tmp_path / "h"
     process = subprocess.Popen(
         [sys.executable, "-m", "harness.cli", "up", "--root", str(root), "--app-workers", "2",
@@ -132,8 +157,8 @@ def test_harness_up_killed_mid_start_leaves_nothing(tmp_path: Path) -> None:
         time.sleep(0.01)
     assert started, "the supervisor never started a service"
     assert started["phase"] == "starting"
-    process.send_signal(signal.SIGKILL)
-    process.wait(timeout=5)
+    process.send_signal(signum)
+    assert process.wait(timeout=30) == (-signal.SIGKILL if signum == signal.SIGKILL else 130)
     processes, listening = wait_until_gone(root, stack_ports(started))
     assert processes == [] and listening == []
     assert not svc.pid_alive(started["supervisor_pid"])

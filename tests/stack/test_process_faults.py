@@ -3,6 +3,8 @@ on its own stack because they break things."""
 
 from __future__ import annotations
 
+import os
+import signal
 import time
 from pathlib import Path
 
@@ -11,7 +13,7 @@ import requests
 
 from harness import services as svc
 from harness.cli import main
-from harness.stack import StackError, start_stack
+from harness.stack import StackError, open_stack, start_stack
 from tests.stack.conftest import create_order, small_settings, stack_ports, wait_until_gone
 
 
@@ -107,14 +109,9 @@ def test_supervisor_killed_takes_every_service_with_it(tmp_path: Path) -> None:
     state = stack.state
     ports = stack_ports(state)
     supervisor = state["supervisor_pid"]
-    import os
-    import signal
-
     os.kill(supervisor, signal.SIGKILL)
     processes, listening = wait_until_gone(root.resolve(), ports)
     assert processes == [] and listening == []
     assert stack._process is not None and stack._process.wait(timeout=5) == -signal.SIGKILL
     # the state file it left is stale: detected and cleaned
-    from harness.stack import open_stack
-
     assert open_stack(root) is None and not (root / "state.json").exists()
