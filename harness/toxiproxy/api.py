@@ -198,9 +198,7 @@ class ToxiproxyApi:
         fields = _proxy_fields(_decode(body), listen=proxy.listen, upstream=proxy.upstream, enabled=proxy.enabled)
         if fields["listen"] != proxy.listen or fields["upstream"] != proxy.upstream:
             await proxy.stop()
-            proxy.listen = fields["listen"]
-            proxy.upstream = fields["upstream"]
-            proxy._upstream_address = None
+            proxy.retarget(fields["listen"], fields["upstream"])
             if fields["enabled"]:
                 await proxy.start()
         elif fields["enabled"] and not proxy.enabled:

@@ -120,6 +120,12 @@ class Proxy:
             self._upstream_address = split_address(self.upstream)
         return self._upstream_address
 
+    def retarget(self, listen: str, upstream: str) -> None:
+        """New addresses for a stopped proxy; they apply at the next start."""
+        self.listen = listen
+        self.upstream = upstream
+        self._upstream_address = None
+
     def _toxics_changed(self) -> None:
         for connection in list(self.connections):
             connection.refresh()

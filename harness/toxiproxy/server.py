@@ -14,7 +14,7 @@ from types import TracebackType
 
 from harness.toxiproxy.api import ToxiproxyApi
 from harness.toxiproxy.errors import ToxiproxyError
-from harness.toxiproxy.http import serve_connection
+from harness.toxiproxy.httpserver import serve_connection
 
 
 def _new_loop() -> asyncio.AbstractEventLoop:
