@@ -302,7 +302,10 @@ def start_stack(settings: StackSettings) -> RunningStack:
         raise
     if not report.get("ok"):
         _stop_supervisor(process)
-        raise StackError(str(report.get("error")) or "the stack did not start")
+        message = str(report.get("error") or "the stack did not start")
+        if "\n" not in message:  # no service log attached: show the supervisor's own
+            message += f"; end of {log_path}:\n{svc.tail(log_path)}"
+        raise StackError(message)
     state = read_state(root)
     if state is None:
         _stop_supervisor(process)

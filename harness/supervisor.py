@@ -27,6 +27,7 @@ import signal
 import socket
 import sys
 import time
+import traceback
 from pathlib import Path
 
 import requests
@@ -349,6 +350,10 @@ def run(root: Path) -> int:
             listener = bind_control_socket(root)
         except (svc.ServiceError, OSError) as error:
             _report({"ok": False, "error": str(error)})
+            return 1
+        except Exception as error:  # noqa: BLE001 - a bug here must still reach `harness up`
+            traceback.print_exc()
+            _report({"ok": False, "error": f"supervisor failed: {type(error).__name__}: {error}"})
             return 1
         supervisor.phase = "running"
         supervisor.write_state()
