@@ -6,6 +6,7 @@ import asyncio
 import errno
 import os
 import socket
+from collections.abc import Callable
 from typing import Any
 
 from harness.toxiproxy.errors import TOXIC_EXISTS, TOXIC_NOT_FOUND, ApiError, api_error
@@ -41,7 +42,7 @@ def format_address(host: str, port: int) -> str:
 class ToxicCollection:
     """The ordered toxic chains of one proxy. Names are unique across both streams."""
 
-    def __init__(self, on_change: Any) -> None:
+    def __init__(self, on_change: Callable[[], None]) -> None:
         self.upstream: list[Toxic] = []
         self.downstream: list[Toxic] = []
         self._on_change = on_change

@@ -368,3 +368,21 @@ def test_garbage_request_does_not_kill_server(tp_server: EmbeddedToxiproxy) -> N
         sock.sendall(b"\x00\x01garbage\r\n\r\n")
         assert sock.recv(100).startswith(b"HTTP/1.1 400")
     assert requests.get(f"{tp_server.url}/version", timeout=5).status_code == 200
+
+
+def test_moving_a_proxy_to_a_busy_port_fails_cleanly(tp_server: EmbeddedToxiproxy, make_proxy) -> None:
+    old_port = make_proxy("p")
+    blocker = socket.create_server(("127.0.0.1", 0))
+    try:
+        busy = blocker.getsockname()[1]
+        response = requests.patch(f"{tp_server.url}/proxies/p", json={"listen": f"127.0.0.1:{busy}"}, timeout=5)
+        status, message = error_of(response)
+        assert status == 500 and "address already in use" in message
+        shown = requests.get(f"{tp_server.url}/proxies/p", timeout=5).json()
+        assert shown["enabled"] is False and shown["listen"] == f"127.0.0.1:{busy}"
+        with pytest.raises(ConnectionRefusedError):
+            socket.create_connection(("127.0.0.1", old_port), timeout=2).close()
+    finally:
+        blocker.close()
+    again = requests.patch(f"{tp_server.url}/proxies/p", json={"enabled": True}, timeout=5)
+    assert again.status_code == 200 and again.json()["enabled"] is True
