@@ -15,7 +15,7 @@ from target_app import validation
 from target_app.domain import MAX_AMOUNT_CENTS, MAX_QUANTITY, MAX_STOCK, OUTCOME_STATUS, Domain
 from target_app.errors import PROBLEM_CONTENT_TYPE, Problem, StoreUnavailable
 from target_app.export import export_lines
-from target_app.idempotency import IdempotencyMiddleware, tenant_of
+from target_app.idempotency import IDEMPOTENCY_GUARDED_ENVIRON, IdempotencyMiddleware, tenant_of
 from target_app.idempotency_store import IdempotencyStore, RedisStore
 from target_app.redis_client import make_redis
 from target_app.settings import Settings
@@ -124,8 +124,12 @@ def create_app(settings: Settings | None = None, *,
         quantity = validation.positive_int(document, "quantity", maximum=MAX_QUANTITY)
         amount = validation.positive_int(document, "amount_cents", maximum=MAX_AMOUNT_CENTS)
         currency = validation.currency(document)
+        # The middleware marks requests it guards; only those get a recovery point,
+        # so the `api` mutant (no middleware) really has no protection at all.
+        guarded = request.environ.get(IDEMPOTENCY_GUARDED_ENVIRON) is True
         result = domain.create_order(tenant=tenant, idempotency_key=request.headers.get("Idempotency-Key"),
-                                     sku=sku, quantity=quantity, amount_cents=amount, currency=currency)
+                                     sku=sku, quantity=quantity, amount_cents=amount, currency=currency,
+                                     recovery_ttl=settings.idempotency_ttl if guarded else 0)
         if result.outcome == "unknown_sku":
             raise Problem(422, "Unknown SKU", f"no inventory for sku {sku!r}", type_="/problems/unknown-sku")
         if result.outcome == "out_of_stock":

@@ -18,7 +18,15 @@ from dataclasses import dataclass
 
 import redis
 
-from target_app.keys import COUNTERS, ORDERS_INDEX, SKUS_INDEX, inventory_key, order_key, payments_key
+from target_app.keys import (
+    COUNTERS,
+    ORDERS_INDEX,
+    SKUS_INDEX,
+    inventory_key,
+    order_by_idempotency_key,
+    order_key,
+    payments_key,
+)
 
 MAX_QUANTITY = 1_000_000
 MAX_AMOUNT_CENTS = 10**12
@@ -59,21 +67,32 @@ MARK_PAID_LUA = MARK_PAID_FUNCTION + """
 return mark_paid(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5])
 """
 
-# KEYS[1] inventory hash of the SKU, KEYS[2] the new order's hash, KEYS[3] orders index
-# ARGV[1] quantity, ARGV[2] order id, ARGV[3..] the order's field/value pairs
-# Returns "created" | "unknown_sku" | "out_of_stock"
+# KEYS[1] inventory hash of the SKU, KEYS[2] the new order's hash, KEYS[3] orders index,
+# KEYS[4] the API layer's recovery point for (tenant, Idempotency-Key)
+# ARGV[1] quantity, ARGV[2] order id, ARGV[3] recovery point TTL in seconds ("0": none),
+# ARGV[4..] the order's field/value pairs
+# Returns {"created" | "recovered" | "unknown_sku" | "out_of_stock", order id}
 CREATE_ORDER_LUA = """
+if ARGV[3] ~= '0' then
+  local existing = redis.call('GET', KEYS[4])
+  if existing then
+    return {'recovered', existing}
+  end
+end
 local available = redis.call('HGET', KEYS[1], 'available')
 if not available then
-  return 'unknown_sku'
+  return {'unknown_sku', ''}
 end
 if tonumber(available) < tonumber(ARGV[1]) then
-  return 'out_of_stock'
+  return {'out_of_stock', ''}
 end
 redis.call('HINCRBY', KEYS[1], 'available', -tonumber(ARGV[1]))
-redis.call('HSET', KEYS[2], unpack(ARGV, 3))
+redis.call('HSET', KEYS[2], unpack(ARGV, 4))
 redis.call('SADD', KEYS[3], ARGV[2])
-return 'created'
+if ARGV[3] ~= '0' then
+  redis.call('SET', KEYS[4], ARGV[2], 'EX', tonumber(ARGV[3]))
+end
+return {'created', ARGV[2]}
 """
 
 # KEYS[1] inventory hash of the SKU, KEYS[2] SKU index
@@ -103,7 +122,7 @@ OUTCOME_STATUS = {"paid": 200, "already_paid": 200, "conflict": 409,
 
 @dataclass(frozen=True)
 class CreateResult:
-    outcome: str  # created | unknown_sku | out_of_stock
+    outcome: str  # created | recovered | unknown_sku | out_of_stock
     order: dict | None = None
 
 
@@ -166,7 +185,14 @@ class Domain:
 
     # orders ----------------------------------------------------------------
     def create_order(self, *, tenant: str, idempotency_key: str | None, sku: str, quantity: int,
-                     amount_cents: int, currency: str) -> CreateResult:
+                     amount_cents: int, currency: str, recovery_ttl: int = 0) -> CreateResult:
+        """Reserve stock and create the order in one script.
+
+        `recovery_ttl` > 0 (the API layer is on) also writes, in the same script, a
+        recovery point from (tenant, key) to the order. A retry that runs the
+        handler again, because the first response could not be recorded before the
+        in-flight lease ran out, then finds the order instead of creating another.
+        """
         order_id = "ord_" + uuid.uuid4().hex
         now = time.time()
         fields = {"id": order_id, "tenant": tenant, "idempotency_key": idempotency_key or "",
@@ -175,8 +201,13 @@ class Domain:
         flat: list = []
         for name, value in fields.items():
             flat += [name, value]
-        outcome = self._create(keys=[inventory_key(sku), order_key(order_id), ORDERS_INDEX],
-                               args=[quantity, order_id, *flat])
+        recovery = order_by_idempotency_key(tenant, idempotency_key or "")
+        outcome, found_id = self._create(
+            keys=[inventory_key(sku), order_key(order_id), ORDERS_INDEX, recovery],
+            args=[quantity, order_id, recovery_ttl if idempotency_key else 0, *flat],
+        )
+        if outcome == "recovered":
+            return CreateResult("recovered", self.get_order(found_id))
         if outcome != "created":
             return CreateResult(outcome)
         order = decode_order(order_id, {k: str(v) for k, v in fields.items()})

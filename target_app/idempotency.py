@@ -26,6 +26,9 @@ log = logging.getLogger(__name__)
 
 MAX_KEY_LENGTH = 255
 REPLAY_HEADER = ("Idempotent-Replayed", "true")
+# Set to True in the WSGI environ of every request this layer guards, so the
+# handler can write the layer's recovery point in the same step as its effect.
+IDEMPOTENCY_GUARDED_ENVIRON = "target_app.idempotency.guarded"
 # Pauses between attempts to record a finished response (None: give up).
 FINISH_RETRY_PAUSES = (0.05, 0.2, None)
 # Headers of the original response worth replaying (hop-by-hop and dates are not).
@@ -113,6 +116,7 @@ class IdempotencyMiddleware:
     def _run(self, environ, start_response, tenant, key, token, body) -> Iterable[bytes]:
         environ["wsgi.input"] = io.BytesIO(body)
         environ["CONTENT_LENGTH"] = str(len(body))
+        environ[IDEMPOTENCY_GUARDED_ENVIRON] = True
         captured: dict = {}
 
         def capture(status, headers, exc_info=None):
@@ -137,7 +141,10 @@ class IdempotencyMiddleware:
             self._finish_with_retries(tenant, key, token, status_code, stored, response_body)
         except StoreUnavailable as exc:
             # The effect may have happened; the record stays in flight until its
-            # lease ends, and the client is told the outcome is unknown.
+            # lease ends, and the client is told the outcome is unknown. A retry
+            # after the lease runs the handler again, which finds the recovery
+            # point the handler wrote with its effect (an order) or the domain
+            # guard (a payment), so it does not repeat the effect.
             log.warning("idempotency finish failed for tenant=%s: %s", tenant, exc)
             raise Problem(503, "Store unavailable",
                           "the response could not be recorded; retry with the same key later",

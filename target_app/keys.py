@@ -21,6 +21,11 @@ def idempotency_key(tenant: str, key: str) -> str:
     return f"{PREFIX}idem:{len(tenant)}:{tenant}:{key}"
 
 
+def order_by_idempotency_key(tenant: str, key: str) -> str:
+    """The API layer's recovery point: which order a (tenant, key) created."""
+    return f"{PREFIX}order-by-key:{len(tenant)}:{tenant}:{key}"
+
+
 def order_key(order_id: str) -> str:
     return f"{PREFIX}order:{order_id}"
 
