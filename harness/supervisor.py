@@ -314,7 +314,12 @@ def serve(supervisor: Supervisor, listener: socket.socket) -> None:
         if not selector.select(timeout=0.2):
             continue
         for conn, request in _requests_once(listener):
-            _send(conn, supervisor.handle(request))
+            try:
+                response = supervisor.handle(request)
+            except Exception as error:  # noqa: BLE001 - one bad request must not end the stack
+                traceback.print_exc()
+                response = {"ok": False, "error": f"supervisor failed: {type(error).__name__}: {error}"}
+            _send(conn, response)
 
 
 def _requests_once(listener: socket.socket) -> list[tuple[socket.socket, dict[str, object]]]:
@@ -367,8 +372,8 @@ def run(root: Path) -> int:
     except Shutdown:
         return 0
     finally:
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            signal.signal(signum, signal.SIG_IGN)
         supervisor.phase = "stopping"
         try:
             supervisor.write_state()
