@@ -58,22 +58,27 @@ def test_redis_kill_9_and_restart_keeps_every_acknowledged_order(tmp_path: Path)
     assert wait_until_gone(root.resolve(), ports) == ([], [])
 
 
-def test_app_kill_start_pause_resume(tmp_path: Path) -> None:
+def test_app_kill_start_pause_resume_by_hand(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     root = tmp_path / "h"
     with start_stack(small_settings(root, consumers=0)) as stack:
-        app_url = stack.state["app_url"]
-        stack.kill("app")
+        app_url, direct = stack.state["app_url"], stack.state["app_direct_url"]
+        assert main(["fault", "kill", "app", "--root", str(root)]) == 0
+        assert main(["fault", "list", "--root", str(root)]) == 0
+        assert "process app: killed" in capsys.readouterr().out
         assert stack.health()["app"] is False
         with pytest.raises(requests.RequestException):
-            requests.get(f"{stack.state['app_direct_url']}/healthz", timeout=2)
-        stack.start("app")
+            requests.get(f"{direct}/healthz", timeout=2)
+        assert main(["fault", "start", "app", "--root", str(root)]) == 0
         assert stack.health()["app"] is True
         assert create_order(app_url).status_code == 201
-        stack.pause("app")
+        assert main(["fault", "pause", "app", "--root", str(root)]) == 0
         with pytest.raises(requests.Timeout):
-            requests.get(f"{stack.state['app_direct_url']}/healthz", timeout=0.5)
-        stack.resume("app")
-        assert requests.get(f"{stack.state['app_direct_url']}/healthz", timeout=5).status_code == 200
+            requests.get(f"{direct}/healthz", timeout=0.5)
+        assert main(["fault", "resume", "app", "--root", str(root)]) == 0
+        assert requests.get(f"{direct}/healthz", timeout=5).status_code == 200
+        capsys.readouterr()
+        assert main(["fault", "list", "--root", str(root)]) == 0
+        assert "no active faults" in capsys.readouterr().out
         ports = stack_ports(stack.state)
     assert wait_until_gone(root.resolve(), ports) == ([], [])
 
