@@ -113,8 +113,8 @@ def docker(args: Sequence[str], *, timeout: float = 60.0, env: Mapping[str, str]
     except subprocess.TimeoutExpired:
         raise StackError(f"`docker {' '.join(args)}` did not finish within {timeout:.0f}s") from None
     if result.returncode != 0:
-        detail = (result.stderr or result.stdout).strip().splitlines()
-        raise StackError(f"`docker {' '.join(args)}` failed: {detail[-1] if detail else result.returncode}")
+        detail = [line for line in (result.stderr or result.stdout).splitlines() if line.strip()]
+        raise StackError(f"`docker {' '.join(args)}` failed: {detail[0] if detail else result.returncode}")
     return result.stdout
 
 
