@@ -233,11 +233,16 @@ class Nemesis:
 
     # -- toxics -----------------------------------------------------------------------
     def list_toxics(self) -> list[ToxicInfo]:
-        """Every toxic of every proxy."""
-        result: list[ToxicInfo] = []
-        for name in self.proxies():
-            result.extend(self._toxics_of(name))
-        return result
+        """Every toxic of every proxy, from one consistent snapshot (GET /proxies
+        carries the toxics; toxiproxy-python's Proxy objects drop them)."""
+        raw = self._request("GET", "/proxies", "list toxics")
+        if not isinstance(raw, dict):
+            raise NemesisError(f"list toxics: unexpected answer from toxiproxy: {raw!r}")
+        return [
+            self._toxic_info(name, toxic)
+            for name in sorted(raw)
+            for toxic in (raw[name].get("toxics") or [])
+        ]
 
     def add_toxic(
         self,
@@ -263,6 +268,12 @@ class Nemesis:
             or abs(found.toxicity - float(toxicity)) > 1e-6
             or any(found.attributes.get(key) != value for key, value in checked.items())
         ):
+            if found is not None:
+                # Not the fault that was asked for: take it away rather than leave it on.
+                try:
+                    self.remove_toxic(proxy, toxic_name)
+                except NemesisError:
+                    pass
             raise NemesisVerifyError(f"toxic {toxic_name} on {proxy} is not as requested after adding: {found}")
         return found
 

@@ -202,3 +202,19 @@ def test_a_fault_that_did_not_apply_is_detected(nemesis: Nemesis, monkeypatch: p
     monkeypatch.setattr(requests, "post", swallowing_post)
     with pytest.raises(NemesisVerifyError):
         nemesis.add_toxic("app", "latency", attributes={"latency": 10})
+
+
+def test_a_fault_applied_wrongly_is_taken_back(nemesis: Nemesis, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Simulate a server that stores a different latency from the one asked for.
+    real_post = requests.post
+
+    def altering_post(url: str, *args: object, json: dict | None = None, **kwargs: object) -> requests.Response:
+        if url.endswith("/toxics") and json is not None:
+            json = {**json, "attributes": {"latency": 1}}
+        return real_post(url, *args, json=json, **kwargs)
+
+    monkeypatch.setattr(requests, "post", altering_post)
+    with pytest.raises(NemesisVerifyError):
+        nemesis.add_toxic("app", "latency", attributes={"latency": 900})
+    monkeypatch.undo()
+    assert nemesis.list_toxics() == []
