@@ -250,10 +250,12 @@ class HistoryIndex:
                 "replay_fidelity", f"{name} key {key!r}: a {status} response was replayed",
                 order_ids=_maybe(order_id), key=(tenant, key), details={"op": name, "status": status}))
         if status is None or digest is None:
-            return  # a cut-off answer says nothing about what was stored
+            return  # no full answer: nothing to compare
+        if kind == "info" and status < 500:
+            return  # a 2xx whose body did not parse is no evidence of what was stored
+        scope = scope_key(name, tenant, key)
+        code = answer_code(status, digest)
         if replayed:
-            scope = scope_key(name, tenant, key)
-            code = answer_code(status, digest)
             known = self.replays.get(scope)
             if known is None:
                 exported = self.export.orders.get(order_id)
@@ -263,8 +265,6 @@ class HistoryIndex:
             elif known[0] != code:
                 self.replays[scope] = ({known[0], code}, known[1])
         elif kind == "ok":
-            scope = scope_key(name, tenant, key)
-            code = answer_code(status, digest)
             known_original = self.originals.get(scope)
             if known_original is None:
                 self.originals[scope] = code
@@ -273,7 +273,8 @@ class HistoryIndex:
             elif known_original != code:
                 self.originals[scope] = {known_original, code}
         elif status >= 500:
-            self.failed_5xx.setdefault(scope_key(name, tenant, key), set()).add(answer_code(status, digest))
+            # the body alone: a replay of it under any status means the 5xx was stored
+            self.failed_5xx.setdefault(scope, set()).add(code & _MASK64)
 
 
 def _maybe(order_id: str | None) -> tuple[str, ...]:
@@ -403,11 +404,13 @@ def replay_fidelity(index: HistoryIndex, findings: Findings) -> None:
         answers = _codes(replayed)
         originals = _codes(index.originals.get(scope))
         problems = []
-        if len(answers) > 1:
-            problems.append(f"replays disagree ({len(answers)} different answers)")
+        # With the originals known, each replay must be one of them (two originals
+        # mean the stored record expired and the key ran again); without, they must agree.
         if originals and answers - originals:
             problems.append("a replay differs from the original answer")
-        if answers & index.failed_5xx.get(scope, set()):
+        elif not originals and len(answers) > 1:
+            problems.append(f"replays disagree ({len(answers)} different answers)")
+        if {code & _MASK64 for code in answers} & index.failed_5xx.get(scope, set()):
             problems.append("a 5xx answer was stored and replayed")
         if not problems:
             continue

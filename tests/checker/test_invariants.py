@@ -306,6 +306,37 @@ def test_5xx_then_a_real_retry_then_its_replay_is_valid() -> None:
     assert run.check().valid
 
 
+def test_replay_whose_body_did_not_parse_is_not_compared() -> None:
+    run = Run()
+    run.paid_order("o1", "pr1")
+    run.pay("o1", "pr1", "p-o1", "info", replayed=True, status=201, body_digest=digest("cut"),
+            error="unparsable 2xx body")
+    assert run.check().valid
+
+
+def test_replay_carrying_a_5xx_body_under_another_status_fails() -> None:
+    run = Run()
+    run.create("k1", "o1")
+    run.order("o1", "k1")
+    run.pay("o1", "pr1", "p1", "info", status=500, body_digest=digest("boom"))
+    run.pay("o1", "pr1", "p1", "fail", status=409, body_digest=digest("boom"), replayed=True)
+    result = run.check()
+    assert failed(result) == {"replay_fidelity"}
+    assert "stored and replayed" in result.invariant("replay_fidelity").violations[0].message
+
+
+def test_replays_of_two_originals_after_a_record_expired_are_valid() -> None:
+    run = Run()
+    run.create("k1", "o1")
+    first = run.pay("o1", "pr1", "p1", "ok", status=201, body_digest=digest("paid"))
+    run.pay("o1", "pr1", "p1", "ok", replayed=True, status=201, body_digest=first["body_digest"])
+    second = run.pay("o1", "pr1", "p1", "ok", status=200, body_digest=digest("already paid"))
+    run.pay("o1", "pr1", "p1", "ok", replayed=True, status=200, body_digest=second["body_digest"])
+    run.order("o1", "k1", "PAID")
+    run.payment("o1", "pr1", "api", "p1")
+    assert run.check().valid
+
+
 # -- inventory_conservation --------------------------------------------------------
 
 def test_conserved_inventory_is_valid() -> None:
