@@ -198,12 +198,9 @@ class HistoryIndex:
             return 0
         effects = self.export.effects.get(message_id)
         if kind == "ok":
-            if effects is not None:
-                self.ok_messages.add(effects[0][0])
-            elif message_id in self.export.dead_letters:
-                self.ok_messages.add(message_id)
-            else:
-                self.ok_messages.add(message_id)
+            # the effect's own id string, so the set adds no string of its own
+            self.ok_messages.add(effects[0][0] if effects is not None else message_id)
+            if effects is None and message_id not in self.export.dead_letters:
                 self._report(("lost_message", message_id), Finding(
                     "no_lost_acknowledgement",
                     f"message {message_id} was published (ok) but never handled nor dead-lettered",
