@@ -70,8 +70,14 @@ class Writer:
         self.handle.close()
 
 
-def generate(run_dir: Path, *, orders: int, rounds: int, duplicates: int) -> int:
-    """A correct app's run: per order ~10 operations, plus 4 per extra duplicate round."""
+def generate(run_dir: Path, *, orders: int, rounds: int, duplicates: int = 0, lost: int = 0) -> int:
+    """A correct app's run: 7 operations per order plus 4 per duplicate round.
+
+    `duplicates` orders get a second payment the way the domain mutant makes one
+    (a webhook with another provider_ref, accepted); `lost` orders lose their
+    acknowledged payment. The first fails an export-only invariant, the second
+    one that needs the history (so the evidence pass reads the history again).
+    """
     histories = run_dir / "histories"
     histories.mkdir(parents=True)
     writers = [Writer(histories, worker) for worker in range(WORKERS)]
@@ -114,13 +120,17 @@ def generate(run_dir: Path, *, orders: int, rounds: int, duplicates: int) -> int
             {"kind": "order", "id": order_id, "tenant": "default", "idempotency_key": f"ck-{number}",
              "sku": "sku-1", "quantity": 1, "amount_cents": 1000, "currency": "EUR", "status": "PAID",
              "created_at": 1.0}, option=DUMP))
-        export.write(orjson.dumps(
-            {"kind": "payment", "order_id": order_id, "provider_ref": ref, "amount_cents": 1000,
-             "source": "api", "source_id": f"pk-{number}", "applied_at": 2.0}, option=DUMP))
-        if number < duplicates:  # the domain mutant: a second payment from the webhook
+        if number >= lost:
+            export.write(orjson.dumps(
+                {"kind": "payment", "order_id": order_id, "provider_ref": ref, "amount_cents": 1000,
+                 "source": "api", "source_id": f"pk-{number}", "applied_at": 2.0}, option=DUMP))
+        if number < duplicates:
+            w.op("webhook", "ok", {**webhook, "provider_ref": f"px_{number}", "event_id": f"ev2-{number}"},
+                 {"status": 200})
+            operations += 1
             export.write(orjson.dumps(
                 {"kind": "payment", "order_id": order_id, "provider_ref": f"px_{number}",
-                 "amount_cents": 1000, "source": "webhook", "source_id": f"ev-{number}",
+                 "amount_cents": 1000, "source": "webhook", "source_id": f"ev2-{number}",
                  "applied_at": 3.0}, option=DUMP))
         effects.append(orjson.dumps(
             {"kind": "message_effect", "message_id": message, "order_id": order_id,
@@ -170,25 +180,29 @@ def main() -> None:
                         help="checks per row; the best wall and CPU time are shown, because "
                              "other work on a shared machine only ever adds time")
     args = parser.parse_args()
+    # (orders, duplicate rounds, second payments, lost payments)
     if args.quick:
-        rows = [(2_000, 1, 0), (4_000, 1, 0), (2_000, 4, 0), (4_000, 1, 40)]
+        rows = [(2_000, 1, 0, 0), (4_000, 1, 0, 0), (2_000, 4, 0, 0), (4_000, 1, 40, 0), (4_000, 1, 0, 40)]
     else:
-        rows = [(25_000, 1, 0), (50_000, 1, 0), (100_000, 1, 0), (25_000, 7, 0), (100_000, 1, 1_000)]
-    print("| orders | operations | duplicate payments | check wall s | check CPU s | peak RSS MiB "
+        rows = [(25_000, 1, 0, 0), (50_000, 1, 0, 0), (100_000, 1, 0, 0), (25_000, 7, 0, 0),
+                (100_000, 1, 1_000, 0), (100_000, 1, 0, 1_000)]
+    print("| orders | operations | injected | check wall s | check CPU s | peak RSS MiB "
           "| RSS above start MiB | valid |")
-    print("|---:|---:|---:|---:|---:|---:|---:|:---:|")
-    for orders, rounds, duplicates in rows:
+    print("|---:|---:|---|---:|---:|---:|---:|:---:|")
+    for orders, rounds, duplicates, lost in rows:
+        injected = (f"{duplicates:,} second payments" if duplicates else
+                    f"{lost:,} lost payments" if lost else "none")
         with tempfile.TemporaryDirectory(prefix="bench-checker-") as temp:
             run_dir = Path(temp) / "run"
             started = time.perf_counter()
-            operations = generate(run_dir, orders=orders, rounds=rounds, duplicates=duplicates)
+            operations = generate(run_dir, orders=orders, rounds=rounds, duplicates=duplicates, lost=lost)
             generated = time.perf_counter() - started
             runs = [measure(run_dir) for _ in range(max(1, args.repeat))]
         figures = min(runs, key=lambda figure: figure["seconds"])
         figures["cpu"] = min(figure["cpu"] for figure in runs)
         figures["peak_mib"] = max(figure["peak_mib"] for figure in runs)
         assert figures["operations"] == operations, figures
-        print(f"| {orders:,} | {operations:,} | {duplicates:,} | {figures['seconds']:.2f} | {figures['cpu']:.2f} "
+        print(f"| {orders:,} | {operations:,} | {injected} | {figures['seconds']:.2f} | {figures['cpu']:.2f} "
               f"| {figures['peak_mib']:.0f} | {figures['peak_mib'] - figures['base_mib']:.0f} "
               f"| {figures['valid']} |", flush=True)
         walls = ", ".join(f"{figure['seconds']:.2f}" for figure in runs)

@@ -20,8 +20,8 @@ import orjson
 
 from harness.errors import HarnessError
 from harness.history import HistoryError, history_files, iter_operations
-from harness.invariants import (INVARIANTS, Finding, HistoryIndex, evaluate,
-                                jepsen_counts, scope_key)
+from harness.invariants import (INVARIANTS, Finding, Findings, HistoryIndex, evaluate_export,
+                                evaluate_history, jepsen_counts, scope_key)
 
 __all__ = ["CheckResult", "CheckerError", "ExportState", "HistoryFiles", "InvariantResult",
            "Violation", "check", "check_run", "load_export", "read_export"]
@@ -241,17 +241,28 @@ def check(
     scenario: str = "",
     unsafe_disable: Sequence[str] = (),
 ) -> CheckResult:
-    """Judge a run. `operations` is read twice when something failed (for evidence);
-    a one-shot iterator is therefore buffered first, while a re-iterable (a list,
-    `HistoryFiles`) keeps memory proportional to orders."""
-    if iter(operations) is operations:
+    """Judge a run.
+
+    `operations` is read a second time, for evidence, when an invariant that needs
+    the history failed; a one-shot iterator is therefore buffered first, while a
+    re-iterable (a list, `HistoryFiles`) keeps memory proportional to orders.
+    """
+    if isinstance(operations, Iterator):
         operations = list(operations)
     state = load_export(export)
+    findings = Findings(VIOLATION_CAP)
+    # What the export alone proves wrong is known now: collect its evidence while
+    # the history streams by, so a run that fails only there is read once.
+    evaluate_export(state, findings)
+    early = EvidenceCollector(_kept(findings))
     index = HistoryIndex(state)
-    index.consume(operations)
-    findings = evaluate(state, index, cap=VIOLATION_CAP)
-    kept = [finding for name, _ in INVARIANTS for finding in findings.kept[name]]
-    evidence = _evidence(kept, operations, state, faults) if kept else {}
+    index.consume(operations, observe=early.offer if early.findings else None)
+    evaluate_history(state, index, findings)
+    late = EvidenceCollector([f for f in _kept(findings) if id(f) not in early.evidence_ids])
+    if late.findings:
+        for sequence, op in enumerate(operations, start=1):
+            late.offer(sequence, op)
+    evidence = {**early.evidence(state, faults), **late.evidence(state, faults)}
 
     invariants = []
     for name, title in INVARIANTS:
@@ -289,56 +300,68 @@ def _layers(counters: dict[str, int], index: HistoryIndex) -> dict[str, dict[str
     return layers
 
 
-def _evidence(
-    findings: list[Finding],
-    operations: Iterable[dict[str, Any]],
-    state: ExportState,
-    faults: Sequence[dict[str, Any]],
-) -> dict[int, dict[str, list[dict[str, Any]]]]:
-    """For each finding, the most relevant operations, the payments, the faults in play."""
-    by_order: dict[str, list[int]] = {}
-    by_key: dict[tuple[str, str], list[int]] = {}
-    by_message: dict[str, list[int]] = {}
-    for number, finding in enumerate(findings):
-        for order_id in finding.order_ids:
-            by_order.setdefault(order_id, []).append(number)
-        if finding.key is not None:
-            by_key.setdefault(finding.key, []).append(number)
-        if finding.message_id is not None:
-            by_message.setdefault(finding.message_id, []).append(number)
+def _kept(findings: Findings) -> list[Finding]:
+    return [finding for name, _ in INVARIANTS for finding in findings.kept[name]]
 
-    # Bounded min-heaps: the lowest score (then the latest invoke) drops out first.
-    heaps: list[list[tuple[int, float, int, dict[str, Any]]]] = [[] for _ in findings]
-    for sequence, op in enumerate(operations):
+
+class EvidenceCollector:
+    """Per finding, the most relevant operations about its subjects, in bounded heaps.
+
+    Offered every operation of a pass; keeps, per finding, at most
+    EVIDENCE_OPERATIONS: those about the very subject first (same provider_ref,
+    key or message), then those that only share the order, earliest first.
+    """
+
+    def __init__(self, findings: list[Finding]) -> None:
+        self.findings = findings
+        self.evidence_ids = {id(finding) for finding in findings}
+        self.by_order: dict[str, list[int]] = {}
+        self.by_key: dict[tuple[str, str], list[int]] = {}
+        self.by_message: dict[str, list[int]] = {}
+        for number, finding in enumerate(findings):
+            for order_id in finding.order_ids:
+                self.by_order.setdefault(order_id, []).append(number)
+            if finding.key is not None:
+                self.by_key.setdefault(finding.key, []).append(number)
+            if finding.message_id is not None:
+                self.by_message.setdefault(finding.message_id, []).append(number)
+        # min-heaps: the lowest score, then the latest invoke, drops out first
+        self.heaps: list[list[tuple[int, float, int, dict[str, Any]]]] = [[] for _ in findings]
+
+    def offer(self, sequence: int, op: dict[str, Any]) -> None:
         # Most operations touch nothing that failed: test that before allocating.
         get = op.get
-        hits = by_order.get(get("order_id"), ())
+        hits = self.by_order.get(get("order_id"), ())
         key = get("idempotency_key")
-        if key is not None and by_key:
-            hits = (*hits, *by_key.get((get("tenant") or "default", key), ()))
+        if key is not None and self.by_key:
+            hits = (*hits, *self.by_key.get((get("tenant") or "default", key), ()))
         message_id = get("message_id")
-        if message_id is not None and by_message:
-            hits = (*hits, *by_message.get(message_id, ()))
+        if message_id is not None and self.by_message:
+            hits = (*hits, *self.by_message.get(message_id, ()))
         if not hits:
-            continue
+            return
         for number in set(hits):
-            entry = (_relevance(findings[number], op), -float(get("invoke_time") or 0.0), sequence, op)
-            heap = heaps[number]
+            entry = (_relevance(self.findings[number], op), -float(get("invoke_time") or 0.0),
+                     sequence, op)
+            heap = self.heaps[number]
             if len(heap) < EVIDENCE_OPERATIONS:
                 heapq.heappush(heap, entry)
             elif entry[:3] > heap[0][:3]:
                 heapq.heapreplace(heap, entry)
 
-    evidence = {}
-    for finding, heap in zip(findings, heaps):
-        chosen = sorted(heap, key=lambda entry: (-entry[1], entry[2]))
-        ops = [entry[3] for entry in chosen]
-        evidence[id(finding)] = {
-            "payments": state.payments_of(finding.order_ids)[:EVIDENCE_PAYMENTS],
-            "operations": ops,
-            "faults": _active_faults(ops, faults),
-        }
-    return evidence
+    def evidence(self, state: ExportState,
+                 faults: Sequence[dict[str, Any]]) -> dict[int, dict[str, list[dict[str, Any]]]]:
+        """id(finding) -> its payments, operations (in invoke order) and faults in play."""
+        evidence = {}
+        for finding, heap in zip(self.findings, self.heaps):
+            chosen = sorted(heap, key=lambda entry: (-entry[1], entry[2]))
+            ops = [entry[3] for entry in chosen]
+            evidence[id(finding)] = {
+                "payments": state.payments_of(finding.order_ids)[:EVIDENCE_PAYMENTS],
+                "operations": ops,
+                "faults": _active_faults(ops, faults),
+            }
+        return evidence
 
 
 def _relevance(finding: Finding, op: dict[str, Any]) -> int:

@@ -10,7 +10,7 @@ gathered afterwards, in a second pass, for the failing subjects only.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -136,7 +136,9 @@ class HistoryIndex:
             self._reported.add(subject)
             self.streamed.append(finding)
 
-    def consume(self, operations: Iterable[dict[str, Any]]) -> None:
+    def consume(self, operations: Iterable[dict[str, Any]],
+                observe: Callable[[int, dict[str, Any]], None] | None = None) -> None:
+        """Fold the operations in; `observe(sequence, op)` sees each one (for evidence)."""
         # The hot loop of the checker (a million iterations): locals, few calls.
         outcomes = self.outcomes
         duplicates = self.duplicates
@@ -146,6 +148,8 @@ class HistoryIndex:
         count = replays = rejections = conflicts = 0
         for op in operations:
             count += 1
+            if observe is not None:
+                observe(count, op)
             get = op.get
             name = get("op")
             kind = get("type")
@@ -289,19 +293,22 @@ def _split(scope: str) -> tuple[str, str]:
     return tenant, key
 
 
-def evaluate(export: ExportState, index: HistoryIndex, *, cap: int) -> Findings:
-    """Every invariant over the export and the folded history."""
-    findings = Findings(cap)
+def evaluate_export(export: ExportState, findings: Findings) -> None:
+    """The invariants the export alone decides: known before the history is read."""
+    one_payment_per_order(export, findings)
+    orders_per_key_in_export(export, findings)
+    inventory_conservation(export, findings)
+    message_effects_once(export, findings)
+
+
+def evaluate_history(export: ExportState, index: HistoryIndex, findings: Findings) -> None:
+    """The invariants that need the folded history."""
     for finding in index.streamed:
         findings.add(finding)
-    one_payment_per_order(export, findings)
     no_lost_acknowledgement(export, index, findings)
     nothing_unexpected(export, index, findings)
     one_order_per_key(export, index, findings)
     replay_fidelity(index, findings)
-    inventory_conservation(export, findings)
-    message_effects_once(export, findings)
-    return findings
 
 
 def one_payment_per_order(export: ExportState, findings: Findings) -> None:
@@ -372,9 +379,9 @@ def nothing_unexpected(export: ExportState, index: HistoryIndex, findings: Findi
                 details={"provider_ref": provider_ref, "source": source, "source_id": source_id}))
 
 
-def one_order_per_key(export: ExportState, index: HistoryIndex, findings: Findings) -> None:
+def orders_per_key_in_export(export: ExportState, findings: Findings) -> None:
+    """one_order_per_key, the export's half: at most one order per (tenant, key)."""
     name = "one_order_per_key"
-    findings.checked[name] = len(export.order_by_scope.keys() | index.created.keys())
     for scope, extra in export.extra_orders_by_scope.items():
         tenant, key = _split(scope)
         order_ids = [export.order_by_scope[scope], *extra]
@@ -382,6 +389,12 @@ def one_order_per_key(export: ExportState, index: HistoryIndex, findings: Findin
             name, f"key {key!r} (tenant {tenant}) created {len(order_ids)} orders: {', '.join(order_ids)}",
             order_ids=tuple(order_ids), key=(tenant, key),
             details={"tenant": tenant, "idempotency_key": key, "order_ids": order_ids}))
+
+
+def one_order_per_key(export: ExportState, index: HistoryIndex, findings: Findings) -> None:
+    """one_order_per_key, the history's half: every ok create for a key saw one order."""
+    name = "one_order_per_key"
+    findings.checked[name] = len(export.order_by_scope.keys() | index.created.keys())
     for scope, order_ids in index.created_extra.items():
         tenant, key = _split(scope)
         seen = sorted(order_ids)

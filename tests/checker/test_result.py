@@ -123,3 +123,36 @@ def test_unknown_export_kinds_are_ignored_but_a_line_without_kind_is_an_error() 
     run.export.append({"id": "o2"})
     with pytest.raises(CheckerError, match="no kind"):
         run.check()
+
+
+class CountingOperations:
+    """A re-iterable history that counts how often the checker reads it."""
+
+    def __init__(self, operations: list[dict]) -> None:
+        self.operations = operations
+        self.reads = 0
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        self.reads += 1
+        return iter(self.operations)
+
+
+def test_a_run_failing_only_in_the_export_is_read_once() -> None:
+    run = Run()
+    run.paid_order("o1", "pr1")
+    run.webhook("o1", "pr2", "ev2", "ok")  # the domain mutant accepted a second ref
+    run.payment("o1", "pr2", "webhook", "ev2")
+    history = CountingOperations(run.operations)
+    result = check(history, run.export + run.balanced_inventory())
+    assert result.failed == ["one_payment_per_order"]
+    assert history.reads == 1
+    assert len(result.invariant("one_payment_per_order").violations[0].evidence["operations"]) == 3
+
+
+def test_a_history_dependent_violation_reads_the_history_again_for_evidence() -> None:
+    run = lost_payment_run()
+    history = CountingOperations(run.operations)
+    result = check(history, run.export + run.balanced_inventory())
+    assert result.failed == ["no_lost_acknowledgement"]
+    assert history.reads == 2
+    assert result.invariant("no_lost_acknowledgement").violations[0].evidence["operations"]
