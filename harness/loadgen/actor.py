@@ -60,7 +60,8 @@ class Actor:
         self.rng = process.rng_for(self.client)
         self.tenant = twin_of.tenant if twin_of else self.rng.choice(TENANTS)
         self.http = HttpChannel(host, self.events, timeout=self.settings.request_timeout,
-                                fresh_connections=self.settings.fresh_connections)
+                                fresh_connections=self.settings.fresh_connections,
+                                toxic_hit=process.toxic_hit)
         self.prefix = f"{process.token}-{self.client.worker}-u{self.client.user}"
         self._ids = itertools.count(1)
         self._twins: list[Actor] = []

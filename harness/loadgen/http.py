@@ -14,6 +14,7 @@ rejected but was accepted, or a plain request that was rejected).
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,8 +49,10 @@ class HttpChannel:
     """
 
     def __init__(self, base_url: str, events: Events, *, timeout: float,
-                 fresh_connections: bool = True) -> None:
+                 fresh_connections: bool = True,
+                 toxic_hit: Callable[[], bool | None] = lambda: None) -> None:
         self.base_url = base_url.rstrip("/")
+        self.toxic_hit = toxic_hit
         self.events = events
         self.timeout = timeout
         self.fresh_connections = fresh_connections
@@ -81,6 +84,7 @@ class HttpChannel:
         )
         started = time.perf_counter()
         response_length = 0
+        toxic_hit = self.toxic_hit() if self.fresh_connections else None
         try:
             response = self.session.post(
                 self.base_url + path, data=body, headers=send_headers,
@@ -89,7 +93,8 @@ class HttpChannel:
             raw = response.content
         except requests.RequestException as error:
             reply = Reply("info", None, None, False, False, _describe(error))
-            operation.info(status=None, body_digest=None, replayed=False, error=reply.error)
+            operation.info(status=None, body_digest=None, replayed=False, error=reply.error,
+                           toxic_hit=toxic_hit)
         else:
             response_length = len(raw)
             reply = _classify(response, raw)
@@ -98,6 +103,7 @@ class HttpChannel:
                 "body_digest": body_digest(raw),
                 "replayed": reply.replayed,
                 "error": reply.error,
+                "toxic_hit": toxic_hit,
             }
             if op == "create_order" and reply.completion == "ok":
                 completion_fields["order_id"] = _order_id(reply.data)

@@ -27,6 +27,7 @@ from locust.runners import MasterRunner
 
 from harness.history import Client, HistoryWriter, history_path
 from harness.loadgen.settings import LoadSettings
+from harness.loadgen.toxics import ToxicWatch
 
 FLUSH_INTERVAL = 1.0
 _ATTRIBUTE = "harness_load_process"
@@ -49,12 +50,20 @@ class LoadProcess:
         self._users = itertools.count(1)
         self._flusher: gevent.Greenlet | None = None
         self._redis: redis.Redis | None = None
+        self.toxic_watch: ToxicWatch | None = None
 
     def open(self) -> None:
         if self.path is not None and self.writer is None:
             self.writer = HistoryWriter(self.path, flush_interval=FLUSH_INTERVAL)
         if self.writer is not None and self._flusher is None:
             self._flusher = gevent.spawn(self._flush_forever)
+        if self.settings.toxiproxy_url and self.settings.fresh_connections and self.toxic_watch is None:
+            self.toxic_watch = ToxicWatch(self.settings.toxiproxy_url)
+            self.toxic_watch.start()
+
+    def toxic_hit(self) -> bool | None:
+        """Was a toxic active on the app proxy as this request's connection opened?"""
+        return None if self.toxic_watch is None else self.toxic_watch.faulted
 
     def close(self) -> None:
         if self._flusher is not None:
@@ -66,6 +75,9 @@ class LoadProcess:
         if self._redis is not None:
             self._redis.close()
             self._redis = None
+        if self.toxic_watch is not None:
+            self.toxic_watch.stop()
+            self.toxic_watch = None
 
     def new_client(self) -> Client:
         """A fresh Jepsen process for one user (or one concurrent branch of a user)."""

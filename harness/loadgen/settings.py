@@ -27,6 +27,7 @@ class LoadSettings:
     fresh_connections: bool = True
     request_timeout: float = 2.0
     skus: tuple[str, ...] = ("sku-1",)
+    toxiproxy_url: str | None = None
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> LoadSettings:
@@ -50,6 +51,7 @@ class LoadSettings:
             fresh_connections=fresh in ("1", "true", "yes", ""),
             request_timeout=timeout,
             skus=skus,
+            toxiproxy_url=env.get("HARNESS_TOXIPROXY_URL", "").strip() or None,
         )
 
 

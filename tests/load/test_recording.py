@@ -17,6 +17,9 @@ from pathlib import Path
 import orjson
 import pytest
 
+from harness.nemesis import Nemesis
+from harness.ports import free_port
+from harness.toxiproxy.server import EmbeddedToxiproxy
 from tests.load.locust_run import completions, records, run_locust
 
 CLIENT_TIMEOUT = 0.3
@@ -87,8 +90,11 @@ def test_two_processes_record_paired_operations_in_their_own_files(stub_url: str
         assert completion["process"] == invokes[op_id]["process"]
         assert completion["op"] == invokes[op_id]["op"]
 
-    # Nothing buffered is lost at stop: every request Locust counted has its completion.
-    assert len(done) == requests
+    # The master's totals may miss the workers' last report (Locust stops them
+    # first), so only a bound here; the single-process test checks equality.
+    assert len(done) >= requests > 0
+    # Without HARNESS_TOXIPROXY_URL nobody knows whether a toxic was met.
+    assert {r["toxic_hit"] for r in done.values()} == {None}
 
 
 @pytest.mark.slow
@@ -127,3 +133,23 @@ def test_a_process_never_invokes_again_after_info(stub_url: str, tmp_path: Path)
             first_by_key.setdefault(r["idempotency_key"], r["fingerprint"])
     assert all(first_by_key.get(r["idempotency_key"], r["fingerprint"]) == r["fingerprint"]
                for r in retries if r["op"] == "create_order")
+
+
+@pytest.mark.slow
+def test_requests_record_whether_a_toxic_was_active(stub_url: str, tmp_path: Path) -> None:
+    with EmbeddedToxiproxy() as toxiproxy:
+        nemesis = Nemesis(toxiproxy.url)
+        proxy = nemesis.ensure_proxy("app", f"127.0.0.1:{free_port()}", stub_url.removeprefix("http://"))
+        env = {"HARNESS_REQUEST_TIMEOUT": "1", "HARNESS_TOXIPROXY_URL": toxiproxy.url}
+
+        with nemesis.toxic("app", "latency", attributes={"latency": 5}):
+            run_locust("timeout_replay.py", f"http://{proxy.listen}", {
+                **env, "HARNESS_HISTORY_DIR": str(tmp_path / "toxic")}, users=2, seconds=2)
+        run_locust("timeout_replay.py", f"http://{proxy.listen}", {
+            **env, "HARNESS_HISTORY_DIR": str(tmp_path / "clean")}, users=2, seconds=2)
+
+    def hits(directory: Path) -> set[object]:
+        return {r.get("toxic_hit") for r in records(directory) if r["type"] != "invoke"}
+
+    assert hits(tmp_path / "toxic") == {True}
+    assert hits(tmp_path / "clean") == {False}
