@@ -85,7 +85,8 @@ class LoadProcess:
         return Client(self.writer, worker=self.worker, user=next(self._users))
 
     def rng_for(self, client: Client) -> random.Random:
-        return random.Random(f"{self.settings.seed}:{client.worker}:{client.user}")
+        # Seeded by user number only, so a single-process run repeats its choices.
+        return random.Random(f"{self.settings.seed}:{client.user}")
 
     def redis(self) -> redis.Redis:
         if self.settings.redis_url is None:
