@@ -91,7 +91,10 @@ class HttpChannel:
                 timeout=self.timeout if timeout is None else timeout,
             )
             raw = response.content
-        except requests.RequestException as error:
+        except Exception as error:  # noqa: BLE001
+            # Whatever broke between sending and a complete answer, the request may
+            # have taken effect: info. (A stray exception type must not leave the
+            # operation outstanding, or this process could never invoke again.)
             reply = Reply("info", None, None, False, False, _describe(error))
             operation.info(status=None, body_digest=None, replayed=False, error=reply.error,
                            toxic_hit=toxic_hit)

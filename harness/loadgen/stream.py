@@ -43,7 +43,7 @@ def publish(
     try:
         raw = connection.xadd(stream, {k: str(v) for k, v in fields.items()})
         entry_id = raw.decode() if isinstance(raw, bytes) else str(raw)
-    except redis.RedisError as error:
+    except Exception as error:  # noqa: BLE001 - any failure leaves the XADD outcome unknown
         exception = error
         operation.info(status=None, body_digest=None, replayed=False,
                        error=f"{type(error).__name__}: {error}"[:300])
