@@ -269,9 +269,9 @@ def handle_toxiproxy_serve(args: argparse.Namespace) -> int:
 
 def parser_adders() -> list[Callable[[argparse._SubParsersAction], None]]:
     """Every subcommand's `add_*` function; a new subcommand is one more entry here."""
-    from harness import faults_cli
+    from harness import faults_cli, run_commands
 
-    return [add_up, add_down, add_status, faults_cli.add_fault, add_toxiproxy]
+    return [add_up, add_down, add_status, faults_cli.add_fault, run_commands.add_parsers, add_toxiproxy]
 
 
 def build_parser() -> Parser:
