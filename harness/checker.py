@@ -20,6 +20,7 @@ import orjson
 
 from harness.errors import HarnessError
 from harness.history import HistoryError, history_files, iter_operations
+from harness.run_scope import scoped_export
 from harness.invariants import (INVARIANTS, Finding, Findings, HistoryIndex, evaluate_export,
                                 evaluate_history, jepsen_counts, scope_key)
 
@@ -447,7 +448,8 @@ def check_run(run_dir: Path) -> CheckResult:
     if isinstance(unsafe, str):
         unsafe = [part.strip() for part in unsafe.split(",") if part.strip()]
     try:
-        return check(HistoryFiles(history_files(histories)), read_export(export_path), faults,
+        export = scoped_export(read_export(export_path), settings.get("scope"))
+        return check(HistoryFiles(history_files(histories)), export, faults,
                      run_id=str(settings.get("run_id") or run_dir.name),
                      scenario=str(settings.get("scenario") or ""),
                      unsafe_disable=list(unsafe))

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from harness.errors import HarnessError
+from harness.loadgen.settings import load_environment
 from harness.nemesis import Nemesis, NemesisError
 from harness.stack import (
     RunningStack,
@@ -189,16 +190,7 @@ def status_document(stack: RunningStack) -> dict[str, Any]:
 
 
 def env_lines(state: dict[str, Any]) -> list[str]:
-    values = {
-        "LOCUST_HOST": state["app_url"],
-        "HARNESS_REDIS_URL": state["redis_url"],
-        "HARNESS_STREAM": state.get("stream") or "payments",
-        "TARGET_APP_WEBHOOK_SECRET": state["webhook_secret"],
-        "HARNESS_SEED": "7",
-        "HARNESS_FRESH_CONNECTIONS": "1",
-        "HARNESS_REQUEST_TIMEOUT": "2",
-        "HARNESS_SKUS": "sku-1",
-    }
+    values = {"LOCUST_HOST": state["app_url"], **load_environment(state, seed=7)}
     return [f"export {name}={shlex.quote(str(value))}" for name, value in values.items()]
 
 

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+import orjson
 import redis
 import requests
 
@@ -64,6 +65,20 @@ def wait_for_drain(state: Mapping[str, Any], *, timeout: float, poll: float = 0.
             time.sleep(poll)
     finally:
         client.close()
+
+
+def iter_export(app_url: str, *, timeout: float = 60.0) -> Iterator[dict[str, Any]]:
+    """The export's records, parsed as they stream in."""
+    url = app_url.rstrip("/") + "/internal/v1/export"
+    try:
+        with requests.get(url, stream=True, timeout=timeout) as response:
+            if response.status_code != 200:
+                raise HarnessError(f"state export failed: {url} answered {response.status_code}")
+            for line in response.iter_lines():
+                if line.strip():
+                    yield orjson.loads(line)
+    except requests.RequestException as error:
+        raise HarnessError(f"state export failed: {error}") from error
 
 
 def export_state(app_url: str, destination: Path, *, timeout: float = 60.0) -> int:

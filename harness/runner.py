@@ -22,14 +22,23 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from harness.checker import CheckerError, check_run
-from harness.drain import DrainTimeout, export_state, wait_for_drain
+from harness.drain import DrainTimeout, export_state, iter_export, wait_for_drain
 from harness.errors import HarnessError
 from harness.faults import NemesisRunner, load_plan, schedule
+from harness.loadgen.settings import load_environment
 from harness.locust_process import LocustProcess, locustfile_for
 from harness.nemesis import Nemesis, NemesisError
 from harness.progress import ProgressLine
 from harness.report import summary_line, write_reports
-from harness.stack import RunningStack, StackError, StackSettings, open_stack, start_stack
+from harness.run_scope import counters_of
+from harness.stack import (
+    RunningStack,
+    StackError,
+    StackSettings,
+    open_stack,
+    start_stack,
+    target_app_env,
+)
 
 SCENARIOS = ("timeout_replay", "duplicate_webhooks", "redelivered_messages", "mixed")
 MUTANTS = ("api", "domain", "inbox", "inbox-nonatomic")
@@ -114,16 +123,23 @@ def run(spec: RunSpec, *, out: TextIO = sys.stderr) -> RunOutcome:
         shutil.copyfile(spec.plan, run_dir / "plan.yaml")
 
     with ExitStack() as cleanup:
-        stack = cleanup.enter_context(_stack_for(spec, run_dir, out=out))
+        stack, attached = cleanup.enter_context(_stack_for(spec, run_dir, out=out))
         state = stack.state
+        started_at = time.time()
         settings = {
             "run_id": run_id,
             "scenario": spec.scenario,
             "unsafe_disable": list(state.get("unsafe_disable") or spec.unsafe_disable),
             "spec": spec.to_json(),
             "stack": {key: value for key, value in state.items() if key != "webhook_secret"},
-            "started_at": time.time(),
+            "started_at": started_at,
         }
+        if attached:
+            # Earlier runs left state on this stack; the checker judges only ours.
+            settings["scope"] = {
+                "since": started_at,
+                "counters_before": counters_of(iter_export(state["app_direct_url"])),
+            }
         (run_dir / "settings.json").write_text(json.dumps(settings, indent=2))
 
         nemesis = Nemesis(state["toxiproxy_url"])
@@ -181,7 +197,7 @@ def check_saved_run(run_dir: Path) -> RunOutcome:
 
 
 @contextmanager
-def _stack_for(spec: RunSpec, run_dir: Path, *, out: TextIO) -> Iterator[RunningStack]:
+def _stack_for(spec: RunSpec, run_dir: Path, *, out: TextIO) -> Iterator[tuple[RunningStack, bool]]:
     """The stack `harness up` left running (kept running), or one of our own (stopped after)."""
     try:
         running = open_stack(Path(spec.stack_root)) if spec.attach else None
@@ -196,9 +212,9 @@ def _stack_for(spec: RunSpec, run_dir: Path, *, out: TextIO) -> Iterator[Running
                 f"not {sorted(wanted)}; stop it with `harness down` or drop --unsafe-disable"
             )
         print(f"harness: using the running stack in {spec.stack_root}", file=out)
-        yield running
+        yield running, True
         return
-    env = {key: value for key, value in os.environ.items() if key.startswith("TARGET_APP_")}
+    env = target_app_env(os.environ)
     env.update(spec.app_env)
     if spec.unsafe_disable:
         env["TARGET_APP_UNSAFE_DISABLE"] = ",".join(spec.unsafe_disable)
@@ -214,20 +230,14 @@ def _stack_for(spec: RunSpec, run_dir: Path, *, out: TextIO) -> Iterator[Running
     except StackError as error:
         raise HarnessError(f"the stack would not start: {error}") from error
     try:
-        yield stack
+        yield stack, False
     finally:
         stack.down()
 
 
 def _load_env(spec: RunSpec, state: Mapping[str, Any], run_dir: Path) -> dict[str, str]:
     env = dict(os.environ)
-    env.update(
-        HARNESS_HISTORY_DIR=str((run_dir / "histories").resolve()),
-        HARNESS_REDIS_URL=str(state["redis_url"]),
-        HARNESS_STREAM=str(state.get("stream", "payments")),
-        TARGET_APP_WEBHOOK_SECRET=str(state["webhook_secret"]),
-        HARNESS_SEED=str(spec.seed),
-    )
+    env.update(load_environment(state, seed=spec.seed, history_dir=run_dir / "histories"))
     return env
 
 

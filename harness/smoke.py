@@ -28,9 +28,11 @@ SCENARIO_PLANS: dict[str, str | None] = {
     "mixed": "chaos",
 }
 
-# A slow message handler widens the check-then-act window of the naive inbox, so
-# the reclaim after a paused consumer reliably races it.
-HANDLER_DELAY_ENV = {"TARGET_APP_HANDLER_DELAY_MS": "300", "TARGET_APP_RECLAIM_IDLE_MS": "500"}
+# A slower message handler widens the check-then-act window of the naive inbox, so
+# the reclaim after a paused consumer reliably races it. Kept short (and the users
+# few) so two consumers still drain the stream within the bounded wait.
+HANDLER_DELAY_ENV = {"TARGET_APP_HANDLER_DELAY_MS": "50", "TARGET_APP_RECLAIM_IDLE_MS": "1000"}
+HANDLER_DELAY_USERS = 2
 
 
 @dataclass(frozen=True)
@@ -41,13 +43,15 @@ class MutantCase:
     scenario: str
     plan: str | None
     app_env: dict[str, str]
+    users: int | None = None
 
 
 MUTANT_CASES = (
     MutantCase("api", "timeout_replay", None, {}),
     MutantCase("domain", "duplicate_webhooks", None, {}),
     MutantCase("inbox", "redelivered_messages", None, {}),
-    MutantCase("inbox-nonatomic", "redelivered_messages", "consumer-crashes", HANDLER_DELAY_ENV),
+    MutantCase("inbox-nonatomic", "redelivered_messages", "consumer-crashes", HANDLER_DELAY_ENV,
+               users=HANDLER_DELAY_USERS),
 )
 
 
@@ -79,7 +83,8 @@ def smoke(base: RunSpec, *, out: TextIO = sys.stderr) -> list[SmokeStep]:
         steps.append(_step(f"correct app / {scenario}", spec, expect_violation=False, out=out))
     for case in MUTANT_CASES:
         spec = replace(base, scenario=case.scenario, plan=plan_path(case.plan),
-                       unsafe_disable=(case.mutant,), app_env={**base.app_env, **case.app_env})
+                       unsafe_disable=(case.mutant,), app_env={**base.app_env, **case.app_env},
+                       users=min(base.users, case.users or base.users))
         steps.append(_step(f"mutant {case.mutant} / {case.scenario}", spec, expect_violation=True, out=out))
     return steps
 
@@ -120,13 +125,15 @@ def matrix(
         for scenario in scenarios:
             if scenario not in SCENARIOS:
                 raise HarnessError(f"unknown scenario {scenario!r}; choose from {', '.join(SCENARIOS)}")
-            case_env = HANDLER_DELAY_ENV if mutant == "inbox-nonatomic" else {}
+            slow_handler = mutant == "inbox-nonatomic"
+            case_env = HANDLER_DELAY_ENV if slow_handler else {}
             plan = "consumer-crashes" if mutant == "inbox-nonatomic" and scenario in (
                 "redelivered_messages", "mixed") else None
             spec = replace(
                 base, scenario=scenario, plan=plan_path(plan),
                 unsafe_disable=() if mutant == "none" else (mutant,),
                 app_env={**base.app_env, **case_env},
+                users=min(base.users, HANDLER_DELAY_USERS) if slow_handler else base.users,
             )
             print(f"harness matrix: {mutant} × {scenario} ...", file=out, flush=True)
             try:

@@ -65,6 +65,12 @@ class StackSettings:
             raise StackError(f"only TARGET_APP_* variables go to the app, not {', '.join(sorted(bad))}")
 
 
+# What the harness gives the app unless the environment says otherwise: enough stock
+# that a run measures duplicates rather than an empty shelf, and one scarce SKU so
+# out-of-stock answers occur too.
+DEFAULT_APP_ENV = {"TARGET_APP_INVENTORY": "sku-1=10000000,sku-2=5"}
+
+
 def target_app_env(environ: Mapping[str, str]) -> dict[str, str]:
     """The TARGET_APP_* part of an environment (what `harness up` passes on)."""
     return {key: value for key, value in environ.items() if key.startswith("TARGET_APP_")}

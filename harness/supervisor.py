@@ -36,6 +36,7 @@ from harness import services as svc
 from harness.nemesis import Nemesis, NemesisError
 from harness.ports import free_port
 from harness.stack import (
+    DEFAULT_APP_ENV,
     StackSettings,
     control_socket_path,
     read_settings,
@@ -89,6 +90,7 @@ class Supervisor:
 
     def _app_env(self) -> dict[str, str]:
         env = self._base_env()
+        env.update(DEFAULT_APP_ENV)
         env.update(self.settings.env)
         env["TARGET_APP_REDIS_URL"] = f"redis://{svc.HOST}:{self.ports['redis_proxy']}/0"
         env["TARGET_APP_WEBHOOK_SECRET"] = self.secret

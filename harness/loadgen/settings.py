@@ -55,6 +55,28 @@ class LoadSettings:
         )
 
 
+def load_environment(state: Mapping[str, object], *, seed: int,
+                     history_dir: Path | None = None) -> dict[str, str]:
+    """The variables above for a load process aimed at a running stack (`state.json`).
+
+    The runner sets them for Locust; `harness status --env` prints them for a user
+    who runs `locust -f` by hand (without a history directory: nothing recorded).
+    """
+    values = {
+        "HARNESS_REDIS_URL": str(state["redis_url"]),
+        "HARNESS_STREAM": str(state.get("stream") or "payments"),
+        "HARNESS_TOXIPROXY_URL": str(state.get("toxiproxy_url") or ""),
+        "TARGET_APP_WEBHOOK_SECRET": str(state["webhook_secret"]),
+        "HARNESS_SEED": str(seed),
+        "HARNESS_FRESH_CONNECTIONS": "1",
+        "HARNESS_REQUEST_TIMEOUT": "2",
+        "HARNESS_SKUS": "sku-1",
+    }
+    if history_dir is not None:
+        values["HARNESS_HISTORY_DIR"] = str(Path(history_dir).resolve())
+    return values
+
+
 def _number(env: Mapping[str, str], name: str, default: float) -> float:
     raw = env.get(name, "").strip()
     if not raw:
