@@ -279,7 +279,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
         return int(args.handler(args))
-    except (HarnessError, NemesisError, OSError) as error:
+    except (HarnessError, OSError) as error:
         lines = str(error).strip().splitlines() or [type(error).__name__]
         print(f"harness: {lines[0]}", file=sys.stderr)
         # A service that would not start shows the end of its log below the message.

@@ -193,7 +193,9 @@ class ComposeStack:
         return {row["name"]: bool(row["healthy"]) for row in self.services()}
 
     def down(self) -> None:
-        self._compose("down", timeout=120.0)
+        # The volumes hold one run's test data; the next stack must start empty or
+        # its checker would meet orders no history of its own explains.
+        self._compose("down", "--volumes", "--remove-orphans", timeout=120.0)
         remove_state(self.root)
 
 

@@ -20,11 +20,13 @@ from typing import Any
 
 import orjson
 
+from harness.errors import HarnessError
+
 OPERATIONS = ("create_order", "pay", "webhook", "publish")
 COMPLETIONS = ("ok", "fail", "info")
 
 
-class HistoryError(Exception):
+class HistoryError(HarnessError):
     """A history file is unreadable or an operation was recorded out of order."""
 
 

@@ -20,12 +20,13 @@ from toxiproxy import Proxy, Toxiproxy
 from toxiproxy.api import APIConsumer
 from toxiproxy.exceptions import InvalidToxic, NotFound, ProxyExists
 
+from harness.errors import HarnessError
 from harness.toxiproxy.toxics import TOXIC_ATTRIBUTES
 
 STREAMS = ("upstream", "downstream")
 
 
-class NemesisError(Exception):
+class NemesisError(HarnessError):
     """Root: a fault could not be applied, verified or healed."""
 
 

@@ -10,6 +10,7 @@ import argparse
 from dataclasses import replace
 from pathlib import Path
 
+from harness.cli import positive_int
 from harness.durations import parse_duration
 from harness.errors import HarnessError
 from harness.runner import MUTANTS, SCENARIOS, RunSpec, check_saved_run, run
@@ -40,27 +41,17 @@ def _mutants(text: str) -> tuple[str, ...]:
     return values
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError as error:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from error
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
-
-
 def _add_load_options(parser: argparse.ArgumentParser, *, users: int, duration: str) -> None:
-    parser.add_argument("--users", type=_positive_int, default=users, help=f"Locust users (default {users})")
+    parser.add_argument("--users", type=positive_int, default=users, help=f"Locust users (default {users})")
     parser.add_argument("--duration", type=_duration, default=_duration(duration),
                         help=f"load duration, e.g. 30s, 2m, 1m30s (default {duration})")
     parser.add_argument("--seed", type=int, default=7, help="seed for the users and the fault plan")
-    parser.add_argument("--processes", type=_positive_int, default=1, help="Locust worker processes")
+    parser.add_argument("--processes", type=positive_int, default=1, help="Locust worker processes")
     parser.add_argument("--runs-dir", type=Path, default=Path("runs"), help="where run directories go")
     parser.add_argument("--root", type=Path, default=Path(".harness"),
                         help="state directory of a stack started by `harness up`")
-    parser.add_argument("--app-workers", type=_positive_int, default=4, help="gunicorn workers of a stack it starts")
-    parser.add_argument("--consumers", type=_positive_int, default=2, help="consumers of a stack it starts")
+    parser.add_argument("--app-workers", type=positive_int, default=4, help="gunicorn workers of a stack it starts")
+    parser.add_argument("--consumers", type=positive_int, default=2, help="consumers of a stack it starts")
     parser.add_argument("--drain-timeout", type=_duration, default=30.0,
                         help="how long to wait for the consumers to drain the stream (default 30s)")
     parser.add_argument("--compose", action="store_true", help="use the docker compose services")

@@ -180,7 +180,8 @@ def run(spec: RunSpec, *, out: TextIO = sys.stderr) -> RunOutcome:
         except DrainTimeout as error:
             raise HarnessError(str(error)) from error
         export_state(state["app_direct_url"], run_dir / "export.ndjson")
-        if spec.compose is False:
+        if attached and not spec.compose:
+            # A stack of our own keeps its logs under run_dir/stack/logs already.
             _copy_logs(state, run_dir / "logs")
     return check_saved_run(run_dir)
 
@@ -203,7 +204,7 @@ def _stack_for(spec: RunSpec, run_dir: Path, *, out: TextIO) -> Iterator[tuple[R
         running = open_stack(Path(spec.stack_root)) if spec.attach else None
     except StackError as error:
         raise HarnessError(str(error)) from error
-    if running is not None and not spec.compose:
+    if running is not None:
         wanted = set(spec.unsafe_disable)
         actual = set(running.state.get("unsafe_disable") or [])
         if wanted and wanted != actual:
@@ -265,6 +266,6 @@ def _copy_logs(state: Mapping[str, Any], destination: Path) -> None:
     destination.mkdir(parents=True, exist_ok=True)
     for service in state.get("services", []):
         log = service.get("log")
-        if log and Path(log).is_file() and not Path(log).resolve().is_relative_to(destination.parent.resolve()):
+        if log and Path(log).is_file():
             shutil.copyfile(log, destination / Path(log).name)
 

@@ -118,13 +118,15 @@ def matrix(
 ) -> list[MatrixCell]:
     """Every mutant (`none` = the correct app) against every scenario, with no plan
     except where a layer can only be caught under its fault (the naive inbox)."""
-    cells: list[MatrixCell] = []
     for mutant in mutants:
         if mutant != "none" and mutant not in MUTANTS:
             raise HarnessError(f"unknown mutant {mutant!r}; choose from none, {', '.join(MUTANTS)}")
+    for scenario in scenarios:
+        if scenario not in SCENARIOS:
+            raise HarnessError(f"unknown scenario {scenario!r}; choose from {', '.join(SCENARIOS)}")
+    cells: list[MatrixCell] = []
+    for mutant in mutants:
         for scenario in scenarios:
-            if scenario not in SCENARIOS:
-                raise HarnessError(f"unknown scenario {scenario!r}; choose from {', '.join(SCENARIOS)}")
             slow_handler = mutant == "inbox-nonatomic"
             case_env = HANDLER_DELAY_ENV if slow_handler else {}
             plan = "consumer-crashes" if mutant == "inbox-nonatomic" and scenario in (

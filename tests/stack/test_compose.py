@@ -168,4 +168,5 @@ def test_compose_stack_through_a_stand_in_docker(tmp_path: Path, monkeypatch: py
         assert f"pause {PROJECT}-app-1" in calls
         assert f"restart {PROJECT}-redis-1" in calls
         assert calls[-1].startswith(f"compose -f {file} -p {PROJECT} down")
+        assert "--volumes" in calls[-1]  # the next stack must start with no earlier run's data
         assert open_stack(root) is None

@@ -1,0 +1,93 @@
+"""The smoke job end to end: the correct app passes every scenario under its plan,
+and every negative control is caught by the invariant that guards its layer."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+
+from e2e_helpers import SmokeRun, harness
+
+EXPECTED_CATCH = {
+    "api": "one_order_per_key",
+    "domain": "one_payment_per_order",
+    "inbox": "message_effects_once",
+    "inbox-nonatomic": "message_effects_once",
+}
+
+
+def _runs(smoke: SmokeRun) -> dict[str, Path]:
+    """Run directories by the mutant they ran (`none` for the correct app) and scenario."""
+    found: dict[str, Path] = {}
+    for run_dir in sorted(smoke.runs.iterdir()):
+        if not run_dir.is_dir():
+            continue
+        settings = json.loads((run_dir / "settings.json").read_text())
+        mutant = "+".join(settings["unsafe_disable"]) or "none"
+        found[f"{mutant}/{settings['scenario']}"] = run_dir
+    return found
+
+
+def test_the_smoke_job_passes_and_catches_every_mutant(smoke_run: SmokeRun) -> None:
+    assert smoke_run.result.code == 0, smoke_run.result.stdout + smoke_run.result.stderr[-3000:]
+    lines = [line for line in smoke_run.result.stdout.splitlines() if line.startswith(("ok ", "FAIL"))]
+    assert len(lines) == 8 and all(line.startswith("ok ") for line in lines), lines
+    assert smoke_run.result.stdout.rstrip().endswith("smoke: PASS")
+
+
+def test_each_mutant_fails_the_invariant_of_its_layer(smoke_run: SmokeRun) -> None:
+    runs = _runs(smoke_run)
+    for mutant, invariant in EXPECTED_CATCH.items():
+        (run_dir,) = [path for key, path in runs.items() if key.startswith(f"{mutant}/")]
+        result = json.loads((run_dir / "result.json").read_text())
+        failed = {inv["name"] for inv in result["invariants"] if not inv["passed"]}
+        assert result["valid"] is False
+        assert invariant in failed, (mutant, failed)
+
+
+def test_correct_runs_hold_every_invariant_under_faults(smoke_run: SmokeRun) -> None:
+    runs = {key: path for key, path in _runs(smoke_run).items() if key.startswith("none/")}
+    assert len(runs) == 4
+    for key, run_dir in runs.items():
+        result = json.loads((run_dir / "result.json").read_text())
+        assert result["valid"] is True, key
+        assert result["counts"]["operations"] > 50, key
+        faults = [json.loads(line) for line in (run_dir / "faults.jsonl").read_text().splitlines()]
+        assert faults, f"{key} ran under a plan but logged no fault"
+        assert all(f["end"] >= f["start"] and f["error"] is None for f in faults), key
+        for name in ("settings.json", "plan.yaml", "export.ndjson", "junit.xml", "report.html",
+                     "locust/report.html", "locust/stats_stats.csv"):
+            assert (run_dir / name).is_file(), f"{key}: {name} missing"
+        assert list((run_dir / "histories").glob("*.jsonl")), key
+        assert list((run_dir / "stack" / "logs").glob("*.log")), key
+
+
+def test_a_failing_report_carries_the_evidence(smoke_run: SmokeRun) -> None:
+    (run_dir,) = [p for key, p in _runs(smoke_run).items() if key.startswith("domain/")]
+    result = json.loads((run_dir / "result.json").read_text())
+    (invariant,) = [i for i in result["invariants"] if i["name"] == "one_payment_per_order"]
+    violation = invariant["violations"][0]
+    html = (run_dir / "report.html").read_text()
+    assert re.search(r"""id=['"]verdict['"][^>]*data-valid=['"]false['"]""", html)
+    assert violation["order_id"] in html
+    for payment in violation["evidence"]["payments"]:
+        assert payment["provider_ref"] in html
+    junit = (run_dir / "junit.xml").read_text()
+    assert "one_payment_per_order" in junit and "<failure" in junit
+
+
+def test_check_rewrites_the_reports_of_a_saved_run(smoke_run: SmokeRun, tmp_path: Path) -> None:
+    runs = _runs(smoke_run)
+    failing = shutil.copytree(next(p for k, p in runs.items() if k.startswith("inbox/")), tmp_path / "failing")
+    passing = shutil.copytree(next(p for k, p in runs.items() if k.startswith("none/")), tmp_path / "passing")
+    for run_dir in (failing, passing):
+        (run_dir / "report.html").unlink()
+        (run_dir / "result.json").unlink()
+    assert harness("check", str(failing), cwd=tmp_path).code == 1
+    assert harness("check", str(passing), cwd=tmp_path).code == 0
+    assert json.loads((failing / "result.json").read_text())["valid"] is False
+    assert (passing / "report.html").is_file()
+    missing = harness("check", str(tmp_path / "nothing-here"), cwd=tmp_path)
+    assert missing.code == 2 and len(missing.stderr.strip().splitlines()) == 1

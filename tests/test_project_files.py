@@ -1,0 +1,55 @@
+"""The files a user or CI runs must agree with each other: the README's two
+commands, the Makefile, `.ci/run` and the smoke workflow for compose."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _readme_commands() -> list[str]:
+    readme = (ROOT / "README.md").read_text()
+    first_block = re.search(r"```sh\n(.*?)```", readme, re.S)
+    assert first_block, "the README must start with a shell block of commands"
+    return [line.split("#")[0].strip() for line in first_block.group(1).splitlines() if line.strip()]
+
+
+def test_the_readme_starts_with_setup_and_run_then_the_tests() -> None:
+    assert _readme_commands() == ["make demo", "make test"]
+
+
+def test_ci_runs_exactly_the_readme_test_command() -> None:
+    script = (ROOT / ".ci" / "run").read_text()
+    commands = [line.strip() for line in script.splitlines()
+                if line.strip() and not line.lstrip().startswith(("#", "set ", "cd "))]
+    assert commands == ["make test"]
+
+
+def test_make_targets_set_up_before_they_run() -> None:
+    makefile = (ROOT / "Makefile").read_text()
+    assert re.search(r"^test: setup\n\t\$\(VENV\)/bin/python -m pytest", makefile, re.M)
+    assert re.search(r"^demo: setup\n\t\$\(VENV\)/bin/harness run ", makefile, re.M)
+    assert re.search(r"^setup:\n\t\./scripts/setup\.sh", makefile, re.M)
+    setup = (ROOT / "scripts" / "setup.sh").read_text()
+    assert "apt-get install -y -qq redis-server" in setup
+    assert "pip\" install -q -e '.[dev]'" in setup
+
+
+def test_the_demo_plan_exists() -> None:
+    makefile = (ROOT / "Makefile").read_text()
+    plan = re.search(r"--plan (\S+)", makefile).group(1)
+    assert (ROOT / plan).is_file()
+
+
+def test_the_smoke_workflow_runs_the_smoke_job_on_compose_and_keeps_the_runs() -> None:
+    workflow = yaml.safe_load((ROOT / ".github" / "workflows" / "chaos-smoke.yml").read_text())
+    steps = workflow["jobs"]["smoke"]["steps"]
+    commands = [step.get("run", "") for step in steps]
+    assert any(command.startswith("harness smoke --compose") for command in commands)
+    assert any("docker compose build" in command for command in commands)
+    upload = [step for step in steps if str(step.get("uses", "")).startswith("actions/upload-artifact")]
+    assert upload and upload[0]["if"] == "always()" and upload[0]["with"]["path"] == "runs/"
