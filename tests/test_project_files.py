@@ -53,3 +53,11 @@ def test_the_smoke_workflow_runs_the_smoke_job_on_compose_and_keeps_the_runs() -
     assert any("docker compose build" in command for command in commands)
     upload = [step for step in steps if str(step.get("uses", "")).startswith("actions/upload-artifact")]
     assert upload and upload[0]["if"] == "always()" and upload[0]["with"]["path"] == "runs/"
+
+
+def test_the_readme_documents_every_setting_the_app_reads() -> None:
+    source = (ROOT / "target_app" / "settings.py").read_text()
+    read = set(re.findall(r'"(TARGET_APP_[A-Z_]+)"', source))
+    documented = set(re.findall(r"`(TARGET_APP_[A-Z_]+)`", (ROOT / "README.md").read_text()))
+    assert read, "no settings found; did target_app/settings.py move?"
+    assert read <= documented, f"undocumented in README: {sorted(read - documented)}"
