@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
+from harness.argtypes import non_negative_int, positive_int
 from harness.errors import HarnessError
 from harness.loadgen.settings import load_environment
 from harness.nemesis import Nemesis, NemesisError
@@ -44,26 +45,6 @@ class Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         command = self.prog.partition(" ")[2]  # "harness fault add" -> "fault add"
         raise UsageError(f"{command}: {message}" if command else message)
-
-
-def positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
-
-
-def non_negative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must not be negative, got {value}")
-    return value
 
 
 def add_root_option(parser: argparse.ArgumentParser) -> None:

@@ -14,6 +14,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from harness.argtypes import non_negative_int
 from harness.errors import HarnessError
 from harness.nemesis import STREAMS, Nemesis, validate_toxic
 from harness.stack import RunningStack, open_stack
@@ -31,16 +32,6 @@ def _attribute_names() -> list[str]:
     for attributes in TOXIC_ATTRIBUTES.values():
         names.extend(name for name in attributes if name not in names)
     return names
-
-
-def _non_negative(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must not be negative, got {value}")
-    return value
 
 
 def _toxicity(text: str) -> float:
@@ -72,7 +63,7 @@ def add_fault(subparsers: argparse._SubParsersAction) -> None:
     add.add_argument("--name", help="toxic name (default TYPE_STREAM)")
     for attribute in _attribute_names():
         add.add_argument(f"--{attribute.replace('_', '-')}", dest=f"attr_{attribute}",
-                         type=_non_negative, metavar="N",
+                         type=non_negative_int, metavar="N",
                          help=f"({', '.join(t for t, a in TOXIC_ATTRIBUTES.items() if attribute in a)})")
     _target_options(add)
     add.set_defaults(handler=handle_add)

@@ -10,8 +10,7 @@ import argparse
 from dataclasses import replace
 from pathlib import Path
 
-from harness.cli import positive_int
-from harness.durations import parse_duration
+from harness.argtypes import duration, positive_int
 from harness.errors import HarnessError
 from harness.runner import MUTANTS, SCENARIOS, RunSpec, check_saved_run, run
 from harness.smoke import (
@@ -24,13 +23,6 @@ from harness.smoke import (
 )
 
 
-def _duration(text: str) -> float:
-    try:
-        return parse_duration(text)
-    except ValueError as error:
-        raise argparse.ArgumentTypeError(str(error)) from error
-
-
 def _mutants(text: str) -> tuple[str, ...]:
     values = tuple(value.strip() for value in text.split(",") if value.strip())
     unknown = [value for value in values if value not in MUTANTS]
@@ -41,10 +33,10 @@ def _mutants(text: str) -> tuple[str, ...]:
     return values
 
 
-def _add_load_options(parser: argparse.ArgumentParser, *, users: int, duration: str) -> None:
+def _add_load_options(parser: argparse.ArgumentParser, *, users: int, default_duration: str) -> None:
     parser.add_argument("--users", type=positive_int, default=users, help=f"Locust users (default {users})")
-    parser.add_argument("--duration", type=_duration, default=_duration(duration),
-                        help=f"load duration, e.g. 30s, 2m, 1m30s (default {duration})")
+    parser.add_argument("--duration", type=duration, default=duration(default_duration),
+                        help=f"load duration, e.g. 30s, 2m, 1m30s (default {default_duration})")
     parser.add_argument("--seed", type=int, default=7, help="seed for the users and the fault plan")
     parser.add_argument("--processes", type=positive_int, default=1, help="Locust worker processes")
     parser.add_argument("--runs-dir", type=Path, default=Path("runs"), help="where run directories go")
@@ -52,7 +44,7 @@ def _add_load_options(parser: argparse.ArgumentParser, *, users: int, duration: 
                         help="state directory of a stack started by `harness up`")
     parser.add_argument("--app-workers", type=positive_int, default=4, help="gunicorn workers of a stack it starts")
     parser.add_argument("--consumers", type=positive_int, default=2, help="consumers of a stack it starts")
-    parser.add_argument("--drain-timeout", type=_duration, default=30.0,
+    parser.add_argument("--drain-timeout", type=duration, default=30.0,
                         help="how long to wait for the consumers to drain the stream (default 30s)")
     parser.add_argument("--compose", action="store_true", help="use the docker compose services")
 
@@ -66,7 +58,7 @@ def add_parsers(subparsers: argparse._SubParsersAction) -> None:
     run_parser.add_argument("--plan", type=Path, help="fault plan YAML (plans/*.yaml)")
     run_parser.add_argument("--unsafe-disable", type=_mutants, default=(),
                             help="negative control: comma list of api, domain, inbox, inbox-nonatomic")
-    _add_load_options(run_parser, users=20, duration="30s")
+    _add_load_options(run_parser, users=20, default_duration="30s")
     run_parser.set_defaults(handler=handle_run)
 
     check_parser = subparsers.add_parser("check", help="re-check a saved run and rewrite its reports")
@@ -76,14 +68,14 @@ def add_parsers(subparsers: argparse._SubParsersAction) -> None:
     smoke_parser = subparsers.add_parser(
         "smoke", help="the CI job: every scenario on the correct app, every mutant caught",
     )
-    _add_load_options(smoke_parser, users=10, duration="8s")
+    _add_load_options(smoke_parser, users=10, default_duration="8s")
     smoke_parser.set_defaults(handler=handle_smoke)
 
     matrix_parser = subparsers.add_parser("matrix", help="every mutant against every scenario")
     matrix_parser.add_argument("--mutants", default="none," + ",".join(MUTANTS),
                                help="comma list (default: none and every mutant)")
     matrix_parser.add_argument("--scenarios", default=",".join(SCENARIOS), help="comma list (default: all)")
-    _add_load_options(matrix_parser, users=10, duration="8s")
+    _add_load_options(matrix_parser, users=10, default_duration="8s")
     matrix_parser.set_defaults(handler=handle_matrix)
 
 

@@ -25,18 +25,10 @@ import orjson
 
 import harness.history as history_module
 from harness.history import Client, HistoryWriter
+from harness.invariants import INVARIANTS
 
 START = 1_764_493_200.0  # a fixed unix time: 2025-11-30 09:00 UTC
 DURATION = 60.0
-INVARIANTS = (
-    ("one_payment_per_order", "One payment per order"),
-    ("no_lost_acknowledgement", "No lost acknowledgement"),
-    ("nothing_unexpected", "Nothing unexpected"),
-    ("one_order_per_key", "One order per idempotency key"),
-    ("replay_fidelity", "Replay fidelity"),
-    ("inventory_conservation", "Inventory conservation"),
-    ("message_effects_once", "Message effects once"),
-)
 FAULTS = (
     {"name": "latency_downstream", "kind": "toxic", "target": "app", "type": "latency",
      "stream": "downstream", "attributes": {"latency": 800, "jitter": 200}, "toxicity": 1.0,
