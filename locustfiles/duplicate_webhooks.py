@@ -6,24 +6,16 @@ Run by hand: locust -f locustfiles/duplicate_webhooks.py --host http://127.0.0.1
 without faults (concurrent copies and the conflicting ref become second payments).
 """
 
-from locust import User, between, events, task
+from locust import events, task
 
 from harness.loadgen import flows
-from harness.loadgen.actor import Actor
-from harness.loadgen.recording import install, load_process
+from harness.loadgen.recording import install
+from harness.loadgen.user import DuplicatingUser
 
 install(events)
 
 
-class DuplicateWebhooksUser(User):
-    wait_time = between(0.0, 0.05)
-
-    def on_start(self) -> None:
-        self.actor = Actor(load_process(self.environment), self.host)
-
-    def on_stop(self) -> None:
-        self.actor.close()
-
+class DuplicateWebhooksUser(DuplicatingUser):
     @task
     def deliver_webhooks(self) -> None:
         flows.webhook_round(self.actor)

@@ -4,24 +4,16 @@ and the stream at the same time (`cross_channel`).
 Run by hand: locust -f locustfiles/mixed.py --host http://127.0.0.1:PORT
 """
 
-from locust import User, between, events, task
+from locust import events, task
 
 from harness.loadgen import flows
-from harness.loadgen.actor import Actor
-from harness.loadgen.recording import install, load_process
+from harness.loadgen.recording import install
+from harness.loadgen.user import DuplicatingUser
 
 install(events)
 
 
-class MixedUser(User):
-    wait_time = between(0.0, 0.05)
-
-    def on_start(self) -> None:
-        self.actor = Actor(load_process(self.environment), self.host)
-
-    def on_stop(self) -> None:
-        self.actor.close()
-
+class MixedUser(DuplicatingUser):
     @task(3)
     def timeout_replay(self) -> None:
         flows.timeout_replay_round(self.actor)

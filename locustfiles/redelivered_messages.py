@@ -7,24 +7,16 @@ mutant without faults; with TARGET_APP_HANDLER_DELAY_MS and plans/consumer-crash
 (a pause longer than the reclaim time) also the `inbox-nonatomic` mutant.
 """
 
-from locust import User, between, events, task
+from locust import events, task
 
 from harness.loadgen import flows
-from harness.loadgen.actor import Actor
-from harness.loadgen.recording import install, load_process
+from harness.loadgen.recording import install
+from harness.loadgen.user import DuplicatingUser
 
 install(events)
 
 
-class RedeliveredMessagesUser(User):
-    wait_time = between(0.0, 0.05)
-
-    def on_start(self) -> None:
-        self.actor = Actor(load_process(self.environment), self.host)
-
-    def on_stop(self) -> None:
-        self.actor.close()
-
+class RedeliveredMessagesUser(DuplicatingUser):
     @task
     def publish_with_duplicates(self) -> None:
         flows.message_round(self.actor)

@@ -7,24 +7,16 @@ create second orders for one key); with plans/flaky-network.yaml it also replays
 requests whose responses were lost after the server committed.
 """
 
-from locust import User, between, events, task
+from locust import events, task
 
 from harness.loadgen import flows
-from harness.loadgen.actor import Actor
-from harness.loadgen.recording import install, load_process
+from harness.loadgen.recording import install
+from harness.loadgen.user import DuplicatingUser
 
 install(events)
 
 
-class TimeoutReplayUser(User):
-    wait_time = between(0.0, 0.05)
-
-    def on_start(self) -> None:
-        self.actor = Actor(load_process(self.environment), self.host)
-
-    def on_stop(self) -> None:
-        self.actor.close()
-
+class TimeoutReplayUser(DuplicatingUser):
     @task
     def create_and_pay(self) -> None:
         flows.timeout_replay_round(self.actor)
