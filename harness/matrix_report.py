@@ -14,10 +14,12 @@ from dataclasses import dataclass
 from html import escape
 from pathlib import Path
 
+from harness.catalog import MUTANTS, SCENARIOS
 from harness.report_html import badge, page
 
-MUTANT_ORDER = ("none", "api", "domain", "inbox", "inbox-nonatomic")
-SCENARIO_ORDER = ("timeout_replay", "duplicate_webhooks", "redelivered_messages", "mixed")
+# Rows: the correct app first, then each mutant; columns: the scenarios.
+MUTANT_ORDER = ("none", *MUTANTS)
+SCENARIO_ORDER = SCENARIOS
 
 
 @dataclass(frozen=True)

@@ -105,6 +105,20 @@ def _legend_drop(title: str, entries: Sequence[tuple[str, str]]) -> int:
     return 0 if title_width + _legend_width(entries) <= WIDTH - 16 else 22
 
 
+def _y_grid(ticks: Sequence[float], sy: Callable[[float], float], left: float,
+            right: float) -> list[str]:
+    """Horizontal grid lines with their value labels on the left axis."""
+    lines = []
+    for tick in ticks:
+        y = sy(tick)
+        lines.append(
+            f"<line x1='{left}' y1='{y:.1f}' x2='{right}' y2='{y:.1f}' stroke='{GRID_COLOR}'/>"
+            f"<text x='{left - 6}' y='{y + 4:.1f}' text-anchor='end' fill='{TEXT_COLOR}'>"
+            f"{format_number(tick)}</text>"
+        )
+    return lines
+
+
 def _legend(entries: Sequence[tuple[str, str]], y: int) -> list[str]:
     """Legend chips right-aligned on the title row (widths estimated from text length)."""
     parts: list[str] = []
@@ -192,13 +206,7 @@ def line_chart(
             f"<text class='fault-label' x='{x0 + 3:.1f}' y='{label_y}' font-size='11' "
             f"fill='#475569'>{escape(window.label)}</text>"
         )
-    for tick in y_ticks:
-        y = sy(tick)
-        parts.append(
-            f"<line x1='{left}' y1='{y:.1f}' x2='{right}' y2='{y:.1f}' stroke='{GRID_COLOR}'/>"
-            f"<text x='{left - 6}' y='{y + 4:.1f}' text-anchor='end' fill='{TEXT_COLOR}'>"
-            f"{format_number(tick)}</text>"
-        )
+    parts += _y_grid(y_ticks, sy, left, right)
     for tick in _time_ticks(span):
         x = sx(tick)
         parts.append(
@@ -274,13 +282,7 @@ def stacked_bar_chart(
 
     parts = _open_svg(plot_id, title, height)
     parts += _legend(entries, 22 + drop)
-    for tick in y_ticks:
-        y = sy(tick)
-        parts.append(
-            f"<line x1='{left}' y1='{y:.1f}' x2='{right}' y2='{y:.1f}' stroke='{GRID_COLOR}'/>"
-            f"<text x='{left - 6}' y='{y + 4:.1f}' text-anchor='end' fill='{TEXT_COLOR}'>"
-            f"{format_number(tick)}</text>"
-        )
+    parts += _y_grid(y_ticks, sy, left, right)
     slot = (right - left) / max(len(bars), 1)
     bar_width = min(120.0, slot * 0.55)
     for index, (name, values) in enumerate(bars.items()):

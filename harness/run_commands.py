@@ -12,7 +12,8 @@ from pathlib import Path
 
 from harness.argtypes import duration, positive_int
 from harness.errors import HarnessError
-from harness.runner import MUTANTS, SCENARIOS, RunSpec, check_saved_run, run
+from harness.catalog import MUTANTS, SCENARIOS
+from harness.runner import RunSpec, check_saved_run, run
 from harness.smoke import (
     format_matrix_table,
     matrix,

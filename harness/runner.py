@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
+from harness.catalog import MUTANTS, SCENARIOS
 from harness.checker import CheckerError, check_run
 from harness.drain import DrainTimeout, export_state, iter_export, wait_for_drain
 from harness.errors import HarnessError
@@ -39,9 +40,6 @@ from harness.stack import (
     start_stack,
     target_app_env,
 )
-
-SCENARIOS = ("timeout_replay", "duplicate_webhooks", "redelivered_messages", "mixed")
-MUTANTS = ("api", "domain", "inbox", "inbox-nonatomic")
 
 EXIT_OK = 0
 EXIT_VIOLATION = 1

@@ -14,9 +14,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TextIO
 
+from harness.catalog import MUTANTS, SCENARIOS
 from harness.errors import HarnessError
 from harness.report import MatrixCell, format_matrix_table, write_matrix_report
-from harness.runner import EXIT_OK, EXIT_VIOLATION, MUTANTS, SCENARIOS, RunOutcome, RunSpec, run
+from harness.runner import EXIT_OK, EXIT_VIOLATION, RunOutcome, RunSpec, run
 
 PLANS_DIR = Path(__file__).resolve().parent.parent / "plans"
 
