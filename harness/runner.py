@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from harness.catalog import MUTANTS, SCENARIOS
-from harness.checker import CheckerError, check_run
-from harness.drain import DrainTimeout, export_state, iter_export, wait_for_drain
+from harness.checker import check_run
+from harness.drain import export_state, iter_export, wait_for_drain
 from harness.errors import HarnessError
 from harness.faults import NemesisRunner, load_plan, schedule
 from harness.loadgen.settings import load_environment
@@ -158,10 +158,8 @@ def run(spec: RunSpec, *, out: TextIO = sys.stderr) -> RunOutcome:
         try:
             runner.start(windows)
             locust.start()
-            while not locust.finished(timeout=1.0):
+            while not locust.finished(timeout=1.0) and runner.failure is None:
                 progress.update(active_faults=runner.active())
-                if runner.failure is not None:
-                    raise HarnessError(f"a fault could not be applied: {runner.failure}")
             progress.finish()
         finally:
             locust.stop()
@@ -173,10 +171,7 @@ def run(spec: RunSpec, *, out: TextIO = sys.stderr) -> RunOutcome:
             raise HarnessError(
                 f"locust exited with {locust.returncode}; see {locust.log_path}"
             )
-        try:
-            wait_for_drain(state, timeout=spec.drain_timeout)
-        except DrainTimeout as error:
-            raise HarnessError(str(error)) from error
+        wait_for_drain(state, timeout=spec.drain_timeout)
         export_state(state["app_direct_url"], run_dir / "export.ndjson")
         if attached and not spec.compose:
             # A stack of our own keeps its logs under run_dir/stack/logs already.
@@ -186,10 +181,8 @@ def run(spec: RunSpec, *, out: TextIO = sys.stderr) -> RunOutcome:
 
 def check_saved_run(run_dir: Path) -> RunOutcome:
     """Check a run directory and (re)write its reports."""
-    try:
-        result = check_run(Path(run_dir)).to_dict()
-    except CheckerError as error:
-        raise HarnessError(str(error)) from error
+    # A CheckerError (no export, unreadable history) is a HarnessError: exit 2.
+    result = check_run(Path(run_dir)).to_dict()
     paths = write_reports(Path(run_dir), result)
     exit_code = EXIT_OK if result["valid"] else EXIT_VIOLATION
     return RunOutcome(run_dir, exit_code, result, summary_line(result, paths.report_html))
