@@ -1,7 +1,48 @@
-"""The names a run is made of: the scenarios (one locustfile each) and the layers a
-negative control can disable (`TARGET_APP_UNSAFE_DISABLE`)."""
+"""The names a run is made of: the scenarios (one locustfile each), the negative
+controls a run can switch on (`TARGET_APP_UNSAFE_DISABLE`), the protective paths
+the checker counts, and which paths each scenario promises to exercise.
+
+The harness keeps its own copy of the control names rather than importing the
+target app (it must be able to judge a service it does not import); a test checks
+that this list and the app's `UNSAFE_LAYERS` agree.
+"""
 
 from __future__ import annotations
 
 SCENARIOS = ("timeout_replay", "duplicate_webhooks", "redelivered_messages", "mixed")
-MUTANTS = ("api", "domain", "inbox", "inbox-nonatomic")
+
+# Each negative control breaks one rule the target app documents (docs/target-app.md).
+MUTANT_RULES: dict[str, str] = {
+    "api": "the Idempotency-Key layer exists at all",
+    "api-fingerprint": "a key reused with another request is refused, not replayed",
+    "api-tenant": "idempotency records are scoped by tenant",
+    "incomplete-body": "a request body cut off in transit is never handled nor stored",
+    "order-tenant": "an order is visible and payable only by its own tenant",
+    "domain": "an order is paid at most once (state and provider_ref guard)",
+    "domain-amount": "a payment must carry the order's amount",
+    "webhook-signature": "a webhook is applied only with a valid, fresh signature",
+    "inbox": "a message id takes effect at most once",
+    "inbox-nonatomic": "the inbox marks a message in the same step as its effect",
+    "inbox-dead-letter": "crashes and transient errors never dead-letter a valid payment",
+}
+MUTANTS = tuple(MUTANT_RULES)
+
+# Every protective path the checker counts, from the app's counters and the history.
+PATHS = (
+    "replay", "fingerprint_refusal", "inflight_refusal", "recovery_point", "incomplete_body",
+    "already_paid", "conflict", "amount_refusal", "signature_refusal", "tenant_refusal",
+    "inbox_skip", "reclaim", "dead_letter",
+)
+
+# What each scenario provokes whatever the fault plan: a run that exercised one of
+# these zero times proved nothing about it, so its verdict is inconclusive.
+SCENARIO_PROMISES: dict[str, tuple[str, ...]] = {
+    "timeout_replay": ("replay", "fingerprint_refusal", "tenant_refusal"),
+    "duplicate_webhooks": ("already_paid", "conflict", "amount_refusal", "signature_refusal"),
+    "redelivered_messages": ("inbox_skip",),
+    "mixed": ("replay", "already_paid", "signature_refusal", "inbox_skip"),
+}
+
+# Fewer acknowledged (ok) operations than this and a run cannot be called a pass:
+# a run in which nothing was acknowledged proves nothing.
+DEFAULT_MIN_ACKNOWLEDGED = 20

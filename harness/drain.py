@@ -67,32 +67,42 @@ def wait_for_drain(state: Mapping[str, Any], *, timeout: float, poll: float = 0.
         client.close()
 
 
-def iter_export(app_url: str, *, timeout: float = 60.0) -> Iterator[dict[str, Any]]:
-    """The export's records, parsed as they stream in."""
+def _export_response(app_url: str, token: str | None, timeout: float) -> requests.Response:
+    """The open streaming answer of `GET /internal/v1/export` (the app's internal token
+    in `Authorization`), or a HarnessError that says why there is none."""
     url = app_url.rstrip("/") + "/internal/v1/export"
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
     try:
-        with requests.get(url, stream=True, timeout=timeout) as response:
-            if response.status_code != 200:
-                raise HarnessError(f"state export failed: {url} answered {response.status_code}")
+        response = requests.get(url, stream=True, timeout=timeout, headers=headers)
+    except requests.RequestException as error:
+        raise HarnessError(f"state export failed: {error}") from error
+    if response.status_code != 200:
+        response.close()
+        hint = " (the app's internal token was refused)" if response.status_code in (401, 404) else ""
+        raise HarnessError(f"state export failed: {url} answered {response.status_code}{hint}")
+    return response
+
+
+def iter_export(app_url: str, *, token: str | None = None, timeout: float = 60.0) -> Iterator[dict[str, Any]]:
+    """The export's records, parsed as they stream in."""
+    with _export_response(app_url, token, timeout) as response:
+        try:
             for line in response.iter_lines():
                 if line.strip():
                     yield orjson.loads(line)
-    except requests.RequestException as error:
-        raise HarnessError(f"state export failed: {error}") from error
+        except requests.RequestException as error:
+            raise HarnessError(f"state export failed: {error}") from error
 
 
-def export_state(app_url: str, destination: Path, *, timeout: float = 60.0) -> int:
+def export_state(app_url: str, destination: Path, *, token: str | None = None,
+                 timeout: float = 60.0) -> int:
     """Stream `GET /internal/v1/export` into a file; returns the number of lines."""
-    url = app_url.rstrip("/") + "/internal/v1/export"
     lines = 0
-    try:
-        with requests.get(url, stream=True, timeout=timeout) as response:
-            if response.status_code != 200:
-                raise HarnessError(f"state export failed: {url} answered {response.status_code}")
-            with open(destination, "wb") as handle:
-                for chunk in response.iter_content(chunk_size=65536):
-                    handle.write(chunk)
-                    lines += chunk.count(b"\n")
-    except requests.RequestException as error:
-        raise HarnessError(f"state export failed: {error}") from error
+    with _export_response(app_url, token, timeout) as response, open(destination, "wb") as handle:
+        try:
+            for chunk in response.iter_content(chunk_size=65536):
+                handle.write(chunk)
+                lines += chunk.count(b"\n")
+        except requests.RequestException as error:
+            raise HarnessError(f"state export failed: {error}") from error
     return lines

@@ -9,6 +9,11 @@ A plan (YAML) has a seed, explicit windows and optionally a seeded random nemesi
       - {at: 5s, for: 2s, process: {action: pause, service: consumer-1}}
       - {at: 4s, for: 2s, proxy_down: redis}
     random: {seed: 11, start: 1s, every: 3s, duration: 1s-3s, faults: [...]}
+    promises: [recovery_point, reclaim]
+
+`promises` names the protective paths (harness.catalog.PATHS) the plan's faults
+provoke: a run under the plan that exercised one of them zero times is
+inconclusive, because it did not test what the plan claims to test.
 
 `schedule(plan, duration)` turns it into concrete windows (same seed → same
 schedule). `NemesisRunner` applies each window at its `at`, heals it at `at + for`,
@@ -31,6 +36,7 @@ from typing import Any, Protocol
 import orjson
 import yaml
 
+from harness.catalog import PATHS
 from harness.durations import parse_duration
 from harness.errors import HarnessError
 from harness.nemesis import NemesisInvalid, validate_toxic
@@ -102,6 +108,7 @@ class Plan:
     windows: tuple[FaultWindow, ...] = ()
     random: RandomNemesis | None = None
     source: str = "<plan>"
+    promises: tuple[str, ...] = ()
 
 
 # --- parsing ----------------------------------------------------------------------
@@ -120,7 +127,7 @@ def load_plan(path: Path) -> Plan:
 
 def parse_plan(raw: Any, *, source: str = "<plan>") -> Plan:
     where = _Where(source)
-    top = where.mapping(raw, "plan", required=("seed",), optional=("windows", "random"))
+    top = where.mapping(raw, "plan", required=("seed",), optional=("windows", "random", "promises"))
     seed = where.integer(top["seed"], "seed")
     windows_raw = top.get("windows") or []
     if not isinstance(windows_raw, list):
@@ -129,7 +136,19 @@ def parse_plan(raw: Any, *, source: str = "<plan>") -> Plan:
     random_nemesis = _parse_random(where, top["random"], seed) if top.get("random") is not None else None
     if not windows and random_nemesis is None:
         raise where.error("plan", "has neither windows nor random: nothing to do")
-    return Plan(seed=seed, windows=windows, random=random_nemesis, source=source)
+    return Plan(seed=seed, windows=windows, random=random_nemesis, source=source,
+                promises=_parse_promises(where, top.get("promises")))
+
+
+def _parse_promises(where: _Where, raw: Any) -> tuple[str, ...]:
+    if raw is None:
+        return ()
+    if not isinstance(raw, list) or not all(isinstance(item, str) for item in raw):
+        raise where.error("promises", "must be a list of path names")
+    unknown = [item for item in raw if item not in PATHS]
+    if unknown:
+        raise where.error("promises", f"unknown path(s) {', '.join(unknown)}; choose from {', '.join(PATHS)}")
+    return tuple(dict.fromkeys(raw))
 
 
 def _parse_window(where: _Where, raw: Any, path: str, index: int) -> FaultWindow:

@@ -25,6 +25,14 @@ def xml_safe(text: Any) -> str:
     return _NOT_XML.sub("\ufffd", str(text))
 
 
+def verdict_of(result: Mapping[str, Any]) -> str:
+    """pass | fail | inconclusive; results written before verdicts existed have only `valid`."""
+    verdict = result.get("verdict")
+    if verdict in ("pass", "fail", "inconclusive"):
+        return str(verdict)
+    return "pass" if result.get("valid") else "fail"
+
+
 def junit_xml(result: Mapping[str, Any]) -> str:
     """The junit document for a check result."""
     invariants = list(result.get("invariants") or [])
@@ -57,6 +65,15 @@ def junit_xml(result: Mapping[str, Any]) -> str:
             "message": xml_safe(f"{name}: {count} violation{'' if count == 1 else 's'}"),
         })
         failure.text = xml_safe(_failure_text(inv))
+    reasons = [str(reason) for reason in result.get("inconclusive_reasons") or []]
+    if verdict_of(result) == "inconclusive":
+        # Nothing failed, but the run did not prove what it promised: a CI tool must
+        # not read that as green.
+        case = ET.SubElement(suite, "testcase", {"name": "conclusive", "classname": scenario})
+        ET.SubElement(case, "error", {"type": "Inconclusive",
+                                      "message": xml_safe("; ".join(reasons) or "inconclusive")})
+        suite.set("errors", str(int(suite.get("errors", "0")) + 1))
+        suite.set("tests", str(int(suite.get("tests", "0")) + 1))
     if not invariants:
         # An empty suite reads as green in most CI tools; a result without
         # invariants is a broken check, so say so with an error.

@@ -19,7 +19,7 @@ from typing import Any
 import orjson
 
 from harness.history import HistoryError, history_files, iter_operations
-from harness.junit import write_junit
+from harness.junit import verdict_of, write_junit
 from harness.matrix_report import MatrixCell, format_matrix_table, write_matrix_report
 from harness.plots import (
     FaultWindow,
@@ -90,6 +90,9 @@ def summary_line(result: dict, report_html: Path) -> str:
     invariants = result.get("invariants") or []
     counts = result.get("counts") or {}
     failed = [inv for inv in invariants if not inv.get("passed", False)]
+    if verdict_of(result) == "inconclusive" and not failed:
+        reasons = "; ".join(map(str, result.get("inconclusive_reasons") or [])) or "no reason given"
+        return f"INCONCLUSIVE: no invariant was violated, but {reasons} — report: {report_html}"
     if result.get("valid") and not failed:
         detail = (f"all {len(invariants)} invariants held "
                   f"({_plural(counts.get('operations', 0), 'operation')}, "
@@ -148,20 +151,25 @@ def render_report(
     body.append(_card(_layers_chart(result)))
     body.append(_operations_table(series))
     body.append(_faults_table(faults, start))
+    body.append(_paths(result))
+    body.append(_dead_letters(result))
     body.append(_jepsen(result))
     body.append(_duplicates(result))
     body.append(violations_section(result, start))
-    return page(f"{'PASS' if result.get('valid') else 'FAIL'} · {run_id}", "".join(body))
+    return page(f"{verdict_of(result).upper()} · {run_id}", "".join(body))
 
 
 def _verdict(result: Mapping[str, Any], settings: Mapping[str, Any], duration: float,
              fault_count: int) -> str:
-    valid = bool(result.get("valid"))
+    verdict = verdict_of(result)
     invariants = result.get("invariants") or []
     failed = [inv for inv in invariants if not inv.get("passed", False)]
     counts = result.get("counts") or {}
-    if valid:
+    if verdict == "pass":
         headline = f"all {len(invariants)} invariants held"
+    elif verdict == "inconclusive":
+        headline = (f"all {len(invariants)} invariants held, but the run proved too little: "
+                    + "; ".join(map(str, result.get("inconclusive_reasons") or [])))
     else:
         headline = f"{len(failed)} of {len(invariants)} invariants violated"
         if failed:
@@ -185,9 +193,9 @@ def _verdict(result: Mapping[str, Any], settings: Mapping[str, Any], duration: f
         + "</dd></div>"
         for k, v in facts)
     return (
-        f"<section id='verdict' class='verdict {'pass' if valid else 'fail'}' "
-        f"data-valid='{'true' if valid else 'false'}'>"
-        f"<span class='word'>{'PASS' if valid else 'FAIL'}</span>"
+        f"<section id='verdict' class='verdict {verdict}' "
+        f"data-valid='{'true' if verdict == 'pass' else 'false'}' data-verdict='{verdict}'>"
+        f"<span class='word'>{verdict.upper()}</span>"
         f"<span class='headline'>{escape(headline)}</span><dl>{items}</dl></section>"
     )
 
@@ -284,6 +292,44 @@ def _faults_table(faults: Sequence[Mapping[str, Any]], start: float) -> str:
         return "<section class='card'><h3>Faults</h3><p class='note'>no faults applied</p></section>"
     table = faults_table(faults, start)
     return f"<section class='card'><h3>Faults ({len(faults)})</h3>{table}</section>"
+
+
+def _paths(result: Mapping[str, Any]) -> str:
+    """How often each protective path ran, and which ones the run promised."""
+    paths = result.get("paths") or {}
+    if not paths:
+        return "<h2>Protective paths</h2><p class='note'>not reported</p>"
+    promised = set(map(str, result.get("promised_paths") or []))
+    rows = []
+    for name, count in paths.items():
+        missing = str(name) in promised and not _num(count)
+        mark = badge("NOT EXERCISED", "warn") if missing else (
+            badge("promised", "pass") if str(name) in promised else "")
+        rows.append(f"<tr data-path='{escape(str(name))}'><td><code>{escape(str(name))}</code></td>"
+                    f"<td class='num'>{escape(_count(count))}</td><td>{mark}</td></tr>")
+    return ("<h2>Protective paths</h2><p class='note'>how often each protective path of the "
+            "three layers ran in this run; a path the scenario or plan promised that ran zero "
+            "times makes the run inconclusive.</p><section class='card'><table><thead><tr>"
+            "<th>path</th><th class='num'>times</th><th></th></tr></thead>"
+            f"<tbody>{''.join(rows)}</tbody></table></section>")
+
+
+def _dead_letters(result: Mapping[str, Any]) -> str:
+    dead = result.get("dead_letters") or {}
+    reasons = dead.get("reasons") or {}
+    listed = dead.get("first") or []
+    if not reasons and not listed:
+        return "<h2>Dead letters</h2><p class='note'>none</p>"
+    reason_rows = "".join(f"<tr><td>{escape(str(reason))}</td><td class='num'>{escape(_count(n))}</td></tr>"
+                          for reason, n in sorted(reasons.items(), key=lambda kv: str(kv[0])))
+    columns = ("message_id", "order_id", "provider_ref", "reason", "deliveries", "valid")
+    entry_rows = "".join(
+        "<tr>" + "".join(f"<td class='mono'>{escape(str(entry.get(c, '')))}</td>" for c in columns) + "</tr>"
+        for entry in listed if isinstance(entry, Mapping))
+    head = "".join(f"<th>{c}</th>" for c in columns)
+    return ("<h2>Dead letters</h2><section class='card'><table><thead><tr><th>reason</th>"
+            f"<th class='num'>messages</th></tr></thead><tbody>{reason_rows}</tbody></table>"
+            f"<table><thead><tr>{head}</tr></thead><tbody>{entry_rows}</tbody></table></section>")
 
 
 def _jepsen(result: Mapping[str, Any]) -> str:

@@ -27,6 +27,7 @@ section.card, .plot-card { background:#fff; border:1px solid var(--line); border
 .verdict { border-radius:10px; padding:18px 22px; color:#fff; }
 .verdict.pass { background:linear-gradient(90deg,#15803d,#16a34a); }
 .verdict.fail { background:linear-gradient(90deg,#991b1b,#dc2626); }
+.verdict.inconclusive { background:linear-gradient(90deg,#a16207,#ca8a04); }
 .verdict .word { font-size:40px; font-weight:800; letter-spacing:1px; }
 .verdict .headline { font-size:17px; margin-left:14px; }
 .verdict dl { display:flex; flex-wrap:wrap; gap:6px 28px; margin:12px 0 0; }

@@ -1,7 +1,9 @@
 """The verdict commands of the CLI: `harness run`, `check`, `smoke` and `matrix`.
 
-Each handler returns the process exit code: 0 every invariant held, 1 a violation
-was found, 2 the harness failed (raised as `HarnessError`, translated by the CLI).
+Each handler returns the process exit code: 0 every invariant held and the run
+exercised what it promised, 1 a violation was found, 2 the harness failed (raised
+as `HarnessError`, translated by the CLI), 3 inconclusive: nothing was violated,
+but a promised protective path was never exercised or too little was acknowledged.
 """
 
 from __future__ import annotations
@@ -10,11 +12,12 @@ import argparse
 from dataclasses import replace
 from pathlib import Path
 
-from harness.argtypes import duration, positive_int
+from harness.argtypes import duration, non_negative_int, positive_int
 from harness.errors import HarnessError
-from harness.catalog import MUTANTS, SCENARIOS
+from harness.catalog import DEFAULT_MIN_ACKNOWLEDGED, MUTANTS, SCENARIOS
 from harness.runner import RunSpec, check_saved_run, run
 from harness.smoke import (
+    DEFAULT_PARALLEL,
     format_matrix_table,
     matrix,
     matrix_exit_code,
@@ -48,6 +51,9 @@ def _add_load_options(parser: argparse.ArgumentParser, *, users: int, default_du
     parser.add_argument("--drain-timeout", type=duration, default=30.0,
                         help="how long to wait for the consumers to drain the stream (default 30s)")
     parser.add_argument("--compose", action="store_true", help="use the docker compose services")
+    parser.add_argument("--min-acknowledged", type=non_negative_int, default=DEFAULT_MIN_ACKNOWLEDGED,
+                        help="fewer ok operations than this make the run inconclusive "
+                             f"(default {DEFAULT_MIN_ACKNOWLEDGED})")
 
 
 def add_parsers(subparsers: argparse._SubParsersAction) -> None:
@@ -58,7 +64,7 @@ def add_parsers(subparsers: argparse._SubParsersAction) -> None:
     run_parser.add_argument("scenario", choices=SCENARIOS)
     run_parser.add_argument("--plan", type=Path, help="fault plan YAML (plans/*.yaml)")
     run_parser.add_argument("--unsafe-disable", type=_mutants, default=(),
-                            help="negative control: comma list of api, domain, inbox, inbox-nonatomic")
+                            help="negative control: comma list of " + ", ".join(MUTANTS))
     _add_load_options(run_parser, users=20, default_duration="30s")
     run_parser.set_defaults(handler=handle_run)
 
@@ -70,6 +76,8 @@ def add_parsers(subparsers: argparse._SubParsersAction) -> None:
         "smoke", help="the CI job: every scenario on the correct app, every mutant caught",
     )
     _add_load_options(smoke_parser, users=10, default_duration="8s")
+    smoke_parser.add_argument("--parallel", type=positive_int, default=DEFAULT_PARALLEL,
+                              help=f"runs side by side, each on its own stack (default {DEFAULT_PARALLEL})")
     smoke_parser.set_defaults(handler=handle_smoke)
 
     matrix_parser = subparsers.add_parser("matrix", help="every mutant against every scenario")
@@ -95,6 +103,7 @@ def _spec(args: argparse.Namespace, scenario: str) -> RunSpec:
         app_workers=args.app_workers,
         consumers=args.consumers,
         drain_timeout=args.drain_timeout,
+        min_acknowledged=args.min_acknowledged,
     )
 
 
@@ -116,7 +125,7 @@ def handle_smoke(args: argparse.Namespace) -> int:
     # Each smoke step starts a fresh stack so mutants never share state; a stack
     # left by `harness up` is not used.
     base = _spec(args, SCENARIOS[0])
-    steps = smoke(_isolated(base))
+    steps = smoke(_isolated(base), parallel=args.parallel)
     for step in steps:
         mark = "ok  " if step.passed else "FAIL"
         detail = step.error or (step.outcome.summary if step.outcome else "")

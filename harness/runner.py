@@ -21,17 +21,18 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-from harness.catalog import MUTANTS, SCENARIOS
-from harness.checker import check_run
-from harness.drain import export_state, iter_export, wait_for_drain
+from harness.catalog import DEFAULT_MIN_ACKNOWLEDGED, MUTANTS, SCENARIO_PROMISES, SCENARIOS
+from harness.checker import HistoryFiles, check_run
+from harness.drain import export_state, wait_for_drain
 from harness.errors import HarnessError
-from harness.faults import NemesisRunner, load_plan, schedule
+from harness.faults import NemesisRunner, Plan, load_plan, schedule
+from harness.final_reads import FINAL_READS_FILE, orders_to_read, read_orders
+from harness.history import history_files
 from harness.loadgen.settings import load_environment
 from harness.locust_process import LocustProcess, locustfile_for
 from harness.nemesis import Nemesis, NemesisError
 from harness.progress import ProgressLine
 from harness.report import summary_line, write_reports
-from harness.run_scope import counters_of
 from harness.stack import (
     RunningStack,
     StackError,
@@ -44,6 +45,12 @@ from harness.stack import (
 EXIT_OK = 0
 EXIT_VIOLATION = 1
 EXIT_HARNESS = 2
+EXIT_INCONCLUSIVE = 3
+VERDICT_EXIT_CODES = {"pass": EXIT_OK, "fail": EXIT_VIOLATION, "inconclusive": EXIT_INCONCLUSIVE}
+BASELINE_FILE = "baseline.ndjson"
+# After the drain, a request that a client gave up on may still be finishing in the
+# app; this long a pause lets it land before the state is read.
+SETTLE_SECONDS = 0.5
 
 
 @dataclass(frozen=True)
@@ -64,6 +71,7 @@ class RunSpec:
     app_workers: int = 4
     consumers: int = 2
     drain_timeout: float = 30.0
+    min_acknowledged: int = DEFAULT_MIN_ACKNOWLEDGED
     app_env: Mapping[str, str] = field(default_factory=dict)
     run_id: str | None = None
     progress: bool = True
@@ -83,6 +91,8 @@ class RunSpec:
             raise HarnessError("--duration must be positive")
         if self.processes < 1:
             raise HarnessError("--processes must be at least 1")
+        if self.min_acknowledged < 0:
+            raise HarnessError("--min-acknowledged must not be negative")
         if self.plan is not None and not Path(self.plan).is_file():
             raise HarnessError(f"fault plan {self.plan} does not exist")
 
@@ -123,21 +133,26 @@ def run(spec: RunSpec, *, out: TextIO = sys.stderr) -> RunOutcome:
     with ExitStack() as cleanup:
         stack, attached = cleanup.enter_context(_stack_for(spec, run_dir, out=out))
         state = stack.state
-        started_at = time.time()
+        token = state.get("internal_token") or None
         settings = {
             "run_id": run_id,
             "scenario": spec.scenario,
             "unsafe_disable": list(state.get("unsafe_disable") or spec.unsafe_disable),
+            "users": spec.users,
+            "seed": spec.seed,
+            "duration": spec.duration,
+            "promised_paths": promised_paths(spec.scenario, plan),
+            "min_acknowledged": spec.min_acknowledged,
             "spec": spec.to_json(),
-            "stack": {key: value for key, value in state.items() if key != "webhook_secret"},
-            "started_at": started_at,
+            "stack": {key: value for key, value in state.items()
+                      if key not in ("webhook_secret", "internal_token")},
+            "started_at": time.time(),
         }
         if attached:
-            # Earlier runs left state on this stack; the checker judges only ours.
-            settings["scope"] = {
-                "since": started_at,
-                "counters_before": counters_of(iter_export(state["app_direct_url"])),
-            }
+            # Earlier runs left state on this stack; the checker judges only what this
+            # run created or changed, against a copy of the state before it.
+            export_state(state["app_direct_url"], run_dir / BASELINE_FILE, token=token)
+            settings["scope"] = {"baseline": BASELINE_FILE}
         (run_dir / "settings.json").write_text(json.dumps(settings, indent=2))
 
         nemesis = Nemesis(state["toxiproxy_url"])
@@ -172,11 +187,40 @@ def run(spec: RunSpec, *, out: TextIO = sys.stderr) -> RunOutcome:
                 f"locust exited with {locust.returncode}; see {locust.log_path}"
             )
         wait_for_drain(state, timeout=spec.drain_timeout)
-        export_state(state["app_direct_url"], run_dir / "export.ndjson")
+        with _quiesced(stack):
+            export_state(state["app_direct_url"], run_dir / "export.ndjson", token=token)
+            orders = orders_to_read(HistoryFiles(history_files(run_dir / "histories")))
+            read_orders(state["app_direct_url"], orders, run_dir / FINAL_READS_FILE)
         if attached and not spec.compose:
             # A stack of our own keeps its logs under run_dir/stack/logs already.
             _copy_logs(state, run_dir / "logs")
     return check_saved_run(run_dir)
+
+
+def promised_paths(scenario: str, plan: Plan | None) -> list[str]:
+    """The protective paths a run must exercise to be conclusive: the scenario's and the plan's."""
+    promised = list(SCENARIO_PROMISES.get(scenario, ()))
+    if plan is not None:
+        promised += [path for path in plan.promises if path not in promised]
+    return promised
+
+
+@contextmanager
+def _quiesced(stack: RunningStack) -> Iterator[None]:
+    """Consumers paused (and a short settle) while the state is read, so no late
+    write lands between the export and the final reads; resumed afterwards."""
+    consumers = [service["name"] for service in stack.state.get("services", [])
+                 if str(service.get("name", "")).startswith("consumer-")]
+    paused = []
+    try:
+        for name in consumers:
+            stack.pause(name)
+            paused.append(name)
+        time.sleep(SETTLE_SECONDS)
+        yield
+    finally:
+        for name in paused:
+            stack.resume(name)
 
 
 def check_saved_run(run_dir: Path) -> RunOutcome:
@@ -184,7 +228,7 @@ def check_saved_run(run_dir: Path) -> RunOutcome:
     # A CheckerError (no export, unreadable history) is a HarnessError: exit 2.
     result = check_run(Path(run_dir)).to_dict()
     paths = write_reports(Path(run_dir), result)
-    exit_code = EXIT_OK if result["valid"] else EXIT_VIOLATION
+    exit_code = VERDICT_EXIT_CODES[str(result.get("verdict") or ("pass" if result["valid"] else "fail"))]
     return RunOutcome(run_dir, exit_code, result, summary_line(result, paths.report_html))
 
 

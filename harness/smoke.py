@@ -1,16 +1,19 @@
 """`harness smoke` and `harness matrix`: proof that the checker can fail.
 
 The smoke job runs every scenario under its plan against the correct app (all must
-pass), then each negative control against the one scenario that must catch it
-(all must fail). The matrix runs every mutant against every scenario and shows
+pass, conclusively: every promised path exercised), then each negative control
+against the one scenario that must catch it (each must fail, by the invariant that
+guards the rule it breaks). The matrix runs every mutant against every scenario and shows
 which scenario catches which missing layer.
 """
 
 from __future__ import annotations
 
 import sys
+import threading
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TextIO
 
@@ -34,25 +37,37 @@ SCENARIO_PLANS: dict[str, str | None] = {
 # few) so two consumers still drain the stream within the bounded wait.
 HANDLER_DELAY_ENV = {"TARGET_APP_HANDLER_DELAY_MS": "50", "TARGET_APP_RECLAIM_IDLE_MS": "1000"}
 HANDLER_DELAY_USERS = 2
+# Smoke steps run side by side: each has its own stack on its own ports, and a
+# run mostly waits on its subprocesses, so two at a time fit two cores.
+DEFAULT_PARALLEL = 2
 
 
 @dataclass(frozen=True)
 class MutantCase:
-    """The scenario (and plan) that must catch one missing layer."""
+    """The scenario (and plan) that must catch one broken rule, and by which invariant."""
 
     mutant: str
     scenario: str
     plan: str | None
-    app_env: dict[str, str]
+    invariant: str
+    app_env: dict[str, str] = field(default_factory=dict)
     users: int | None = None
 
 
 MUTANT_CASES = (
-    MutantCase("api", "timeout_replay", None, {}),
-    MutantCase("domain", "duplicate_webhooks", None, {}),
-    MutantCase("inbox", "redelivered_messages", None, {}),
-    MutantCase("inbox-nonatomic", "redelivered_messages", "consumer-crashes", HANDLER_DELAY_ENV,
-               users=HANDLER_DELAY_USERS),
+    MutantCase("api", "timeout_replay", None, "one_order_per_key"),
+    MutantCase("api-fingerprint", "timeout_replay", None, "answers_match_requests"),
+    MutantCase("api-tenant", "timeout_replay", None, "tenant_isolation"),
+    MutantCase("incomplete-body", "timeout_replay", "cut-bodies", "answers_match_requests"),
+    MutantCase("order-tenant", "timeout_replay", None, "tenant_isolation"),
+    MutantCase("domain", "duplicate_webhooks", None, "one_payment_per_order"),
+    MutantCase("domain-amount", "duplicate_webhooks", None, "answers_match_requests"),
+    MutantCase("webhook-signature", "duplicate_webhooks", None, "answers_match_requests"),
+    MutantCase("inbox", "redelivered_messages", None, "message_effects_once"),
+    MutantCase("inbox-nonatomic", "redelivered_messages", "consumer-crashes", "message_effects_once",
+               HANDLER_DELAY_ENV, users=HANDLER_DELAY_USERS),
+    MutantCase("inbox-dead-letter", "redelivered_messages", "consumer-crashes", "no_parked_payment",
+               HANDLER_DELAY_ENV, users=HANDLER_DELAY_USERS),
 )
 
 
@@ -66,47 +81,96 @@ class SmokeStep:
     expect_violation: bool
     outcome: RunOutcome | None
     error: str | None
+    invariant: str | None = None
+
+    @property
+    def caught_by(self) -> list[str]:
+        """The invariants that failed in this step's run."""
+        result = self.outcome.result if self.outcome is not None else None
+        return [inv["name"] for inv in (result or {}).get("invariants", []) if not inv.get("passed")]
 
     @property
     def passed(self) -> bool:
+        """A correct run must pass conclusively; a control must fail by its own invariant."""
         if self.outcome is None:
             return False
-        wanted = EXIT_VIOLATION if self.expect_violation else EXIT_OK
-        return self.outcome.exit_code == wanted
+        if not self.expect_violation:
+            return self.outcome.exit_code == EXIT_OK
+        return self.outcome.exit_code == EXIT_VIOLATION and (
+            self.invariant is None or self.invariant in self.caught_by)
 
 
-def smoke(base: RunSpec, *, out: TextIO = sys.stderr) -> list[SmokeStep]:
-    """Run the smoke job; `base` carries users, duration, seed and the runs root."""
-    steps: list[SmokeStep] = []
+def smoke_specs(base: RunSpec) -> list[tuple[str, RunSpec, bool, str | None]]:
+    """(label, spec, expect a violation, the invariant that must catch it) per step."""
+    steps: list[tuple[str, RunSpec, bool, str | None]] = []
     for scenario in SCENARIOS:
         spec = replace(base, scenario=scenario, plan=plan_path(SCENARIO_PLANS[scenario]),
                        unsafe_disable=(), app_env=dict(base.app_env))
-        steps.append(_step(f"correct app / {scenario}", spec, expect_violation=False, out=out))
+        steps.append((f"correct app / {scenario}", spec, False, None))
     for case in MUTANT_CASES:
         spec = replace(base, scenario=case.scenario, plan=plan_path(case.plan),
                        unsafe_disable=(case.mutant,), app_env={**base.app_env, **case.app_env},
                        users=min(base.users, case.users or base.users))
-        steps.append(_step(f"mutant {case.mutant} / {case.scenario}", spec, expect_violation=True, out=out))
+        steps.append((f"mutant {case.mutant} / {case.scenario}", spec, True, case.invariant))
     return steps
 
 
-def _step(label: str, spec: RunSpec, *, expect_violation: bool, out: TextIO) -> SmokeStep:
-    print(f"harness smoke: {label} ...", file=out, flush=True)
+def smoke(base: RunSpec, *, out: TextIO = sys.stderr, parallel: int = DEFAULT_PARALLEL) -> list[SmokeStep]:
+    """Run the smoke job; `base` carries users, duration, seed and the runs root.
+
+    Steps run `parallel` at a time; the result keeps the order of `smoke_specs`.
+    """
+    specs = smoke_specs(replace(base, progress=False) if parallel > 1 else base)
+    lock = threading.Lock()
+
+    def one(item: tuple[str, RunSpec, bool, str | None]) -> SmokeStep:
+        label, spec, expect_violation, invariant = item
+        return _step(label, spec, expect_violation=expect_violation, invariant=invariant,
+                     out=out, lock=lock)
+
+    with ThreadPoolExecutor(max_workers=max(1, parallel)) as pool:
+        return list(pool.map(one, specs))
+
+
+def _step(label: str, spec: RunSpec, *, expect_violation: bool, invariant: str | None,
+          out: TextIO, lock: threading.Lock) -> SmokeStep:
+    with lock:
+        print(f"harness smoke: {label} ...", file=out, flush=True)
     try:
-        outcome = run(spec, out=out)
+        outcome = run(spec, out=_Quiet() if not spec.progress else out)
     except HarnessError as error:
-        print(f"harness smoke: {label}: harness failure: {error}", file=out, flush=True)
-        return SmokeStep(label, expect_violation, None, str(error))
-    step = SmokeStep(label, expect_violation, outcome, None)
-    verdict = "ok" if step.passed else ("NOT CAUGHT" if expect_violation else "FAILED")
-    print(f"harness smoke: {label}: {verdict}: {outcome.summary}", file=out, flush=True)
+        with lock:
+            print(f"harness smoke: {label}: harness failure: {error}", file=out, flush=True)
+        return SmokeStep(label, expect_violation, None, str(error), invariant)
+    step = SmokeStep(label, expect_violation, outcome, None, invariant)
+    if step.passed:
+        verdict = "ok"
+    elif expect_violation and outcome.exit_code == EXIT_VIOLATION:
+        verdict = f"CAUGHT BY THE WRONG INVARIANT (wanted {invariant})"
+    else:
+        verdict = "NOT CAUGHT" if expect_violation else "FAILED"
+    with lock:
+        print(f"harness smoke: {label}: {verdict}: {outcome.summary}", file=out, flush=True)
     return step
+
+
+class _Quiet:
+    """A text sink for runs side by side, whose progress lines would interleave."""
+
+    def write(self, text: str) -> int:
+        return len(text)
+
+    def flush(self) -> None:
+        pass
 
 
 def smoke_exit_code(steps: Sequence[SmokeStep]) -> int:
     if any(step.outcome is None for step in steps):
         return 2
     return EXIT_OK if all(step.passed for step in steps) else EXIT_VIOLATION
+
+
+_CASES = {case.mutant: case for case in MUTANT_CASES}
 
 
 def matrix(
@@ -128,10 +192,13 @@ def matrix(
     cells: list[MatrixCell] = []
     for mutant in mutants:
         for scenario in scenarios:
-            slow_handler = mutant == "inbox-nonatomic"
-            case_env = HANDLER_DELAY_ENV if slow_handler else {}
-            plan = "consumer-crashes" if mutant == "inbox-nonatomic" and scenario in (
-                "redelivered_messages", "mixed") else None
+            case = _CASES.get(mutant)
+            slow_handler = case is not None and case.users is not None
+            case_env = case.app_env if case is not None else {}
+            # A control that only shows under its fault runs under that fault's plan
+            # in every scenario that can provoke it.
+            plan = case.plan if case is not None and case.plan and (
+                scenario == case.scenario or scenario == "mixed") else None
             spec = replace(
                 base, scenario=scenario, plan=plan_path(plan),
                 unsafe_disable=() if mutant == "none" else (mutant,),

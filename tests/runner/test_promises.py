@@ -1,0 +1,54 @@
+"""What a run promises to exercise: the scenario's paths plus its plan's `promises`,
+and how the smoke job judges a step (a control must fail by its own invariant)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from harness.catalog import SCENARIO_PROMISES
+from harness.faults import PlanError, load_plan, parse_plan
+from harness.runner import EXIT_INCONCLUSIVE, EXIT_OK, EXIT_VIOLATION, RunOutcome, promised_paths
+from harness.smoke import SmokeStep
+
+PLANS = Path(__file__).resolve().parents[2] / "plans"
+WINDOW = {"at": "1s", "for": "1s", "proxy_down": "redis"}
+
+
+def test_a_plan_adds_its_promises_to_the_scenarios() -> None:
+    plan = parse_plan({"seed": 1, "windows": [WINDOW], "promises": ["recovery_point", "replay"]})
+    assert plan.promises == ("recovery_point", "replay")
+    promised = promised_paths("timeout_replay", plan)
+    assert promised[:len(SCENARIO_PROMISES["timeout_replay"])] == list(SCENARIO_PROMISES["timeout_replay"])
+    assert promised.count("replay") == 1 and "recovery_point" in promised
+
+
+def test_an_unknown_promise_is_a_plan_error_that_names_the_field() -> None:
+    with pytest.raises(PlanError, match="promises.*unknown path.*teleport"):
+        parse_plan({"seed": 1, "windows": [WINDOW], "promises": ["teleport"]})
+    with pytest.raises(PlanError, match="promises"):
+        parse_plan({"seed": 1, "windows": [WINDOW], "promises": "replay"})
+
+
+def test_every_shipped_plan_parses_with_known_promises() -> None:
+    for path in sorted(PLANS.glob("*.yaml")):
+        load_plan(path)  # raises PlanError on an unknown promise
+
+
+def _step(exit_code: int, failed: list[str], *, expect_violation: bool, invariant: str | None) -> SmokeStep:
+    result = {"invariants": [{"name": name, "passed": False} for name in failed]
+              + [{"name": "other", "passed": True}]}
+    return SmokeStep("label", expect_violation, RunOutcome(Path("."), exit_code, result, ""), None, invariant)
+
+
+def test_a_control_passes_the_smoke_only_when_its_own_invariant_caught_it() -> None:
+    assert _step(EXIT_VIOLATION, ["tenant_isolation"], expect_violation=True, invariant="tenant_isolation").passed
+    assert not _step(EXIT_VIOLATION, ["one_order_per_key"], expect_violation=True,
+                     invariant="tenant_isolation").passed
+    assert not _step(EXIT_OK, [], expect_violation=True, invariant="tenant_isolation").passed
+
+
+def test_a_correct_run_must_be_conclusive() -> None:
+    assert _step(EXIT_OK, [], expect_violation=False, invariant=None).passed
+    assert not _step(EXIT_INCONCLUSIVE, [], expect_violation=False, invariant=None).passed
