@@ -249,7 +249,11 @@ def parser_adders() -> list[Callable[[argparse._SubParsersAction], None]]:
 
 def build_parser() -> Parser:
     parser = Parser(prog="harness", description="Idempotency chaos harness: prove that a "
-                    "duplicated request never becomes a duplicated payment.")
+                    "duplicated request never becomes a duplicated payment.",
+                    epilog="exit codes: 0 pass, 1 an invariant was violated, 2 the harness "
+                    "failed or the input was bad, 3 inconclusive (nothing violated, but a "
+                    "promised path was never exercised or too little was acknowledged), "
+                    "130 interrupted")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for add in parser_adders():
         add(subparsers)
