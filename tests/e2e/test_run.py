@@ -22,8 +22,21 @@ def test_runs_against_a_stack_left_by_up_judge_only_themselves(tmp_path: Path) -
     assert all(service["healthy"] for service in json.loads(status.stdout)["services"])
     run_dirs = sorted((tmp_path / "runs").iterdir())
     settings = json.loads((run_dirs[1] / "settings.json").read_text())
-    assert settings["scope"]["since"] > 0  # the second run excluded the first one's orders
+    # the second run is judged against the state the first one left, not by clocks
+    assert settings["scope"]["baseline"] == "baseline.ndjson"
+    assert (run_dirs[1] / "baseline.ndjson").stat().st_size > 0
     assert list((run_dirs[1] / "logs").glob("*.log"))
+
+
+def test_a_run_that_proves_too_little_is_inconclusive_with_exit_3(tmp_path: Path) -> None:
+    result = harness("run", "timeout_replay", "--users", "2", "--duration", "2s", "--app-workers", "2",
+                     "--min-acknowledged", "100000", cwd=tmp_path)
+    assert result.code == 3, result.stdout + result.stderr[-2000:]
+    assert result.stdout.startswith("INCONCLUSIVE:") and "100000" in result.stdout
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    assert json.loads((run_dir / "result.json").read_text())["verdict"] == "inconclusive"
+    assert "Inconclusive" in (run_dir / "junit.xml").read_text()
+    assert "data-verdict='inconclusive'" in (run_dir / "report.html").read_text()
 
 
 def test_a_fault_that_cannot_be_applied_is_a_harness_failure(tmp_path: Path) -> None:

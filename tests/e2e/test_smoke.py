@@ -10,12 +10,10 @@ from pathlib import Path
 
 from e2e_helpers import SmokeRun, harness
 
-EXPECTED_CATCH = {
-    "api": "one_order_per_key",
-    "domain": "one_payment_per_order",
-    "inbox": "message_effects_once",
-    "inbox-nonatomic": "message_effects_once",
-}
+from harness.catalog import MUTANTS, SCENARIOS
+from harness.smoke import MUTANT_CASES
+
+EXPECTED_CATCH = {case.mutant: case.invariant for case in MUTANT_CASES}
 
 
 def _runs(smoke: SmokeRun) -> dict[str, Path]:
@@ -33,12 +31,13 @@ def _runs(smoke: SmokeRun) -> dict[str, Path]:
 def test_the_smoke_job_passes_and_catches_every_mutant(smoke_run: SmokeRun) -> None:
     assert smoke_run.result.code == 0, smoke_run.result.stdout + smoke_run.result.stderr[-3000:]
     lines = [line for line in smoke_run.result.stdout.splitlines() if line.startswith(("ok ", "FAIL"))]
-    assert len(lines) == 8 and all(line.startswith("ok ") for line in lines), lines
+    assert len(lines) == len(SCENARIOS) + len(MUTANTS) and all(line.startswith("ok ") for line in lines), lines
     assert smoke_run.result.stdout.rstrip().endswith("smoke: PASS")
 
 
 def test_each_mutant_fails_the_invariant_of_its_layer(smoke_run: SmokeRun) -> None:
     runs = _runs(smoke_run)
+    assert set(EXPECTED_CATCH) == set(MUTANTS)
     for mutant, invariant in EXPECTED_CATCH.items():
         (run_dir,) = [path for key, path in runs.items() if key.startswith(f"{mutant}/")]
         result = json.loads((run_dir / "result.json").read_text())
@@ -52,12 +51,17 @@ def test_correct_runs_hold_every_invariant_under_faults(smoke_run: SmokeRun) -> 
     assert len(runs) == 4
     for key, run_dir in runs.items():
         result = json.loads((run_dir / "result.json").read_text())
-        assert result["valid"] is True, key
+        assert result["valid"] is True and result["verdict"] == "pass", key
         assert result["counts"]["operations"] > 50, key
+        # conclusive: every path the scenario and its plan promised ran at least once
+        assert result["promised_paths"], key
+        for path in result["promised_paths"]:
+            assert result["paths"][path] > 0, (key, path)
         faults = [json.loads(line) for line in (run_dir / "faults.jsonl").read_text().splitlines()]
         assert faults, f"{key} ran under a plan but logged no fault"
         assert all(f["end"] >= f["start"] and f["error"] is None for f in faults), key
-        for name in ("settings.json", "plan.yaml", "export.ndjson", "junit.xml", "report.html",
+        for name in ("settings.json", "plan.yaml", "export.ndjson", "final_reads.ndjson",
+                     "junit.xml", "report.html",
                      "locust/report.html", "locust/stats_stats.csv"):
             assert (run_dir / name).is_file(), f"{key}: {name} missing"
         assert list((run_dir / "histories").glob("*.jsonl")), key
