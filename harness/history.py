@@ -7,6 +7,11 @@ still have a request in flight that lands later.
 
 Records are JSON lines (format in docs/internals.md), one file per load process,
 buffered and flushed in batches so recording costs little per operation.
+
+What a record says about an answer is fixed here too, so the load and the checker
+read it the same way: `REJECT_STATUS` (the status the app documents for each
+deliberate duplicate it must refuse), `answer_summary` (the few fields of a 2xx
+body the checker compares with the request) and `problem_type`.
 """
 
 from __future__ import annotations
@@ -22,8 +27,30 @@ import orjson
 
 from harness.errors import HarnessError
 
-OPERATIONS = ("create_order", "pay", "webhook", "publish")
+OPERATIONS = ("create_order", "pay", "webhook", "publish", "read_order")
 COMPLETIONS = ("ok", "fail", "info")
+DEFAULT_TENANT = "default"
+
+# The refusal the app documents for each `expect` that must be refused. An invoke
+# with one of these carries `must_reject: true` and `reject_status`.
+REJECT_STATUS: dict[str, int] = {
+    "stale_signature": 401,
+    "future_signature": 401,
+    "tampered_signature": 401,
+    "missing_signature": 401,
+    "wrong_amount": 422,
+    "conflicting_ref": 409,
+    "fingerprint_mismatch": 409,
+    "cross_tenant_read": 404,
+    "cross_tenant_pay": 404,
+}
+
+# The fields of `answer` per operation (docs/internals.md). An order document
+# names its id `id`; the summary calls it `order_id` like every other record.
+ORDER_ANSWER_FIELDS = ("order_id", "tenant", "sku", "quantity", "amount_cents", "status",
+                       "idempotency_key", "provider_ref")
+PAYMENT_ANSWER_FIELDS = ("order_id", "tenant", "status", "provider_ref", "amount_cents",
+                         "already_paid")
 
 
 class HistoryError(HarnessError):
@@ -43,6 +70,41 @@ def fingerprint(method: str, path: str, body: bytes) -> str:
 
 def body_digest(body: bytes) -> str:
     return hashlib.sha256(body).hexdigest()
+
+
+def answer_summary(op: str, data: Any) -> dict[str, Any] | None:
+    """The `answer` of a 2xx JSON body: what the checker compares with the request.
+
+    create_order / read_order answer with an order document; pay / webhook with
+    `{"order": {...}, "already_paid": bool}` (the amount is the order's). A field
+    the body lacks is null, so a body that omits something is still compared.
+    None when the body is not a JSON object or the operation has no answer.
+    """
+    if not isinstance(data, dict):
+        return None
+    if op in ("create_order", "read_order"):
+        summary = {name: data.get(name) for name in ORDER_ANSWER_FIELDS[1:]}
+        return {"order_id": data.get("id"), **summary}
+    if op in ("pay", "webhook"):
+        order = data.get("order")
+        order = order if isinstance(order, dict) else {}
+        return {
+            "order_id": order.get("id"),
+            "tenant": order.get("tenant"),
+            "status": order.get("status"),
+            "provider_ref": order.get("provider_ref"),
+            "amount_cents": order.get("amount_cents"),
+            "already_paid": data.get("already_paid"),
+        }
+    return None
+
+
+def problem_type(data: Any) -> str | None:
+    """The `type` of an RFC 9457 problem body, or None when the body is not one."""
+    if isinstance(data, dict):
+        value = data.get("type")
+        return value if isinstance(value, str) else None
+    return None
 
 
 class HistoryWriter:
@@ -149,7 +211,10 @@ class Client:
     def become_new_process(self) -> None:
         self.incarnation += 1
 
-    def invoke(self, op: str, **fields: Any) -> Operation:
+    def invoke(self, op: str, *, tenant: str = DEFAULT_TENANT, expect: str | None = None,
+               **fields: Any) -> Operation:
+        """Record an invoke. `tenant` and `expect` are always written; an `expect` the
+        app must refuse also writes `must_reject: true` and its `reject_status`."""
         if op not in OPERATIONS:
             raise HistoryError(f"unknown operation {op!r}; expected one of {OPERATIONS}")
         if self.outstanding is not None:
@@ -159,7 +224,14 @@ class Client:
         self._counter += 1
         operation = Operation(self, f"{self.process}:{self._counter}", op)
         self.outstanding = operation
-        self.write({"type": "invoke", "op_id": operation.op_id, "op": op, **fields})
+        record: dict[str, Any] = {"type": "invoke", "op_id": operation.op_id, "op": op,
+                                  "tenant": tenant, "expect": expect}
+        reject_status = REJECT_STATUS.get(expect) if expect is not None else None
+        if reject_status is not None:
+            record["must_reject"] = True
+            record["reject_status"] = reject_status
+        record.update(fields)
+        self.write(record)
         return operation
 
     def write(self, record: dict[str, Any]) -> None:

@@ -3,12 +3,17 @@ from pathlib import Path
 import pytest
 
 from harness.history import (
+    ORDER_ANSWER_FIELDS,
+    PAYMENT_ANSWER_FIELDS,
+    REJECT_STATUS,
     Client,
     HistoryError,
     HistoryWriter,
+    answer_summary,
     fingerprint,
     history_files,
     iter_operations,
+    problem_type,
 )
 
 
@@ -87,3 +92,101 @@ def test_fingerprint_covers_method_path_and_body() -> None:
     assert base != fingerprint("POST", "/b", b"{}")
     assert base != fingerprint("POST", "/a", b"{ }")
     assert base != fingerprint("PUT", "/a", b"{}")
+
+
+# --- what records say about requests and answers (issue 9) --------------------------
+
+def test_every_invoke_records_tenant_and_expect(tmp_path: Path) -> None:
+    with HistoryWriter(tmp_path / "w.jsonl") as writer:
+        client = Client(writer, worker="w", user=0)
+        client.invoke("publish", message_id="m1").ok()
+        client.invoke("read_order", tenant="tenant-a", order_id="o1").fail(status=404)
+    plain, read = iter_operations(history_files(tmp_path))
+    assert (plain["tenant"], plain["expect"]) == ("default", None)
+    assert "must_reject" not in plain and "reject_status" not in plain
+    assert (read["op"], read["tenant"], read["order_id"], read["type"]) == (
+        "read_order", "tenant-a", "o1", "fail")
+
+
+@pytest.mark.parametrize(("expect", "status"), sorted(REJECT_STATUS.items()))
+def test_a_deliberate_refusal_records_must_reject_and_the_documented_status(
+        tmp_path: Path, expect: str, status: int) -> None:
+    with HistoryWriter(tmp_path / "w.jsonl") as writer:
+        Client(writer, worker="w", user=0).invoke("pay", expect=expect).fail(status=status)
+    (operation,) = iter_operations(history_files(tmp_path))
+    assert operation["must_reject"] is True and operation["reject_status"] == status
+
+
+def test_the_documented_refusals() -> None:
+    assert REJECT_STATUS == {
+        "stale_signature": 401, "future_signature": 401, "tampered_signature": 401,
+        "missing_signature": 401, "wrong_amount": 422, "conflicting_ref": 409,
+        "fingerprint_mismatch": 409, "cross_tenant_read": 404, "cross_tenant_pay": 404,
+    }
+    # Duplicates the app must accept (replay, already paid, skip) are not refusals.
+    for accepted in ("retry_after_timeout", "double_click", "shared_key", "webhook_burst",
+                     "cross_channel", "producer_duplicate"):
+        assert accepted not in REJECT_STATUS
+
+
+def test_unknown_operations_are_refused() -> None:
+    with pytest.raises(HistoryError, match="unknown operation"):
+        Client(None, worker="w", user=0).invoke("delete_order")
+
+
+ORDER_DOCUMENT = {
+    "id": "ord_1", "tenant": "tenant-a", "idempotency_key": "k1", "sku": "sku-1", "quantity": 2,
+    "amount_cents": 1200, "currency": "EUR", "status": "PAID", "created_at": 1.0,
+    "provider_ref": "pr1",
+}
+
+
+@pytest.mark.parametrize("op", ["create_order", "read_order"])
+def test_an_order_answer_is_summarised(op: str) -> None:
+    assert answer_summary(op, ORDER_DOCUMENT) == {
+        "order_id": "ord_1", "tenant": "tenant-a", "sku": "sku-1", "quantity": 2,
+        "amount_cents": 1200, "status": "PAID", "idempotency_key": "k1", "provider_ref": "pr1",
+    }
+    assert list(answer_summary(op, ORDER_DOCUMENT)) == list(ORDER_ANSWER_FIELDS)
+
+
+def test_a_missing_answer_field_is_null_not_dropped() -> None:
+    summary = answer_summary("create_order", {"id": "ord_2", "tenant": "default"})
+    assert summary is not None and set(summary) == set(ORDER_ANSWER_FIELDS)
+    assert summary["provider_ref"] is None and summary["sku"] is None
+
+
+@pytest.mark.parametrize("op", ["pay", "webhook"])
+def test_a_payment_answer_is_summarised_from_its_order(op: str) -> None:
+    body = {"order": ORDER_DOCUMENT, "already_paid": True}
+    assert answer_summary(op, body) == {
+        "order_id": "ord_1", "tenant": "tenant-a", "status": "PAID", "provider_ref": "pr1",
+        "amount_cents": 1200, "already_paid": True,
+    }
+    assert list(answer_summary(op, body)) == list(PAYMENT_ANSWER_FIELDS)
+    assert answer_summary(op, {"already_paid": False})["order_id"] is None
+
+
+def test_no_answer_without_a_json_object() -> None:
+    assert answer_summary("create_order", None) is None
+    assert answer_summary("pay", [1, 2]) is None
+    assert answer_summary("publish", ORDER_DOCUMENT) is None
+
+
+def test_problem_type_is_the_bodys_type() -> None:
+    assert problem_type({"type": "/problems/unknown-order", "status": 404}) == "/problems/unknown-order"
+    assert problem_type({"title": "no type"}) is None
+    assert problem_type("text") is None
+
+
+def test_answer_and_problem_type_survive_the_merge(tmp_path: Path) -> None:
+    with HistoryWriter(tmp_path / "w.jsonl") as writer:
+        client = Client(writer, worker="w", user=0)
+        client.invoke("create_order", tenant="tenant-b", idempotency_key="k", sku="sku-1").ok(
+            status=201, answer=answer_summary("create_order", ORDER_DOCUMENT), order_id="ord_1")
+        client.invoke("pay", tenant="tenant-a", expect="cross_tenant_pay", order_id="ord_1").fail(
+            status=404, problem_type="/problems/unknown-order")
+    created, refused = iter_operations(history_files(tmp_path))
+    assert created["answer"]["tenant"] == "tenant-a" and created["tenant"] == "tenant-b"
+    assert refused["problem_type"] == "/problems/unknown-order"
+    assert refused["must_reject"] is True and refused["reject_status"] == 404

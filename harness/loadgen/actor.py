@@ -64,6 +64,7 @@ class Actor:
                                 toxic_hit=process.toxic_hit)
         self.prefix = f"{process.token}-{self.client.worker}-u{self.client.user}"
         self._ids = itertools.count(1)
+        self.shared_rounds = 0  # this user's shared-key rounds: `n` of the shared pool
         self._twins: list[Actor] = []
         self.is_twin = twin_of is not None
         # Bounded memory: a long run must not grow a user's state.
@@ -79,11 +80,17 @@ class Actor:
             self._twins.append(Actor(self.process, self.host, twin_of=self))
         return self._twins[:count]
 
-    def tenant_headers(self) -> dict[str, str]:
-        return {} if self.tenant == "default" else {"X-Tenant-ID": self.tenant}
+    def other_tenant(self) -> str:
+        """A tenant other than this user's: the one that must not see its orders."""
+        return self.rng.choice([tenant for tenant in TENANTS if tenant != self.tenant])
 
-    def post(self, op: str, path: str, payload: dict[str, Any] | bytes, **kwargs: Any) -> Reply:
-        return self.http.post(self.client, op, path, payload, **kwargs)
+    def post(self, op: str, path: str, payload: dict[str, Any] | bytes, *,
+             tenant: str | None = None, **kwargs: Any) -> Reply:
+        """POST as this user's tenant, or as `tenant` (a cross-tenant attempt)."""
+        return self.http.post(self.client, op, path, payload, tenant=tenant or self.tenant, **kwargs)
+
+    def get(self, op: str, path: str, *, tenant: str | None = None, **kwargs: Any) -> Reply:
+        return self.http.get(self.client, op, path, tenant=tenant or self.tenant, **kwargs)
 
     def publish(self, *, message_id: str, order: Order, provider_ref: str,
                 amount_cents: int, expect: str | None = None) -> str | None:

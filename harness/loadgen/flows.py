@@ -6,6 +6,9 @@ with an `expect` value, so a run can count what it provoked:
 - API clients: retries after a timeout (`retry_after_timeout`) or an in-flight 409
   (`retry_after_inflight`) with the same key and body, two clicks at once
   (`double_click`), a reused key with another body (`fingerprint_mismatch`).
+- Tenants sharing a key space on purpose: every tenant creates with the same
+  Idempotency-Key at once (`shared_key`, each must get its own order), and another
+  tenant reads or pays a user's order (`cross_tenant_read`, `cross_tenant_pay`: 404).
 - A payment provider: webhook bursts, delayed and out-of-order copies, a second
   `provider_ref` (`conflicting_ref`), a wrong amount, and copies whose signature is
   stale, future-dated, tampered or missing.
@@ -14,19 +17,23 @@ with an `expect` value, so a run can count what it provoked:
 - All three channels at once for one payment (`cross_channel`).
 
 Amounts always equal the order's amount except in the deliberate wrong-amount
-case, and every intended payment gets its own `provider_ref`.
+case, and every intended payment gets its own `provider_ref`. Which `expect`
+values must be refused, and with which status, is `harness.history.REJECT_STATUS`.
 """
 
 from __future__ import annotations
 
+import hashlib
 import time
+from collections.abc import Callable
 from typing import Any
 
 import orjson
 
-from harness.loadgen.actor import Actor, DelayedWebhook, Order, concurrently
+from harness.history import DEFAULT_TENANT
+from harness.loadgen.actor import TENANTS, Actor, DelayedWebhook, Order, concurrently
 from harness.loadgen.http import Reply
-from target_app.webhooks import SIGNATURE_HEADER, sign_webhook
+from harness.loadgen.signing import BAD_SIGNATURES, signature_headers
 
 ORDERS_PATH = "/api/v1/orders"
 WEBHOOK_PATH = "/webhooks/payments"
@@ -35,8 +42,12 @@ MAX_ATTEMPTS = 4
 # response is lost after the server committed, even without network faults.
 IMPATIENT_TIMEOUT = 0.001
 IMPATIENT_SHARE = 0.15
-BAD_SIGNATURES = ("stale_signature", "future_signature", "tampered_signature", "missing_signature")
-SIGNATURE_SKEW = 3600  # seconds: far outside the app's 300 s tolerance
+# Shares of timeout_replay rounds (modest: the plain create-and-pay path stays the
+# bulk of the load, yet a 10-user, 8-second run makes several of each).
+SHARED_KEY_SHARE = 0.12
+CROSS_TENANT_READ_SHARE = 0.15
+CROSS_TENANT_PAY_SHARE = 0.12
+READ_SHARE = 0.2
 
 
 # --- API clients -----------------------------------------------------------------
@@ -52,11 +63,12 @@ def order_payload(actor: Actor) -> dict[str, Any]:
 
 def send_with_retries(actor: Actor, op: str, path: str, payload: dict[str, Any], *,
                       headers: dict[str, str], fields: dict[str, Any],
-                      expect: str | None = None, impatient: bool = False) -> Reply:
+                      expect: str | None = None, impatient: bool = False,
+                      tenant: str | None = None) -> Reply:
     """Send, then retry the same key and body after an `info` or an in-flight 409."""
     timeout = IMPATIENT_TIMEOUT if impatient else None
     reply = actor.post(op, path, payload, headers=headers, fields=fields, expect=expect,
-                       timeout=timeout)
+                       timeout=timeout, tenant=tenant)
     for attempt in range(1, MAX_ATTEMPTS):
         if reply.completion == "info":
             retry_expect = "retry_after_timeout"
@@ -65,13 +77,14 @@ def send_with_retries(actor: Actor, op: str, path: str, payload: dict[str, Any],
         else:
             break
         actor.sleep_backoff(attempt)
-        reply = actor.post(op, path, payload, headers=headers, fields=fields, expect=retry_expect)
+        reply = actor.post(op, path, payload, headers=headers, fields=fields, expect=retry_expect,
+                           tenant=tenant)
     return reply
 
 
-def _create_request(actor: Actor, key: str, payload: dict[str, Any]) -> tuple[dict[str, str], dict[str, Any]]:
-    headers = {"Idempotency-Key": key, **actor.tenant_headers()}
-    fields = {"tenant": actor.tenant, "idempotency_key": key, "sku": payload["sku"],
+def _create_request(key: str, payload: dict[str, Any]) -> tuple[dict[str, str], dict[str, Any]]:
+    headers = {"Idempotency-Key": key}
+    fields = {"idempotency_key": key, "sku": payload["sku"],
               "quantity": payload["quantity"], "amount_cents": payload["amount_cents"]}
     return headers, fields
 
@@ -90,7 +103,7 @@ def _order_from(actor: Actor, reply: Reply, key: str, payload: dict[str, Any]) -
 def create_order(actor: Actor, *, expect: str | None = None) -> Order | None:
     key = actor.new_id("k")
     payload = order_payload(actor)
-    headers, fields = _create_request(actor, key, payload)
+    headers, fields = _create_request(key, payload)
     impatient = actor.rng.random() < IMPATIENT_SHARE
     reply = send_with_retries(actor, "create_order", ORDERS_PATH, payload, headers=headers,
                               fields=fields, expect=expect, impatient=impatient)
@@ -100,8 +113,8 @@ def create_order(actor: Actor, *, expect: str | None = None) -> Order | None:
 def pay(actor: Actor, order: Order, provider_ref: str, *, expect: str | None = None) -> Reply:
     key = actor.new_id("k")
     payload = {"provider_ref": provider_ref, "amount_cents": order.amount_cents}
-    headers = {"Idempotency-Key": key, **actor.tenant_headers()}
-    fields = {"tenant": actor.tenant, "idempotency_key": key, "order_id": order.id,
+    headers = {"Idempotency-Key": key}
+    fields = {"idempotency_key": key, "order_id": order.id,
               "provider_ref": provider_ref, "amount_cents": order.amount_cents}
     impatient = actor.rng.random() < IMPATIENT_SHARE
     return send_with_retries(actor, "pay", f"{ORDERS_PATH}/{order.id}/payments", payload,
@@ -112,7 +125,7 @@ def double_click_create(actor: Actor) -> Order | None:
     """Two submissions of one form at once: same key, same body, two connections."""
     key = actor.new_id("k")
     payload = order_payload(actor)
-    headers, fields = _create_request(actor, key, payload)
+    headers, fields = _create_request(key, payload)
 
     def click(clicker: Actor) -> Reply:
         return send_with_retries(clicker, "create_order", ORDERS_PATH, payload, headers=headers,
@@ -130,12 +143,80 @@ def double_click_create(actor: Actor) -> Order | None:
 def fingerprint_mismatch(actor: Actor, order: Order) -> Reply:
     """Reuse an order's key with another body: the API layer must answer 409."""
     payload = dict(order.payload, quantity=int(order.payload["quantity"]) + 1)
-    headers, fields = _create_request(actor, order.idempotency_key, payload)
+    headers, fields = _create_request(order.idempotency_key, payload)
     return actor.post("create_order", ORDERS_PATH, payload, headers=headers, fields=fields,
-                      expect="fingerprint_mismatch", must_reject=True)
+                      expect="fingerprint_mismatch")
+
+
+def read_order(actor: Actor, order: Order, *, tenant: str | None = None,
+               expect: str | None = None) -> Reply:
+    """GET an order as `tenant` (default: the actor's own)."""
+    return actor.get("read_order", f"{ORDERS_PATH}/{order.id}", tenant=tenant,
+                     fields={"order_id": order.id}, expect=expect)
+
+
+def cross_tenant_read(actor: Actor, order: Order) -> Reply:
+    """Another tenant reads this user's order: the app must answer 404."""
+    return read_order(actor, order, tenant=actor.other_tenant(), expect="cross_tenant_read")
+
+
+def cross_tenant_pay(actor: Actor, order: Order) -> Reply:
+    """Another tenant pays this user's order (right amount, own key and ref): 404.
+
+    Sent before the owner pays, while the order is still payable, so an app that
+    let it through would record a payment from the wrong tenant."""
+    key = actor.new_id("k")
+    provider_ref = actor.new_id("pr")
+    payload = {"provider_ref": provider_ref, "amount_cents": order.amount_cents}
+    fields = {"idempotency_key": key, "order_id": order.id, "provider_ref": provider_ref,
+              "amount_cents": order.amount_cents}
+    return actor.post("pay", f"{ORDERS_PATH}/{order.id}/payments", payload,
+                      headers={"Idempotency-Key": key}, fields=fields,
+                      tenant=actor.other_tenant(), expect="cross_tenant_pay")
+
+
+def shared_key(actor: Actor) -> str:
+    """The next key of the run's shared pool: `shared-<run token>-<n>`.
+
+    The token comes from the seed and the run's history directory, and `n` counts
+    this user's shared-key rounds, so users in other processes that reach their
+    n-th round use the same key too."""
+    actor.shared_rounds += 1
+    return f"shared-{actor.process.shared_token}-{actor.shared_rounds}"
+
+
+def shared_payload(actor: Actor, key: str) -> dict[str, Any]:
+    # The body depends on the key alone: every tenant and user sends the same bytes,
+    # so an API layer that ignored the tenant would replay another tenant's order
+    # (a visible tenant mix-up) instead of refusing a fingerprint mismatch.
+    digest = int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "big")
+    skus = actor.settings.skus
+    return {"sku": skus[digest % len(skus)], "quantity": 1,
+            "amount_cents": 100 + digest % 99_900, "currency": "EUR"}
+
+
+def shared_key_round(actor: Actor) -> None:
+    """Every tenant creates an order with the same Idempotency-Key at once: each
+    must get its own order (keys are scoped per tenant)."""
+    key = shared_key(actor)
+    payload = shared_payload(actor, key)
+    headers, fields = _create_request(key, payload)
+    branches = [actor, *actor.twins(len(TENANTS) - 1)]
+    tenants = [actor.tenant, *(tenant for tenant in TENANTS if tenant != actor.tenant)]
+
+    def create_as(tenant: str) -> Callable[[Actor], Reply]:
+        return lambda branch: send_with_retries(branch, "create_order", ORDERS_PATH, payload,
+                                                headers=headers, fields=fields,
+                                                expect="shared_key", tenant=tenant)
+
+    concurrently([(branch, create_as(tenant)) for branch, tenant in zip(branches, tenants)],
+                 timeout=_branch_timeout(actor))
 
 
 def timeout_replay_round(actor: Actor) -> None:
+    if actor.rng.random() < SHARED_KEY_SHARE:
+        shared_key_round(actor)
+        return
     if actor.rng.random() < 0.35:
         order = double_click_create(actor)
     else:
@@ -144,7 +225,13 @@ def timeout_replay_round(actor: Actor) -> None:
         return
     if actor.rng.random() < 0.35:
         fingerprint_mismatch(actor, order)
+    if actor.rng.random() < CROSS_TENANT_READ_SHARE:
+        cross_tenant_read(actor, order)
+    if actor.rng.random() < CROSS_TENANT_PAY_SHARE:
+        cross_tenant_pay(actor, order)
     pay(actor, order, actor.new_id("pr"))
+    if actor.rng.random() < READ_SHARE:
+        read_order(actor, order)
 
 
 # --- payment provider --------------------------------------------------------------
@@ -154,31 +241,15 @@ def webhook_payload(order: Order, provider_ref: str, event_id: str, amount_cents
             "provider_ref": provider_ref, "amount_cents": amount_cents}
 
 
-def signature_header(secret: str, body: bytes, kind: str, *, timestamp: int | None = None) -> dict[str, str]:
-    """The Webhook-Signature header for a valid or deliberately bad signature."""
-    now = int(time.time()) if timestamp is None else timestamp
-    if kind == "missing_signature":
-        return {}
-    if kind == "stale_signature":
-        return {SIGNATURE_HEADER: sign_webhook(secret, body, now - SIGNATURE_SKEW)}
-    if kind == "future_signature":
-        return {SIGNATURE_HEADER: sign_webhook(secret, body, now + SIGNATURE_SKEW)}
-    value = sign_webhook(secret, body, now)
-    if kind == "tampered_signature":
-        last = value[-1]
-        value = value[:-1] + ("0" if last != "0" else "1")
-    return {SIGNATURE_HEADER: value}
-
-
 def send_webhook(actor: Actor, payload: dict[str, Any], *, signature: str = "valid",
-                 timestamp: int | None = None, expect: str | None = None,
-                 must_reject: bool = False) -> Reply:
+                 timestamp: int | None = None, expect: str | None = None) -> Reply:
     body = orjson.dumps(payload)
-    headers = signature_header(actor.settings.webhook_secret, body, signature, timestamp=timestamp)
-    fields = {"tenant": "default", "order_id": payload["order_id"], "event_id": payload["event_id"],
+    headers = signature_headers(actor.settings.webhook_secret, body, signature, timestamp=timestamp)
+    fields = {"order_id": payload["order_id"], "event_id": payload["event_id"],
               "provider_ref": payload["provider_ref"], "amount_cents": payload["amount_cents"]}
+    # Webhooks are tenant-less: the provider sends no tenant header.
     return actor.post("webhook", WEBHOOK_PATH, body, headers=headers, fields=fields,
-                      expect=expect, must_reject=must_reject)
+                      expect=expect, tenant=DEFAULT_TENANT)
 
 
 def deliver_due_webhooks(actor: Actor) -> None:
@@ -199,9 +270,9 @@ def webhook_round(actor: Actor) -> None:
     # Bad copies first, while the order is still payable: one that slipped through
     # would pay the order and show up as an applied payment.
     for kind in BAD_SIGNATURES:
-        send_webhook(actor, payload, signature=kind, expect=kind, must_reject=True)
+        send_webhook(actor, payload, signature=kind, expect=kind)
     wrong = webhook_payload(order, payload["provider_ref"], actor.new_id("evt"), order.amount_cents + 1)
-    send_webhook(actor, wrong, expect="wrong_amount", must_reject=True)
+    send_webhook(actor, wrong, expect="wrong_amount")
 
     def copy(sender: Actor) -> Reply:
         return send_webhook(sender, payload, expect="webhook_burst")
@@ -213,7 +284,7 @@ def webhook_round(actor: Actor) -> None:
     send_webhook(actor, payload, timestamp=signed_at, expect="webhook_out_of_order")
     send_webhook(actor, payload, timestamp=signed_at - 5, expect="webhook_out_of_order")
     conflicting = webhook_payload(order, actor.new_id("pr"), actor.new_id("evt"), order.amount_cents)
-    send_webhook(actor, conflicting, expect="conflicting_ref", must_reject=True)
+    send_webhook(actor, conflicting, expect="conflicting_ref")
     actor.delayed.append(DelayedWebhook(time.monotonic() + actor.rng.uniform(0.2, 1.5), order, payload))
 
 

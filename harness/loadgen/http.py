@@ -3,12 +3,14 @@
 Classification (docs/internals.md): 2xx → ok (replays included, marked), 4xx →
 fail, anything else → info: 5xx, timeout, reset, truncated body, unparsable 2xx
 body, or an unexpected status. The fingerprint is taken over exactly the bytes
-sent and the digest over exactly the bytes received.
+sent and the digest over exactly the bytes received. A 2xx completion carries an
+`answer` summary of its body and a problem answer its `problem_type`, so the
+checker can tell an answer that contradicts the request from a right one.
 
 Every request is also reported to Locust's statistics, so Locust's CSV and HTML
 mean something: `info` is a Locust failure, and so is an answer that contradicts
-what the client meant to provoke (a deliberate duplicate that should have been
-rejected but was accepted, or a plain request that was rejected).
+what the client meant to provoke (a deliberate duplicate accepted, or refused
+with another status than the documented one, or a plain request rejected).
 """
 
 from __future__ import annotations
@@ -22,7 +24,17 @@ import orjson
 import requests
 from locust.event import Events
 
-from harness.history import Client, body_digest, fingerprint
+from harness.history import (
+    DEFAULT_TENANT,
+    REJECT_STATUS,
+    Client,
+    answer_summary,
+    body_digest,
+    fingerprint,
+    problem_type,
+)
+
+TENANT_HEADER = "X-Tenant-ID"
 
 
 @dataclass(frozen=True)
@@ -58,36 +70,54 @@ class HttpChannel:
         self.fresh_connections = fresh_connections
         self.session = requests.Session()
 
-    def post(
+    def post(self, client: Client, op: str, path: str, payload: dict[str, Any] | bytes, *,
+             tenant: str, headers: dict[str, str] | None = None,
+             fields: dict[str, Any] | None = None, expect: str | None = None,
+             timeout: float | None = None) -> Reply:
+        """POST `payload` (JSON, or bytes sent as they are) and record it."""
+        body = payload if isinstance(payload, bytes) else orjson.dumps(payload)
+        return self.request(client, op, "POST", path, body, tenant=tenant, headers=headers,
+                            fields=fields, expect=expect, timeout=timeout)
+
+    def get(self, client: Client, op: str, path: str, *, tenant: str,
+            fields: dict[str, Any] | None = None, expect: str | None = None) -> Reply:
+        return self.request(client, op, "GET", path, None, tenant=tenant, fields=fields,
+                            expect=expect)
+
+    def request(
         self,
         client: Client,
         op: str,
+        method: str,
         path: str,
-        payload: dict[str, Any] | bytes,
+        body: bytes | None,
         *,
+        tenant: str,
         headers: dict[str, str] | None = None,
         fields: dict[str, Any] | None = None,
         expect: str | None = None,
-        must_reject: bool = False,
         timeout: float | None = None,
     ) -> Reply:
-        """POST `payload` (JSON, or bytes sent as they are) and record it.
+        """Send one request as `tenant` and record it: invoke, then one completion.
 
-        `fields` go into the invoke record; `must_reject` marks a deliberate
-        duplicate that the app has to refuse (for Locust's failure count only).
+        `fields` go into the invoke record. The tenant header is sent for every
+        tenant but `default` (what the app assumes without one), so the record's
+        `tenant` is always the tenant the app saw.
         """
-        body = payload if isinstance(payload, bytes) else orjson.dumps(payload)
-        send_headers = {"Content-Type": "application/json"}
+        send_headers = {"Content-Type": "application/json"} if body is not None else {}
+        if tenant != DEFAULT_TENANT:
+            send_headers[TENANT_HEADER] = tenant
         send_headers.update(headers or {})
         operation = client.invoke(
-            op, fingerprint=fingerprint("POST", path, body), expect=expect, **(fields or {})
+            op, tenant=tenant, expect=expect,
+            fingerprint=fingerprint(method, path, body or b""), **(fields or {}),
         )
         started = time.perf_counter()
         response_length = 0
         toxic_hit = self.toxic_hit() if self.fresh_connections else None
         try:
-            response = self.session.post(
-                self.base_url + path, data=body, headers=send_headers,
+            response = self.session.request(
+                method, self.base_url + path, data=body, headers=send_headers,
                 timeout=self.timeout if timeout is None else timeout,
             )
             raw = response.content
@@ -108,6 +138,10 @@ class HttpChannel:
                 "error": reply.error,
                 "toxic_hit": toxic_hit,
             }
+            if reply.completion == "ok":
+                completion_fields["answer"] = answer_summary(op, reply.data)
+            elif _is_problem(response):
+                completion_fields["problem_type"] = problem_type(reply.data)
             if op == "create_order" and reply.completion == "ok":
                 completion_fields["order_id"] = _order_id(reply.data)
             getattr(operation, reply.completion)(**completion_fields)
@@ -115,23 +149,26 @@ class HttpChannel:
             if self.fresh_connections:
                 # Dropping the pool closes the socket, so the next request dials anew.
                 self.session.close()
-        self._report(op, expect, started, response_length, reply, must_reject)
+        self._report(method, op, expect, started, response_length, reply)
         return reply
 
     def close(self) -> None:
         self.session.close()
 
-    def _report(self, op: str, expect: str | None, started: float, length: int,
-                reply: Reply, must_reject: bool) -> None:
+    def _report(self, method: str, op: str, expect: str | None, started: float, length: int,
+                reply: Reply) -> None:
         exception: Exception | None = None
+        wanted = REJECT_STATUS.get(expect) if expect is not None else None
         if reply.completion == "info":
             exception = ExpectationMismatch(reply.error or f"indeterminate (status {reply.status})")
-        elif must_reject and reply.completion == "ok":
-            exception = ExpectationMismatch(f"{expect}: accepted with {reply.status}, expected a rejection")
-        elif not must_reject and reply.completion == "fail" and expect is None:
+        elif wanted is not None and reply.completion == "ok":
+            exception = ExpectationMismatch(f"{expect}: accepted with {reply.status}, expected {wanted}")
+        elif wanted is not None and reply.status != wanted:
+            exception = ExpectationMismatch(f"{expect}: refused with {reply.status}, expected {wanted}")
+        elif wanted is None and reply.completion == "fail" and expect is None:
             exception = ExpectationMismatch(f"rejected with {reply.status}")
         self.events.request.fire(
-            request_type="POST",
+            request_type=method,
             name=op if expect is None else f"{op} [{expect}]",
             response_time=(time.perf_counter() - started) * 1000.0,
             response_length=length,
@@ -155,6 +192,12 @@ def _classify(response: requests.Response, raw: bytes) -> Reply:
         retry_after = status == 409 and "Retry-After" in response.headers
         return Reply("fail", status, data, replayed, retry_after, None)
     return Reply("info", status, data, replayed, False, f"HTTP {status}")
+
+
+def _is_problem(response: requests.Response) -> bool:
+    # RFC 9457 bodies only: a 4xx/5xx from a proxy or a stub may be anything else.
+    content_type = response.headers.get("Content-Type", "")
+    return content_type.split(";", 1)[0].strip().lower() == "application/problem+json"
 
 
 def _order_id(data: Any) -> str | None:

@@ -11,6 +11,7 @@ reopened (appending to the same file) if the test is started again from the web 
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import os
 import random
@@ -43,6 +44,7 @@ class LoadProcess:
         # A short random token makes ids unique across runs against the same Redis,
         # where pids repeat; the seed still drives every behavioural choice.
         self.token = os.urandom(3).hex()
+        self.shared_token = shared_token(settings)
         self.path: Path | None = (
             history_path(settings.history_dir, worker=self.worker) if settings.history_dir else None
         )
@@ -105,6 +107,17 @@ class LoadProcess:
             gevent.sleep(FLUSH_INTERVAL)
             if self.writer is not None:
                 self.writer.flush()
+
+
+def shared_token(settings: LoadSettings) -> str:
+    """The token of the run's shared key pool, the same in every load process of a run.
+
+    Derived from the seed and the run's history directory (every process of a run
+    writes there, and each run has its own), so processes agree without talking,
+    and a later run on the same stack does not reuse an earlier run's keys.
+    """
+    source = f"{settings.seed}:{settings.history_dir.resolve() if settings.history_dir else ''}"
+    return hashlib.sha256(source.encode()).hexdigest()[:10]
 
 
 def worker_name() -> str:

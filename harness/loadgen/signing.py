@@ -1,0 +1,48 @@
+"""Webhook signatures as a payment provider makes them, written from the documented format.
+
+`Webhook-Signature: t=<unix seconds>,v1=<hex HMAC-SHA256(secret, "<t>.<raw body>")>`,
+the provider's format the app verifies (docs/scenarios.md). The load signs with its own code and never imports the target
+app: a load that borrowed the app's signer would agree with a broken signer, so a
+bug in the app's format would pass unnoticed.
+
+`signature_headers` also makes the deliberately bad signatures the scenarios send
+(stale, future-dated, tampered, missing); the app must refuse each with 401.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import time
+
+SIGNATURE_HEADER = "Webhook-Signature"
+# Far outside the app's 300 s tolerance, so clock skew never turns a bad copy good.
+SIGNATURE_SKEW = 3600
+BAD_SIGNATURES = ("stale_signature", "future_signature", "tampered_signature", "missing_signature")
+
+
+def sign(secret: str, body: bytes, timestamp: int) -> str:
+    """The header value that signs `body` as sent at `timestamp` (unix seconds)."""
+    signed_payload = str(int(timestamp)).encode("ascii") + b"." + body
+    mac = hmac.new(secret.encode("utf-8"), signed_payload, hashlib.sha256).hexdigest()
+    return f"t={int(timestamp)},v1={mac}"
+
+
+def signature_headers(secret: str, body: bytes, kind: str = "valid", *,
+                      timestamp: int | None = None) -> dict[str, str]:
+    """The headers for a `valid` signature or one of BAD_SIGNATURES."""
+    now = int(time.time()) if timestamp is None else int(timestamp)
+    if kind == "valid":
+        return {SIGNATURE_HEADER: sign(secret, body, now)}
+    if kind == "missing_signature":
+        return {}
+    if kind == "stale_signature":
+        return {SIGNATURE_HEADER: sign(secret, body, now - SIGNATURE_SKEW)}
+    if kind == "future_signature":
+        return {SIGNATURE_HEADER: sign(secret, body, now + SIGNATURE_SKEW)}
+    if kind == "tampered_signature":
+        value = sign(secret, body, now)
+        # One hex digit changed: well-formed, so only the MAC comparison can refuse it.
+        flipped = "0" if value[-1] != "0" else "1"
+        return {SIGNATURE_HEADER: value[:-1] + flipped}
+    raise ValueError(f"unknown signature kind {kind!r}")
