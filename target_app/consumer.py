@@ -3,10 +3,21 @@
 Reads the payments stream in a consumer group and applies each entry through the
 inbox (effect + processed-mark in one atomic script), then XACKs. Entries idle in
 another consumer's hands longer than the reclaim time are taken over with
-XAUTOCLAIM; an entry delivered more than `max_deliveries` times goes to the
-dead-letter stream instead (XADD + XACK in one MULTI). SIGTERM/SIGINT stop the loop
-between messages: the message in hand is either applied (one script) or left
-pending for another consumer, never half-applied.
+XAUTOCLAIM (counted as `messages_reclaimed`).
+
+Dead letters (XADD to the dead-letter stream + XACK + counter in one MULTI) are for
+messages that cannot succeed, never for trouble around them:
+- only real handler failures count (HandlerFailed; per entry in `ta:inbox:failures`);
+  when they reach `max_deliveries` the entry is parked with reason
+  `handler failed N times`. A Redis error leaves the entry pending and counts
+  nothing; a consumer crash or pause only raises the raw delivery count;
+- a safety cap on raw deliveries (10 x max_deliveries) parks an entry that keeps
+  coming back whatever the cause (`delivered N times`);
+- an entry without message_id cannot be deduplicated: `no message_id`.
+The `inbox-dead-letter` negative control parks an entry on its first failure of any
+kind (a Redis error included) and on any repeated delivery.
+SIGTERM/SIGINT stop the loop between messages: the message in hand is either
+applied (one script) or left pending for another consumer, never half-applied.
 """
 
 from __future__ import annotations
@@ -22,7 +33,7 @@ import redis
 
 from target_app.errors import ConfigError
 from target_app.inbox import HandlerFailed, Inbox, PaymentMessage
-from target_app.keys import COUNTERS
+from target_app.keys import COUNTERS, INBOX_FAILURES
 from target_app.redis_client import make_redis
 from target_app.settings import Settings
 
@@ -83,36 +94,62 @@ class Consumer:
         claimed = [(entry_id, fields) for entry_id, fields in reply[1] if fields is not None]
         if not claimed:
             return []
-        pending = self.client.xpending_range(self.settings.stream, self.settings.group,
-                                             min=claimed[0][0], max=claimed[-1][0],
-                                             count=len(claimed) * 4 + 16, consumername=self.name)
+        # One round trip: the delivery counts of what was claimed, and the count of reclaims.
+        pipe = self.client.pipeline(transaction=False)
+        pipe.xpending_range(self.settings.stream, self.settings.group, min=claimed[0][0],
+                            max=claimed[-1][0], count=len(claimed) * 4 + 16, consumername=self.name)
+        pipe.hincrby(COUNTERS, "messages_reclaimed", len(claimed))
+        pending, _ = pipe.execute()
         counts = {item["message_id"]: int(item["times_delivered"]) for item in pending}
         return [(entry_id, fields, counts.get(entry_id, 1)) for entry_id, fields in claimed]
 
     def handle(self, entry_id: str, fields: dict, deliveries: int) -> int:
+        """Apply one entry, or park it (see the module docstring); returns 1 when the
+        entry is done with (acknowledged), 0 when it stays pending."""
         message = PaymentMessage.from_fields(fields)
-        if deliveries > self.settings.max_deliveries:
-            self.dead_letter(entry_id, fields, deliveries, "too many deliveries")
-            return 1
+        eager = self.settings.unsafe("inbox-dead-letter")
         if not message.message_id:
             self.dead_letter(entry_id, fields, deliveries, "no message_id")
+            return 1
+        if deliveries > (1 if eager else self.settings.dead_letter_cap):
+            self.dead_letter(entry_id, fields, deliveries, f"delivered {deliveries} times")
             return 1
         try:
             outcome = self.inbox.process(message)
         except HandlerFailed as exc:
-            log.warning("entry %s not applied (will be redelivered): %s", entry_id, exc)
+            failures = 1 if eager else int(self.client.hincrby(INBOX_FAILURES, entry_id, 1))
+            if failures >= (1 if eager else self.settings.max_deliveries):
+                self.dead_letter(entry_id, fields, deliveries, f"handler failed {failures} times")
+                return 1
+            log.warning("entry %s not applied (failure %d, will be redelivered): %s",
+                        entry_id, failures, exc)
             return 0
+        except redis.RedisError:
+            if eager:
+                # The negative control: a Redis blip parks a valid payment.
+                try:
+                    self.dead_letter(entry_id, fields, deliveries, "handler failed 1 times")
+                    return 1
+                except redis.RedisError:
+                    pass  # still down: the entry stays pending and its redelivery is parked
+            raise  # transient: the entry stays pending, nothing is counted against it
         log.debug("entry %s message %s: %s", entry_id, message.message_id, outcome)
-        self.client.xack(self.settings.stream, self.settings.group, entry_id)
+        pipe = self.client.pipeline(transaction=False)
+        pipe.xack(self.settings.stream, self.settings.group, entry_id)
+        pipe.hdel(INBOX_FAILURES, entry_id)  # same round trip; a no-op on the usual path
+        pipe.execute()
         return 1
 
     def dead_letter(self, entry_id: str, fields: dict, deliveries: int, reason: str) -> None:
         pipe = self.client.pipeline(transaction=True)
         pipe.xadd(self.settings.dead_letter_stream, {
             "message_id": fields.get("message_id", ""), "entry_id": entry_id,
-            "deliveries": str(deliveries), "reason": reason, "fields": json.dumps(fields)})
+            "deliveries": str(deliveries), "reason": reason,
+            "order_id": fields.get("order_id", ""), "provider_ref": fields.get("provider_ref", ""),
+            "amount_cents": fields.get("amount_cents", ""), "fields": json.dumps(fields)})
         pipe.xack(self.settings.stream, self.settings.group, entry_id)
         pipe.hincrby(COUNTERS, "messages_dead_lettered", 1)
+        pipe.hdel(INBOX_FAILURES, entry_id)
         pipe.execute()
         log.warning("entry %s dead-lettered after %d deliveries: %s", entry_id, deliveries, reason)
 

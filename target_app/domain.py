@@ -5,8 +5,16 @@ both apply, and an order is never created without its inventory reservation.
 The guard (DESIGN.md): a payment is accepted only in INVENTORY_RESERVED; PAID with
 the same provider_ref → already paid (no second payment, success to the caller);
 PAID with another ref → conflict (409); an amount different from the order's →
-mismatch (422); an unknown order → 404. The `domain` mutant skips the state and ref
-check, so every accepted payment writes a payment.
+mismatch (422); an unknown order, or an order of another tenant when the caller
+names a tenant (the API; webhooks and messages are tenant-less) → unknown (404).
+Negative controls: `domain` skips the state and ref check (every accepted payment
+writes a payment), `domain-amount` skips the amount check, `order-tenant` skips the
+tenant check on reads and payments.
+
+Order creation also writes the API layer's recovery point, `(tenant, key) →
+order id + request fingerprint`, in the same script: a re-run with the same
+fingerprint finds the order (`recovered`), another fingerprint is refused
+(`mismatch`), exactly like the API layer refuses a reused key.
 """
 
 from __future__ import annotations
@@ -18,6 +26,7 @@ from dataclasses import dataclass
 
 import redis
 
+from target_app.idempotency import IdempotencyContext
 from target_app.keys import (
     COUNTERS,
     ORDERS_INDEX,
@@ -34,15 +43,22 @@ MAX_STOCK = 10**12
 
 # Shared by the MARK_PAID script and the inbox's script (target_app/inbox.py).
 # mark_paid(order_key, payments_key, counters_key, provider_ref, amount_cents,
-#           payment_json, now, guard) -> outcome
+#           payment_json, now, guard, amount_check, tenant) -> outcome
 #   guard "1": the real state/ref check; "0": the `domain` mutant (no check)
+#   amount_check "1": the amount must be the order's; "0": the `domain-amount` mutant
+#   tenant: the caller's tenant, or "" when the caller is tenant-less (or `order-tenant`)
 MARK_PAID_FUNCTION = """
-local function mark_paid(order_key, payments_key, counters_key, ref, amount, payment_json, now, guard)
-  local order = redis.call('HMGET', order_key, 'status', 'amount_cents', 'provider_ref')
+local function mark_paid(order_key, payments_key, counters_key, ref, amount, payment_json, now,
+                         guard, amount_check, tenant)
+  local order = redis.call('HMGET', order_key, 'status', 'amount_cents', 'provider_ref', 'tenant')
   if not order[1] then
     return 'unknown_order'
   end
-  if tonumber(order[2]) ~= tonumber(amount) then
+  if tenant ~= '' and (order[4] or 'default') ~= tenant then
+    redis.call('HINCRBY', counters_key, 'tenant_refusals', 1)
+    return 'unknown_order'
+  end
+  if amount_check == '1' and tonumber(order[2]) ~= tonumber(amount) then
     redis.call('HINCRBY', counters_key, 'domain_amount_mismatches', 1)
     return 'amount_mismatch'
   end
@@ -62,21 +78,36 @@ end
 
 # KEYS[1] order hash, KEYS[2] the order's payments list, KEYS[3] counters hash
 # ARGV[1] provider_ref, ARGV[2] amount_cents, ARGV[3] payment JSON, ARGV[4] now,
-# ARGV[5] guard ("1" real, "0" domain mutant)
+# ARGV[5] guard ("1" real, "0" domain mutant), ARGV[6] amount check ("1"/"0"),
+# ARGV[7] the caller's tenant ("" none)
 MARK_PAID_LUA = MARK_PAID_FUNCTION + """
-return mark_paid(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5])
+return mark_paid(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6],
+                 ARGV[7])
 """
 
 # KEYS[1] inventory hash of the SKU, KEYS[2] the new order's hash, KEYS[3] orders index,
-# KEYS[4] the API layer's recovery point for (tenant, Idempotency-Key)
+# KEYS[4] the API layer's recovery point for (tenant, Idempotency-Key), KEYS[5] counters
 # ARGV[1] quantity, ARGV[2] order id, ARGV[3] recovery point TTL in seconds ("0": none),
-# ARGV[4..] the order's field/value pairs
-# Returns {"created" | "recovered" | "unknown_sku" | "out_of_stock", order id}
+# ARGV[4] the request fingerprint, ARGV[5..] the order's field/value pairs
+# The recovery point's value is "<order id> <fingerprint>" (order ids have no space;
+# a value without a space predates fingerprints and matches any request).
+# Returns {"created" | "recovered" | "mismatch" | "unknown_sku" | "out_of_stock", order id}
 CREATE_ORDER_LUA = """
 if ARGV[3] ~= '0' then
   local existing = redis.call('GET', KEYS[4])
   if existing then
-    return {'recovered', existing}
+    local found, fp = existing, nil
+    local space = string.find(existing, ' ', 1, true)
+    if space then
+      found = string.sub(existing, 1, space - 1)
+      fp = string.sub(existing, space + 1)
+    end
+    if fp and fp ~= ARGV[4] then
+      redis.call('HINCRBY', KEYS[5], 'api_fingerprint_conflicts', 1)
+      return {'mismatch', found}
+    end
+    redis.call('HINCRBY', KEYS[5], 'api_recovered', 1)
+    return {'recovered', found}
   end
 end
 local available = redis.call('HGET', KEYS[1], 'available')
@@ -87,10 +118,10 @@ if tonumber(available) < tonumber(ARGV[1]) then
   return {'out_of_stock', ''}
 end
 redis.call('HINCRBY', KEYS[1], 'available', -tonumber(ARGV[1]))
-redis.call('HSET', KEYS[2], unpack(ARGV, 4))
+redis.call('HSET', KEYS[2], unpack(ARGV, 5))
 redis.call('SADD', KEYS[3], ARGV[2])
 if ARGV[3] ~= '0' then
-  redis.call('SET', KEYS[4], ARGV[2], 'EX', tonumber(ARGV[3]))
+  redis.call('SET', KEYS[4], ARGV[2] .. ' ' .. ARGV[4], 'EX', tonumber(ARGV[3]))
 end
 return {'created', ARGV[2]}
 """
@@ -122,7 +153,7 @@ OUTCOME_STATUS = {"paid": 200, "already_paid": 200, "conflict": 409,
 
 @dataclass(frozen=True)
 class CreateResult:
-    outcome: str  # created | recovered | unknown_sku | out_of_stock
+    outcome: str  # created | recovered | mismatch | unknown_sku | out_of_stock
     order: dict | None = None
 
 
@@ -153,9 +184,12 @@ def decode_order(order_id: str, fields: dict) -> dict:
 class Domain:
     """Orders, payments and inventory in Redis (a text client, decode_responses=True)."""
 
-    def __init__(self, client: redis.Redis, *, guard: bool = True) -> None:
+    def __init__(self, client: redis.Redis, *, guard: bool = True, amount_check: bool = True,
+                 tenant_check: bool = True) -> None:
         self.client = client
         self.guard = guard
+        self.amount_check = amount_check
+        self.tenant_check = tenant_check
         self._create = client.register_script(CREATE_ORDER_LUA)
         self._mark_paid = client.register_script(MARK_PAID_LUA)
         self._seed = client.register_script(SEED_SKU_LUA)
@@ -185,13 +219,16 @@ class Domain:
 
     # orders ----------------------------------------------------------------
     def create_order(self, *, tenant: str, idempotency_key: str | None, sku: str, quantity: int,
-                     amount_cents: int, currency: str, recovery_ttl: int = 0) -> CreateResult:
+                     amount_cents: int, currency: str,
+                     recovery: IdempotencyContext | None = None) -> CreateResult:
         """Reserve stock and create the order in one script.
 
-        `recovery_ttl` > 0 (the API layer is on) also writes, in the same script, a
-        recovery point from (tenant, key) to the order. A retry that runs the
-        handler again, because the first response could not be recorded before the
-        in-flight lease ran out, then finds the order instead of creating another.
+        With `recovery` (the API layer guards the request) the script also writes,
+        with the order, a recovery point from (tenant, key) to the order id and the
+        request fingerprint. A retry that runs the handler again, because the first
+        response could not be recorded, then finds the order instead of creating
+        another (`recovered`), and another request under the same key is refused
+        (`mismatch`, the order is not returned).
         """
         order_id = "ord_" + uuid.uuid4().hex
         now = time.time()
@@ -201,10 +238,14 @@ class Domain:
         flat: list = []
         for name, value in fields.items():
             flat += [name, value]
-        recovery = order_by_idempotency_key(tenant, idempotency_key or "")
+        if recovery is not None:
+            point = order_by_idempotency_key(recovery.tenant, recovery.key)
+            ttl, fingerprint = max(1, recovery.ttl_seconds), recovery.fingerprint
+        else:
+            point, ttl, fingerprint = order_by_idempotency_key(tenant, ""), 0, ""
         outcome, found_id = self._create(
-            keys=[inventory_key(sku), order_key(order_id), ORDERS_INDEX, recovery],
-            args=[quantity, order_id, recovery_ttl if idempotency_key else 0, *flat],
+            keys=[inventory_key(sku), order_key(order_id), ORDERS_INDEX, point, COUNTERS],
+            args=[quantity, order_id, ttl, fingerprint, *flat],
         )
         if outcome == "recovered":
             return CreateResult("recovered", self.get_order(found_id))
@@ -214,7 +255,9 @@ class Domain:
         order["payments"] = []
         return CreateResult("created", order)
 
-    def get_order(self, order_id: str) -> dict | None:
+    def get_order(self, order_id: str, *, tenant: str | None = None) -> dict | None:
+        """The order with its payments; None when unknown or, when `tenant` is given,
+        owned by another tenant (counted as `tenant_refusals`)."""
         pipe = self.client.pipeline(transaction=False)
         pipe.hgetall(order_key(order_id))
         pipe.lrange(payments_key(order_id), 0, -1)
@@ -222,18 +265,23 @@ class Domain:
         if not fields:
             return None
         order = decode_order(order_id, fields)
+        if self.tenant_check and tenant is not None and order["tenant"] != tenant:
+            self.incr_counter("tenant_refusals")
+            return None
         order["payments"] = [json.loads(p) for p in payments]
         return order
 
     def mark_paid(self, order_id: str, *, provider_ref: str, amount_cents: int, source: str,
-                  source_id: str) -> str:
-        """One atomic script; returns the outcome (see OUTCOME_STATUS)."""
+                  source_id: str, tenant: str | None = None) -> str:
+        """One atomic script; returns the outcome (see OUTCOME_STATUS). `tenant`: the
+        caller's tenant (API); None for tenant-less callers (webhooks, messages)."""
         now = time.time()
         return self._mark_paid(
             keys=[order_key(order_id), payments_key(order_id), COUNTERS],
             args=[provider_ref, amount_cents,
                   payment_json(order_id, provider_ref, amount_cents, source, source_id, now),
-                  repr(now), "1" if self.guard else "0"],
+                  repr(now), "1" if self.guard else "0", "1" if self.amount_check else "0",
+                  tenant if tenant is not None and self.tenant_check else ""],
         )
 
     def incr_counter(self, name: str, by: int = 1) -> None:

@@ -6,9 +6,23 @@ Contract (DESIGN.md, "Target app contract"):
 - same key + another fingerprint → 409; same key while the first request is still
   running → 409 with `Retry-After`;
 - a 5xx is never stored: the key is released so the next retry runs for real;
-- store unavailable → 503; keys are scoped by tenant (`X-Tenant-ID`).
+- store unavailable → 503; keys are scoped by tenant (`X-Tenant-ID`);
+- a body shorter than its Content-Length → 400 `/problems/incomplete-body`, counted
+  (`api_incomplete_bodies`), never fingerprinted, never stored (no `begin`).
 Only requests for which `applies(method, path)` is true go through the layer; they
 must carry a valid key. The layer costs two store calls: begin and finish.
+
+The handler learns that the layer guards its request from one explicit value, an
+`IdempotencyContext` in the WSGI environ under `IDEMPOTENCY_CONTEXT_ENVIRON` (the
+tenant scope, key, fingerprint and TTL of the record), so it writes its recovery
+point under exactly the record's identity. A handler that refuses the request
+because the recovery point belongs to another fingerprint sets
+`RELEASE_ENVIRON`: its 409 is answered but not stored, so the key's honest retry
+still finds the recovery point instead of a stored refusal.
+
+Negative controls (flags of the middleware): `ignore_fingerprint` (`api-fingerprint`),
+`tenant_scoped=False` (`api-tenant`: one scope for every tenant), `accept_incomplete`
+(`incomplete-body`).
 """
 
 from __future__ import annotations
@@ -18,17 +32,38 @@ import io
 import logging
 import time
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 
 from target_app.errors import Problem, StoreUnavailable, problem_wsgi_response
 from target_app.idempotency_store import IdempotencyStore
+from target_app.validation import IncompleteBody, read_body
 
 log = logging.getLogger(__name__)
 
 MAX_KEY_LENGTH = 255
 REPLAY_HEADER = ("Idempotent-Replayed", "true")
-# Set to True in the WSGI environ of every request this layer guards, so the
-# handler can write the layer's recovery point in the same step as its effect.
-IDEMPOTENCY_GUARDED_ENVIRON = "target_app.idempotency.guarded"
+# The WSGI environ key of the IdempotencyContext of every request this layer guards,
+# so the handler can write the layer's recovery point in the same step as its effect.
+IDEMPOTENCY_CONTEXT_ENVIRON = "target_app.idempotency.context"
+# Set (to True) by a handler whose answer must not be stored: the key is released.
+RELEASE_ENVIRON = "target_app.idempotency.release"
+# The one scope every tenant shares under the `api-tenant` negative control (a real
+# tenant is never empty).
+SHARED_TENANT_SCOPE = ""
+# The fingerprint every request has under the `api-fingerprint` negative control.
+IGNORED_FINGERPRINT = "-"
+
+
+@dataclass(frozen=True)
+class IdempotencyContext:
+    """What the API layer guards a request under: the tenant scope the record is
+    filed under (the request's tenant), the Idempotency-Key, the request fingerprint
+    and how long the finished record is kept."""
+
+    tenant: str
+    key: str
+    fingerprint: str
+    ttl_seconds: int
 # Pauses between attempts to record a finished response (None: give up).
 FINISH_RETRY_PAUSES = (0.05, 0.2, None)
 # Headers of the original response worth replaying (hop-by-hop and dates are not).
@@ -66,13 +101,17 @@ class IdempotencyMiddleware:
 
     def __init__(self, app: Callable, *, store: IdempotencyStore,
                  applies: Callable[[str, str], bool], ttl_seconds: int, lease_seconds: int,
-                 max_body_bytes: int) -> None:
+                 max_body_bytes: int, ignore_fingerprint: bool = False, tenant_scoped: bool = True,
+                 accept_incomplete: bool = False) -> None:
         self.app = app
         self.store = store
         self.applies = applies
         self.ttl_seconds = ttl_seconds
         self.lease_seconds = lease_seconds
         self.max_body_bytes = max_body_bytes
+        self.ignore_fingerprint = ignore_fingerprint
+        self.tenant_scoped = tenant_scoped
+        self.accept_incomplete = accept_incomplete
 
     def __call__(self, environ: dict, start_response: Callable) -> Iterable[bytes]:
         method = environ.get("REQUEST_METHOD", "GET")
@@ -94,9 +133,11 @@ class IdempotencyMiddleware:
             raise Problem(400, "Invalid Idempotency-Key",
                           f"the key must be 1-{MAX_KEY_LENGTH} printable ASCII characters",
                           type_="/problems/invalid-idempotency-key")
-        tenant = tenant_of(environ)
+        request_tenant = tenant_of(environ)  # a malformed header is refused either way
+        tenant = request_tenant if self.tenant_scoped else SHARED_TENANT_SCOPE
         body = self._read_body(environ)
-        found = self._store_call(self.store.begin, tenant, key, fingerprint(method, path, body),
+        digest = IGNORED_FINGERPRINT if self.ignore_fingerprint else fingerprint(method, path, body)
+        found = self._store_call(self.store.begin, tenant, key, digest,
                                  lease_seconds=self.lease_seconds)
         if found.outcome == "replay":
             headers = list(found.headers) + [("Content-Length", str(len(found.body))), REPLAY_HEADER]
@@ -111,12 +152,16 @@ class IdempotencyMiddleware:
                           "a request with this key is still being processed; retry later",
                           type_="/problems/idempotency-key-in-flight",
                           headers={"Retry-After": str(found.retry_after)})
-        return self._run(environ, start_response, tenant, key, found.token, body)
+        context = IdempotencyContext(tenant=tenant, key=key, fingerprint=digest,
+                                     ttl_seconds=self.ttl_seconds)
+        return self._run(environ, start_response, context, found.token, body)
 
-    def _run(self, environ, start_response, tenant, key, token, body) -> Iterable[bytes]:
+    def _run(self, environ: dict, start_response: Callable, context: IdempotencyContext,
+             token: str, body: bytes) -> Iterable[bytes]:
+        tenant, key = context.tenant, context.key
         environ["wsgi.input"] = io.BytesIO(body)
         environ["CONTENT_LENGTH"] = str(len(body))
-        environ[IDEMPOTENCY_GUARDED_ENVIRON] = True
+        environ[IDEMPOTENCY_CONTEXT_ENVIRON] = context
         captured: dict = {}
 
         def capture(status, headers, exc_info=None):
@@ -134,6 +179,12 @@ class IdempotencyMiddleware:
             self._release(tenant, key, token)
             raise
         response_body = b"".join(chunks)
+        if environ.get(RELEASE_ENVIRON) is True:
+            # The handler refused the request on behalf of this layer (a recovery
+            # point of another fingerprint): answer, but leave the key free.
+            self._release(tenant, key, token)
+            start_response(captured["status"], captured["headers"])
+            return [response_body]
         status_code = int(captured["status"].split(" ", 1)[0])
         stored = [(name, value) for name, value in captured["headers"]
                   if name.lower() in STORED_HEADERS]
@@ -182,29 +233,14 @@ class IdempotencyMiddleware:
                           type_="/problems/store-unavailable", headers={"Retry-After": "1"}) from exc
 
     def _read_body(self, environ: dict) -> bytes:
-        raw_length = environ.get("CONTENT_LENGTH") or ""
-        too_large = Problem(413, "Body too large",
-                            f"the request body exceeds {self.max_body_bytes} bytes",
-                            type_="/problems/body-too-large")
-        stream = environ["wsgi.input"]
-        if raw_length.strip():
+        try:
+            return read_body(environ, self.max_body_bytes, allow_incomplete=self.accept_incomplete)
+        except IncompleteBody:
             try:
-                length = int(raw_length)
-            except ValueError:
-                raise Problem(400, "Bad Content-Length", "Content-Length is not a number",
-                              type_="/problems/bad-request") from None
-            if length < 0:
-                raise Problem(400, "Bad Content-Length", "Content-Length is negative",
-                              type_="/problems/bad-request")
-            if length > self.max_body_bytes:
-                raise too_large
-            return stream.read(length) if length else b""
-        if environ.get("wsgi.input_terminated"):
-            body = stream.read(self.max_body_bytes + 1)
-            if len(body) > self.max_body_bytes:
-                raise too_large
-            return body
-        return b""
+                self.store.count("api_incomplete_bodies")
+            except StoreUnavailable:
+                pass  # the 400 matters more than the counter
+            raise
 
 
 def _status_line(status: int) -> str:

@@ -5,6 +5,7 @@ A record is keyed by (tenant, key). `begin` either claims the key for this reque
 finished response to replay, a different fingerprint, or another request in flight.
 `finish` stores the response (or, for a 5xx, releases the key) only if the caller's
 token still owns the record. Begin and finish are one Redis round trip each.
+`count` adds one to a counter of the layer that no script counts (incomplete bodies).
 """
 
 from __future__ import annotations
@@ -43,6 +44,10 @@ class IdempotencyStore(Protocol):
         the token no longer owns the record (the lease expired meanwhile)."""
         ...
 
+    def count(self, name: str) -> None:
+        """Add one to the layer's counter `name` (StoreUnavailable when unreachable)."""
+        ...
+
 
 def _retry_after(remaining_ms: int) -> int:
     return max(1, -(-remaining_ms // 1000))
@@ -55,7 +60,12 @@ class MemoryStore:
         self._records: dict[tuple[str, str], dict] = {}
         self._lock = threading.Lock()
         self._clock = clock
-        self.counters = {"api_replays": 0, "api_fingerprint_conflicts": 0, "api_inflight_conflicts": 0}
+        self.counters = {"api_replays": 0, "api_fingerprint_conflicts": 0, "api_inflight_conflicts": 0,
+                         "api_incomplete_bodies": 0}
+
+    def count(self, name: str) -> None:
+        with self._lock:
+            self.counters[name] = self.counters.get(name, 0) + 1
 
     def begin(self, tenant: str, key: str, fingerprint: str, *, lease_seconds: int) -> Begin:
         now = self._clock()
@@ -180,6 +190,12 @@ class RedisStore:
         except redis.RedisError as exc:
             raise StoreUnavailable(f"idempotency store: {exc}") from exc
         return int(reply) == 1
+
+    def count(self, name: str) -> None:
+        try:
+            self._client.hincrby(COUNTERS, name, 1)
+        except redis.RedisError as exc:
+            raise StoreUnavailable(f"idempotency store: {exc}") from exc
 
 
 def _text(value: bytes | str) -> str:

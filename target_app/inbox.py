@@ -7,6 +7,12 @@ broker redelivers it. Mutants (TARGET_APP_UNSAFE_DISABLE):
 - `inbox`: no dedup at all; every delivery runs the handler.
 - `inbox-nonatomic`: check processed → (handler delay) → run the handler → mark,
   as separate steps: the naive race two consumers can both win.
+A message whose order id cannot name an order (not `[A-Za-z0-9_.-]{1,200}`) is
+recorded as `unknown_order` without touching any order key; a message missing a
+field or with a bad amount is recorded as `invalid`. Either way it is handled (and
+acknowledged), never retried. `process` raises HandlerFailed only when the handler
+itself failed; a Redis error propagates as redis.RedisError, so the consumer can
+tell a transient store problem from a failing message.
 """
 
 from __future__ import annotations
@@ -20,24 +26,27 @@ import redis
 
 from target_app.domain import MARK_PAID_FUNCTION, MAX_AMOUNT_CENTS, payment_json
 from target_app.errors import TargetAppError
-from target_app.keys import COUNTERS, INBOX_PROCESSED, MESSAGE_EFFECTS, order_key, payments_key
+from target_app.keys import COUNTERS, INBOX_PROCESSED, MESSAGE_EFFECTS, is_safe_id, order_key, payments_key
+from target_app.validation import is_identifier
 
 # KEYS[1] order hash, KEYS[2] its payments list, KEYS[3] counters hash,
 # KEYS[4] set of processed message ids, KEYS[5] message_effect list
 # ARGV[1] message_id, ARGV[2] provider_ref, ARGV[3] amount_cents, ARGV[4] payment JSON,
 # ARGV[5] now, ARGV[6] domain guard ("1"/"0"), ARGV[7] dedup ("1" check the inbox first),
-# ARGV[8] mark ("1" add the id to the processed set), ARGV[9] apply ("1" run mark_paid,
-# "0" the message is invalid), ARGV[10] the receipt JSON without its closing
-# `"outcome":"..."}` part
+# ARGV[8] mark ("1" add the id to the processed set), ARGV[9] "apply" (run mark_paid) or
+# the outcome to record without applying ("invalid", "unknown_order": KEYS[1] and
+# KEYS[2] are then never touched), ARGV[10] the receipt JSON without its closing
+# `"outcome":"..."}` part, ARGV[11] amount check ("1"/"0", `domain-amount`)
 # Returns the outcome, or "duplicate" when the inbox already holds the message id.
 INBOX_LUA = MARK_PAID_FUNCTION + """
 if ARGV[7] == '1' and redis.call('SISMEMBER', KEYS[4], ARGV[1]) == 1 then
   redis.call('HINCRBY', KEYS[3], 'inbox_duplicates_skipped', 1)
   return 'duplicate'
 end
-local outcome = 'invalid'
-if ARGV[9] == '1' then
-  outcome = mark_paid(KEYS[1], KEYS[2], KEYS[3], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6])
+local outcome = ARGV[9]
+if outcome == 'apply' then
+  outcome = mark_paid(KEYS[1], KEYS[2], KEYS[3], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6],
+                      ARGV[11], '')
 end
 redis.call('RPUSH', KEYS[5], ARGV[10] .. '"outcome":"' .. outcome .. '"}')
 if ARGV[8] == '1' then
@@ -67,18 +76,30 @@ class PaymentMessage:
 
     @property
     def valid(self) -> bool:
-        return bool(self.order_id and self.provider_ref and self.amount_cents)
+        """Well-formed: a message id, an order id that can name an order, a provider
+        ref and a positive amount (what a dead letter's `valid` reports)."""
+        return (is_identifier(self.message_id) and is_safe_id(self.order_id)
+                and is_identifier(self.provider_ref) and self.amount_cents is not None)
+
+    @property
+    def disposition(self) -> str:
+        """`apply`, or the outcome recorded without applying: `unknown_order` for an
+        order id that names no order, `invalid` for a missing or malformed field."""
+        if not (is_identifier(self.provider_ref) and self.amount_cents is not None and self.order_id):
+            return "invalid"
+        return "apply" if is_safe_id(self.order_id) else "unknown_order"
 
 
 class Inbox:
     def __init__(self, client: redis.Redis, *, mode: str = "atomic", domain_guard: bool = True,
-                 handler_delay_ms: int = 0,
+                 amount_check: bool = True, handler_delay_ms: int = 0,
                  before_apply: Callable[[PaymentMessage], None] | None = None) -> None:
         if mode not in ("atomic", "none", "nonatomic"):
             raise ValueError(f"unknown inbox mode {mode!r}")
         self.client = client
         self.mode = mode
         self.domain_guard = domain_guard
+        self.amount_check = amount_check
         self.handler_delay = handler_delay_ms / 1000.0
         self.before_apply = before_apply
         self._script = client.register_script(INBOX_LUA)
@@ -87,19 +108,18 @@ class Inbox:
     def for_settings(cls, client: redis.Redis, settings, **kwargs) -> "Inbox":
         mode = "none" if settings.unsafe("inbox") else "nonatomic" if settings.unsafe("inbox-nonatomic") else "atomic"
         return cls(client, mode=mode, domain_guard=not settings.unsafe("domain"),
-                   handler_delay_ms=settings.handler_delay_ms, **kwargs)
+                   amount_check=not settings.unsafe("domain-amount"), handler_delay_ms=settings.handler_delay_ms, **kwargs)
 
     def process(self, message: PaymentMessage) -> str:
-        """Run the handler once per message id; returns the outcome or `duplicate`."""
+        """Run the handler once per message id; returns the outcome or `duplicate`.
+
+        Raises HandlerFailed when the handler failed, redis.RedisError when Redis did."""
         if not message.message_id:
             raise ValueError("a message without message_id cannot be deduplicated")
-        try:
-            if self.mode == "nonatomic":
-                return self._process_nonatomic(message)
-            self._prepare(message)
-            return self._run(message, dedup=self.mode == "atomic", mark=True)
-        except redis.RedisError as exc:
-            raise HandlerFailed(f"message {message.message_id}: {exc}") from exc
+        if self.mode == "nonatomic":
+            return self._process_nonatomic(message)
+        self._prepare(message)
+        return self._run(message, dedup=self.mode == "atomic", mark=True)
 
     def _prepare(self, message: PaymentMessage) -> None:
         if self.handler_delay:
@@ -127,12 +147,16 @@ class Inbox:
                              separators=(",", ":"))
         receipt_head = receipt[:-1] + ","
         amount = message.amount_cents or 0
+        disposition = message.disposition
+        # An order id that is not a safe id never becomes a key: the script gets the
+        # key of an empty id instead and, with this disposition, does not touch it.
+        target = message.order_id if disposition == "apply" else ""
         return self._script(
-            keys=[order_key(message.order_id), payments_key(message.order_id), COUNTERS,
-                  INBOX_PROCESSED, MESSAGE_EFFECTS],
+            keys=[order_key(target), payments_key(target), COUNTERS, INBOX_PROCESSED, MESSAGE_EFFECTS],
             args=[message.message_id, message.provider_ref, amount,
                   payment_json(message.order_id, message.provider_ref, amount, "message",
                                message.message_id, now),
                   repr(now), "1" if self.domain_guard else "0", "1" if dedup else "0",
-                  "1" if mark else "0", "1" if message.valid else "0", receipt_head],
+                  "1" if mark else "0", disposition, receipt_head,
+                  "1" if self.amount_check else "0"],
         )

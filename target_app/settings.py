@@ -6,10 +6,25 @@ import os
 import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 
 from target_app.errors import ConfigError
 
-UNSAFE_LAYERS = ("api", "domain", "inbox", "inbox-nonatomic")
+# The negative controls of TARGET_APP_UNSAFE_DISABLE: one per protective rule the app
+# documents (docs/target-app.md), each with the rule it breaks. Read-only on purpose.
+UNSAFE_LAYERS: Mapping[str, str] = MappingProxyType({
+    "api": "no Idempotency-Key layer at all (no records, no recovery point)",
+    "api-fingerprint": "the API layer ignores the fingerprint: another body with a used key is replayed",
+    "api-tenant": "idempotency records and the recovery point are not scoped by tenant",
+    "incomplete-body": "a body shorter than its Content-Length is handled and stored as if complete",
+    "order-tenant": "orders are not owned by their tenant: any tenant reads and pays them",
+    "domain": "mark_paid skips the state and provider_ref guard: every payment is written",
+    "domain-amount": "mark_paid skips the amount check: any amount pays the order",
+    "webhook-signature": "webhook signatures are not verified",
+    "inbox": "no inbox dedup: every delivery of a message runs the handler",
+    "inbox-nonatomic": "the inbox checks, handles and marks in separate steps (a race)",
+    "inbox-dead-letter": "the consumer dead-letters on the first failed or repeated delivery",
+})
 
 
 def _int(environ: Mapping[str, str], name: str, default: int, *, minimum: int = 0) -> int:
@@ -90,11 +105,20 @@ class Settings:
     handler_delay_ms: int = 0
     consumer_block_ms: int = 500
     consumer_batch: int = 10
+    # Bearer token of the internal endpoints; empty: they are disabled (404).
+    internal_token: str = ""
 
     def __post_init__(self) -> None:
         parse_unsafe_disable(",".join(self.unsafe_disable))
         if self.inflight_lease < 1 or self.idempotency_ttl < 1:
             raise ConfigError("idempotency_ttl and inflight_lease must be >= 1 second")
+
+    @property
+    def dead_letter_cap(self) -> int:
+        """Raw deliveries after which an entry is parked whatever caused them (a
+        safety cap far above max_deliveries: crashes and Redis errors do not count
+        toward max_deliveries, only real handler failures do)."""
+        return 10 * self.max_deliveries
 
     def unsafe(self, layer: str) -> bool:
         return layer in self.unsafe_disable
@@ -127,4 +151,5 @@ class Settings:
             handler_delay_ms=_int(env, "TARGET_APP_HANDLER_DELAY_MS", defaults.handler_delay_ms),
             consumer_block_ms=_int(env, "TARGET_APP_CONSUMER_BLOCK_MS", defaults.consumer_block_ms, minimum=1),
             consumer_batch=_int(env, "TARGET_APP_CONSUMER_BATCH", defaults.consumer_batch, minimum=1),
+            internal_token=env.get("TARGET_APP_INTERNAL_TOKEN", "").strip(),
         )

@@ -19,14 +19,15 @@ from harness.ports import free_port
 from target_app.app import create_app
 from target_app.settings import Settings
 
-from ta_helpers import ROOT, SECRET, settings_env
+from ta_helpers import INTERNAL_TOKEN, ROOT, SECRET, settings_env
 
 
 
 @pytest.fixture
 def settings(redis_url: str) -> Settings:
     return Settings(redis_url=redis_url, webhook_secret=SECRET,
-                    inventory={"sku-1": 1000, "sku-2": 5}, redis_timeout=2.0)
+                    inventory={"sku-1": 1000, "sku-2": 5}, redis_timeout=2.0,
+                    internal_token=INTERNAL_TOKEN)
 
 
 @pytest.fixture

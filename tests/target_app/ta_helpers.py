@@ -13,6 +13,9 @@ from target_app.webhooks import sign_webhook
 ROOT = Path(__file__).resolve().parents[2]
 
 SECRET = "test-webhook-secret"
+INTERNAL_TOKEN = "test-internal-token"
+# Authorization for the internal endpoints (export, stock changes).
+INTERNAL = {"Authorization": f"Bearer {INTERNAL_TOKEN}"}
 ORDER = {"sku": "sku-1", "quantity": 1, "amount_cents": 1000, "currency": "EUR"}
 
 
@@ -43,4 +46,5 @@ def settings_env(settings: Settings) -> dict[str, str]:
         "TARGET_APP_INVENTORY": ",".join(f"{k}={v}" for k, v in settings.inventory.items()),
         "TARGET_APP_STREAM": settings.stream,
         "TARGET_APP_GROUP": settings.group,
+        "TARGET_APP_INTERNAL_TOKEN": settings.internal_token,
     }

@@ -15,7 +15,7 @@ from target_app.domain import Domain
 from target_app.inbox import Inbox, PaymentMessage
 from target_app.settings import Settings
 
-from ta_helpers import create_order, signed_headers, webhook_body
+from ta_helpers import INTERNAL, create_order, signed_headers, webhook_body
 
 
 def pay(client, order_id, provider_ref, amount=1000, key=None):
@@ -65,9 +65,9 @@ def test_inventory_is_reserved_and_never_below_zero(client):
     assert client.get("/api/v1/inventory/sku-2").json["available"] == 2
     create_order(client, sku="sku-2", quantity=2)
     assert client.get("/api/v1/inventory/sku-2").json["available"] == 0
-    put = client.put("/api/v1/inventory/sku-2", json={"available": 10})
+    put = client.put("/internal/v1/inventory/sku-2", json={"available": 10}, headers=INTERNAL)
     assert put.status_code == 200 and put.json == {"sku": "sku-2", "available": 10, "added_total": 15}
-    put = client.put("/api/v1/inventory/sku-9", json={"available": 4})
+    put = client.put("/internal/v1/inventory/sku-9", json={"available": 4}, headers=INTERNAL)
     assert put.json["added_total"] == 4
     assert client.get("/api/v1/inventory/sku-404").status_code == 404
 

@@ -18,7 +18,7 @@ from target_app.consumer import Consumer, publish_payment
 from target_app.domain import Domain
 from target_app.inbox import HandlerFailed, Inbox, PaymentMessage
 
-from ta_helpers import ROOT, settings_env
+from ta_helpers import INTERNAL, ROOT, settings_env
 
 
 def make_order(rclient, amount=1000) -> str:
@@ -92,21 +92,28 @@ def test_consumer_acks_reclaims_and_dead_letters(settings, seeded):
     dead = rclient.xrange("payments-dead")
     assert [(d["entry_id"], d["reason"]) for _, d in dead] == [(bad, "no message_id")]
 
-    # an entry that keeps failing is dead-lettered after max_deliveries
+    # an entry whose handler keeps failing is dead-lettered when its failures reach max_deliveries
     stuck = publish_payment(rclient, "payments", "m-stuck", order_id, "pr_1", 1000)
-    broken.step(block_ms=10)  # delivery 1
+    broken.step(block_ms=10)  # delivery 1, failure 1
     time.sleep(0.06)
-    broken.step(block_ms=10)  # delivery 2 (reclaimed by itself)
-    time.sleep(0.06)
-    good.step(block_ms=10)  # delivery 3 > 2 → dead letter, not applied
+    broken.step(block_ms=10)  # delivery 2 (reclaimed by itself), failure 2 = max → parked
     dead = rclient.xrange("payments-dead")
-    assert dead[-1][1]["entry_id"] == stuck and dead[-1][1]["deliveries"] == "3"
+    assert dead[-1][1]["entry_id"] == stuck and dead[-1][1]["deliveries"] == "2"
+    assert dead[-1][1]["reason"] == "handler failed 2 times"
+    assert not rclient.hexists("ta:inbox:failures", stuck)  # cleaned up with the dead letter
     assert "m-stuck" not in [e["message_id"] for e in effects(rclient)]
     assert rclient.hget("ta:counters", "messages_dead_lettered") == "2"
+    assert int(rclient.hget("ta:counters", "messages_reclaimed")) == 4  # 3 by good, 1 by broken
     assert poison not in [d["entry_id"] for _, d in dead]
-    export = create_app(settings).test_client().get("/internal/v1/export").data.decode().splitlines()
+    export = create_app(settings).test_client().get("/internal/v1/export", headers=INTERNAL).data.decode().splitlines()
     lines = [json.loads(line) for line in export]
-    assert {"kind": "dead_letter", "message_id": "m-stuck", "entry_id": stuck, "deliveries": 3} in lines
+    assert {"kind": "dead_letter", "message_id": "m-stuck", "entry_id": stuck, "deliveries": 2,
+            "reason": "handler failed 2 times", "order_id": order_id, "provider_ref": "pr_1",
+            "amount_cents": 1000, "valid": True} in lines
+    assert {"kind": "dead_letter", "message_id": None, "entry_id": bad, "deliveries": 1,
+            "reason": "no message_id", "order_id": order_id, "provider_ref": "pr_1",
+            "amount_cents": 1000, "valid": False} in lines
+    assert lines[-1]["messages_reclaimed"] == 4
 
 
 def race(settings, rclient, mode: str, delay_ms: int) -> tuple[list[str], str]:

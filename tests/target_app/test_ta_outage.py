@@ -13,7 +13,7 @@ from target_app.app import create_app
 from target_app.idempotency_store import MemoryStore
 from target_app.settings import Settings
 
-from ta_helpers import ORDER, SECRET, signed_headers, webhook_body
+from ta_helpers import INTERNAL, INTERNAL_TOKEN, ORDER, SECRET, signed_headers, webhook_body
 
 
 @pytest.fixture
@@ -25,13 +25,14 @@ def own_redis(tmp_path):
 
 
 def test_outage_gives_503_stores_nothing_and_the_retry_runs_for_real(own_redis):
-    settings = Settings(redis_url=own_redis.url, webhook_secret=SECRET, redis_timeout=0.5)
+    settings = Settings(redis_url=own_redis.url, webhook_secret=SECRET, redis_timeout=0.5,
+                        internal_token=INTERNAL_TOKEN)
     client = create_app(settings).test_client()
     own_redis.stop()
     headers = {"Idempotency-Key": "during-outage"}
     for response in (client.post("/api/v1/orders", json=ORDER, headers=headers),
                      client.get("/healthz"), client.get("/api/v1/inventory/sku-1"),
-                     client.get("/internal/v1/export")):
+                     client.get("/internal/v1/export", headers=INTERNAL)):
         assert response.status_code == 503
         assert response.content_type == "application/problem+json"
     body = webhook_body("ord_x", "pr_1")
@@ -53,7 +54,8 @@ def test_outage_gives_503_stores_nothing_and_the_retry_runs_for_real(own_redis):
 def test_domain_outage_after_begin_is_not_cached(own_redis):
     """The key store answers but the domain's Redis fails: 503, key released."""
     store = MemoryStore()
-    settings = Settings(redis_url=own_redis.url, webhook_secret=SECRET, redis_timeout=0.5)
+    settings = Settings(redis_url=own_redis.url, webhook_secret=SECRET, redis_timeout=0.5,
+                        internal_token=INTERNAL_TOKEN)
     client = create_app(settings, idempotency_store=store).test_client()
     headers = {"Idempotency-Key": "k"}
     own_redis.stop()
@@ -70,7 +72,8 @@ def test_app_starts_while_redis_is_down_and_seeds_later(tmp_path):
     from harness.ports import free_port
 
     server.port = free_port()
-    settings = Settings(redis_url=server.url, webhook_secret=SECRET, redis_timeout=0.5)
+    settings = Settings(redis_url=server.url, webhook_secret=SECRET, redis_timeout=0.5,
+                        internal_token=INTERNAL_TOKEN)
     client = create_app(settings).test_client()
     assert client.get("/healthz").status_code == 503
     server.start()
@@ -79,7 +82,7 @@ def test_app_starts_while_redis_is_down_and_seeds_later(tmp_path):
         while client.get("/healthz").status_code != 200 and time.monotonic() < deadline:
             time.sleep(0.05)
         assert client.get("/api/v1/inventory/sku-1").json["available"] == 1000
-        lines = [json.loads(x) for x in client.get("/internal/v1/export").data.decode().splitlines()]
+        lines = [json.loads(x) for x in client.get("/internal/v1/export", headers=INTERNAL).data.decode().splitlines()]
         assert lines[-1]["kind"] == "counters"
     finally:
         server.stop()
