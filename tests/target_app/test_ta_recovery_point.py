@@ -64,3 +64,86 @@ def test_without_the_api_layer_there_is_no_recovery_point(settings: Settings, re
     assert _post(http, "k").status_code == 201
     assert len(_orders_for_key(rclient, "k")) == 2
     assert not rclient.keys("ta:order-by-key:*")
+
+
+def lose_create_replies(http) -> dict:
+    """Make the app's order script run but lose its reply once `state["lose"]` is set:
+    the Redis connection drops after the script ran (a downstream fault)."""
+    domain = http.application.extensions["target_app"]["domain"]
+    real = domain._create
+    state = {"lose": True}
+
+    def create(*args, **kwargs):
+        reply = real(*args, **kwargs)
+        if state["lose"]:
+            state["lose"] = False
+            raise redis.ConnectionError("reply lost")
+        return reply
+
+    domain._create = create
+    return state
+
+
+def _post_body(http, key: str, order: dict, tenant: str | None = None):
+    headers = {"Idempotency-Key": key, "Content-Type": "application/json"}
+    if tenant:
+        headers["X-Tenant-ID"] = tenant
+    return http.post("/api/v1/orders", data=json.dumps(order), headers=headers)
+
+
+def test_the_recovery_point_refuses_another_body_and_recovers_the_honest_retry(settings, redis_url):
+    rclient = redis.Redis.from_url(redis_url, decode_responses=True)
+    http = create_app(settings).test_client()
+    lose_create_replies(http)
+    first = _post_body(http, "lost-reply", ORDER)
+    assert first.status_code == 503  # the order exists, the key was released (a 5xx)
+    [created] = _orders_for_key(rclient, "lost-reply")
+
+    other = _post_body(http, "lost-reply", {**ORDER, "quantity": 2})
+    assert other.status_code == 409 and other.json["type"] == "/problems/idempotency-key-mismatch"
+    assert other.content_type == "application/problem+json"
+    assert rclient.hget("ta:counters", "api_fingerprint_conflicts") == "1"
+    assert _orders_for_key(rclient, "lost-reply") == [created]
+
+    honest = _post_body(http, "lost-reply", ORDER)  # not refused by a stored 409
+    assert honest.status_code == 201 and honest.json["id"] == created
+    assert rclient.hget("ta:counters", "api_recovered") == "1"
+    replay = _post_body(http, "lost-reply", ORDER)
+    assert replay.headers["Idempotent-Replayed"] == "true" and replay.json["id"] == created
+    assert rclient.hget("ta:inventory:sku-1", "available") == "999"
+
+
+def test_the_recovery_point_is_scoped_by_tenant(settings, redis_url):
+    rclient = redis.Redis.from_url(redis_url, decode_responses=True)
+    http = create_app(settings).test_client()
+    lose_create_replies(http)
+    assert _post_body(http, "shared", ORDER, tenant="A").status_code == 503
+    b = _post_body(http, "shared", ORDER, tenant="B")
+    assert b.status_code == 201 and b.json["tenant"] == "B"
+    assert len(_orders_for_key(rclient, "shared")) == 2
+
+
+def test_api_fingerprint_mutant_replays_another_body(settings, redis_url):
+    """The negative control: a reused key with another body gets the first answer."""
+    http = create_app(replace(settings, unsafe_disable=frozenset({"api-fingerprint"}))).test_client()
+    first = _post_body(http, "k", ORDER)
+    other = _post_body(http, "k", {**ORDER, "sku": "sku-2", "quantity": 3})
+    assert first.status_code == other.status_code == 201
+    assert other.headers["Idempotent-Replayed"] == "true"
+    assert other.json["sku"] == "sku-1" and other.json["id"] == first.json["id"]
+
+
+def test_api_tenant_mutant_shares_keys_across_tenants(settings, redis_url):
+    """The negative control: tenant B's request with tenant A's key gets A's order."""
+    rclient = redis.Redis.from_url(redis_url, decode_responses=True)
+    http = create_app(replace(settings, unsafe_disable=frozenset({"api-tenant"}))).test_client()
+    a = _post_body(http, "k", ORDER, tenant="A")
+    b = _post_body(http, "k", ORDER, tenant="B")
+    assert a.status_code == b.status_code == 201
+    assert b.json["id"] == a.json["id"] and b.json["tenant"] == "A"
+    # and the recovery point is shared too
+    lose_create_replies(http)
+    assert _post_body(http, "k2", ORDER, tenant="A").status_code == 503
+    recovered = _post_body(http, "k2", ORDER, tenant="B")
+    assert recovered.status_code == 201 and recovered.json["tenant"] == "A"
+    assert len(_orders_for_key(rclient, "k2")) == 1
