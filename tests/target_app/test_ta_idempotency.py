@@ -260,3 +260,54 @@ def test_finish_failing_for_good_is_503_and_keeps_the_key_in_flight():
     # the effect may have happened: the key stays blocked until the lease ends
     assert client.post("/things", json={}, headers={"Idempotency-Key": "b"}).status_code == 409
     assert state["runs"] == 1
+
+
+def test_the_handler_gets_an_explicit_context(redis_url):
+    from target_app.idempotency import IDEMPOTENCY_CONTEXT_ENVIRON, IdempotencyContext
+
+    app = Flask(__name__)
+    seen: list = []
+
+    @app.post("/ctx")
+    def ctx():
+        seen.append(request.environ.get(IDEMPOTENCY_CONTEXT_ENVIRON))
+        return "ok"
+
+    @app.post("/open")
+    def open_():
+        seen.append(request.environ.get(IDEMPOTENCY_CONTEXT_ENVIRON))
+        return "open"
+
+    app.wsgi_app = IdempotencyMiddleware(
+        app.wsgi_app, store=MemoryStore(), applies=lambda m, p: p == "/ctx",
+        ttl_seconds=77, lease_seconds=5, max_body_bytes=1024)
+    client = app.test_client()
+    client.post("/ctx", data=b"body", headers={"Idempotency-Key": "k-ctx", "X-Tenant-ID": "T"})
+    client.post("/open", data=b"body", headers={"Idempotency-Key": "k-ctx"})
+    assert seen == [IdempotencyContext(tenant="T", key="k-ctx", fingerprint=fingerprint("POST", "/ctx", b"body"),
+                                       ttl_seconds=77), None]
+    with pytest.raises(AttributeError):
+        seen[0].key = "other"
+
+
+def test_a_release_request_from_the_handler_leaves_the_key_free(redis_url):
+    from target_app.idempotency import RELEASE_ENVIRON
+
+    app = Flask(__name__)
+    runs = {"n": 0}
+
+    @app.post("/refuse")
+    def refuse():
+        runs["n"] += 1
+        if runs["n"] == 1:
+            request.environ[RELEASE_ENVIRON] = True
+            return Response("{}", status=409, mimetype="application/json")
+        return Response("{}", status=201, mimetype="application/json")
+
+    app.wsgi_app = IdempotencyMiddleware(app.wsgi_app, store=MemoryStore(), applies=lambda m, p: True,
+                                         ttl_seconds=60, lease_seconds=5, max_body_bytes=1024)
+    client = app.test_client()
+    assert client.post("/refuse", data=b"x", headers={"Idempotency-Key": "r"}).status_code == 409
+    assert client.post("/refuse", data=b"y", headers={"Idempotency-Key": "r"}).status_code == 201
+    again = client.post("/refuse", data=b"y", headers={"Idempotency-Key": "r"})
+    assert again.headers["Idempotent-Replayed"] == "true" and runs["n"] == 2

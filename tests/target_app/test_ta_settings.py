@@ -68,3 +68,9 @@ def test_wsgi_entry_refuses_an_unknown_negative_control():
                             capture_output=True, text=True, timeout=30)
     assert result.returncode != 0
     assert "ConfigError" in result.stderr and "nope" in result.stderr
+
+
+def test_internal_token_setting():
+    assert Settings.from_env({}).internal_token == ""
+    assert Settings.from_env({"TARGET_APP_INTERNAL_TOKEN": " s3cret "}).internal_token == "s3cret"
+    assert Settings(max_deliveries=3).dead_letter_cap == 30
