@@ -1,15 +1,31 @@
 """The Toxiproxy 2.12 HTTP API over a collection of proxies, independent of HTTP
-parsing: `handle(method, path, body)` returns a `Response`."""
+parsing: `handle(Request)` returns a `Response`.
+
+The answers are shaped as the Go server's: JSON bodies compact as Go's encoder
+writes them (`application/json`, no trailing newline; proxy indexes sorted by
+name); errors go through Go's `http.Error`, so they are `text/plain;
+charset=utf-8` with `X-Content-Type-Options: nosniff` and a newline after the
+JSON (except `/populate`, which writes its error as JSON); every request that
+matches a route gets an `X-Toxiproxy-Request-Id` (an unmatched path or method is
+answered by the router before that middleware, without one, as in Go).
+"""
 
 from __future__ import annotations
 
 import asyncio
+import base64
+import itertools
 import json
+import os
+import random
 import re
-from dataclasses import dataclass
+import struct
+import time
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote
 
+from harness.toxiproxy import gojson
 from harness.toxiproxy.errors import (
     PROXY_EXISTS,
     PROXY_NOT_FOUND,
@@ -18,9 +34,22 @@ from harness.toxiproxy.errors import (
     bad_request_body,
     missing_field,
 )
+from harness.toxiproxy.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
+from harness.toxiproxy.metrics import ServerMetrics
 from harness.toxiproxy.proxy import Proxy
 
 VERSION = "2.12.0"
+TEXT_PLAIN = "text/plain; charset=utf-8"
+_NOSNIFF = (("X-Content-Type-Options", "nosniff"),)
+
+
+@dataclass
+class Request:
+    method: str
+    path: str  # as sent, before percent-decoding
+    body: bytes = b""
+    user_agent: str = ""
+    accept_encoding: str = ""
 
 
 @dataclass
@@ -28,26 +57,30 @@ class Response:
     status: int
     body: bytes = b""
     content_type: str | None = "application/json"
+    headers: tuple[tuple[str, str], ...] = field(default=())
 
 
 def _json(status: int, value: Any) -> Response:
-    return Response(status, json.dumps(value).encode())
+    return Response(status, gojson.dumps(value))
 
 
-def _error(exc: ApiError, **extra: Any) -> Response:
-    # Go writes these through http.Error, which appends a newline.
-    payload = {"error": exc.message, "status": exc.status, **extra}
-    return Response(exc.status, json.dumps(payload).encode() + b"\n")
+def _http_error(status: int, text: str) -> Response:
+    """What Go's http.Error writes: the text and a newline, as plain text."""
+    return Response(status, text.encode() + b"\n", TEXT_PLAIN, _NOSNIFF)
 
 
-_NOT_FOUND = Response(404, b"404 page not found\n", "text/plain; charset=utf-8")
+def _error(exc: ApiError) -> Response:
+    return _http_error(exc.status, gojson.dumps({"error": exc.message, "status": exc.status}).decode())
+
+
+_NOT_FOUND = _http_error(404, "404 page not found")
 _METHOD_NOT_ALLOWED = Response(405, b"", None)
 _SEGMENT = r"([^/]+)"
+_ANY = "*"  # a route that takes every method (Toxiproxy's /metrics)
 _ROUTES: list[tuple[re.Pattern[str], dict[str, str]]] = [
     (re.compile(r"/reset"), {"POST": "reset"}),
-    (re.compile(r"/version"), {"GET": "version"}),
-    (re.compile(r"/populate"), {"POST": "populate"}),
     (re.compile(r"/proxies"), {"GET": "proxy_index", "POST": "proxy_create"}),
+    (re.compile(r"/populate"), {"POST": "populate"}),
     (
         re.compile(rf"/proxies/{_SEGMENT}"),
         {"GET": "proxy_show", "POST": "proxy_update", "PATCH": "proxy_update", "DELETE": "proxy_delete"},
@@ -57,7 +90,25 @@ _ROUTES: list[tuple[re.Pattern[str], dict[str, str]]] = [
         re.compile(rf"/proxies/{_SEGMENT}/toxics/{_SEGMENT}"),
         {"GET": "toxic_show", "POST": "toxic_update", "PATCH": "toxic_update", "DELETE": "toxic_delete"},
     ),
+    (re.compile(r"/version"), {"GET": "version"}),
 ]
+_METRICS_ROUTE = (re.compile(r"/metrics"), {_ANY: "metrics"})
+
+
+class RequestIds:
+    """Request ids shaped like the xid values Go's hlog puts in
+    X-Toxiproxy-Request-Id: 20 base32hex characters over 4 bytes of time, 3 of
+    machine, 2 of pid and a 3-byte counter."""
+
+    def __init__(self) -> None:
+        self._machine = os.urandom(3)
+        self._pid = struct.pack(">H", os.getpid() & 0xFFFF)
+        self._counter = itertools.count(random.getrandbits(24))
+
+    def next(self) -> str:
+        raw = struct.pack(">I", int(time.time()) & 0xFFFFFFFF) + self._machine + self._pid
+        raw += (next(self._counter) & 0xFFFFFF).to_bytes(3, "big")
+        return base64.b32hexencode(raw).decode().rstrip("=").lower()
 
 
 def _decode(body: bytes) -> Any:
@@ -88,29 +139,76 @@ def _proxy_fields(body: Any, *, listen: str, upstream: str, enabled: bool | None
 class ToxiproxyApi:
     """All proxies of one server, and the API over them. Runs on one event loop."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, proxy_metrics: bool = False, runtime_metrics: bool = False) -> None:
         self.proxies: dict[str, Proxy] = {}
+        self.metrics = ServerMetrics(
+            lambda: self.proxies.values(), proxy_metrics=proxy_metrics, runtime_metrics=runtime_metrics
+        )
+        self._routes = _ROUTES + [_METRICS_ROUTE] if self.metrics.enabled else _ROUTES
+        self._request_ids = RequestIds()
         # API calls that start or stop listeners await; serialising them keeps
         # two concurrent requests from racing on the same name or port.
         self._lock = asyncio.Lock()
 
-    async def handle(self, method: str, path: str, body: bytes) -> Response:
-        for pattern, methods in _ROUTES:
+    async def handle(self, request: Request) -> Response:
+        path = unquote(request.path)  # Go's router matches the decoded path
+        for pattern, methods in self._routes:
             match = pattern.fullmatch(path)
             if match is None:
                 continue
-            handler_name = methods.get(method)
+            handler_name = methods.get(request.method) or methods.get(_ANY)
             if handler_name is None:
                 return _METHOD_NOT_ALLOWED
-            args = [unquote(group) for group in match.groups()]
-            async with self._lock:
-                try:
-                    return await getattr(self, "_" + handler_name)(*args, body=body)
-                except ApiError as exc:
-                    return _error(exc)
-                except Exception as exc:  # noqa: BLE001 - a bug must not kill the server
-                    return _error(ApiError(f"internal error: {exc!r}", 500))
+            response = await self._routed(handler_name, match.groups(), request)
+            response.headers = (("X-Toxiproxy-Request-Id", self._request_ids.next()), *response.headers)
+            return response
         return _NOT_FOUND
+
+    async def _routed(self, handler_name: str, args: tuple[str, ...], request: Request) -> Response:
+        if request.user_agent.startswith("Mozilla/"):
+            # Toxiproxy refuses browsers so a web page cannot drive it.
+            return _http_error(403, "User agent not allowed")
+        if handler_name == "metrics":
+            body, gzipped = self.metrics.render(request.accept_encoding)
+            headers = (("Content-Encoding", "gzip"),) if gzipped else ()
+            return Response(200, body, METRICS_CONTENT_TYPE, headers)
+        async with self._lock:
+            try:
+                return await getattr(self, "_" + handler_name)(*args, body=request.body)
+            except ApiError as exc:
+                return _error(exc)
+            except Exception as exc:  # noqa: BLE001 - a bug must not kill the server
+                return _error(ApiError(f"internal error: {exc!r}", 500))
+
+    async def populate(self, body: bytes) -> tuple[list[Proxy], ApiError | None]:
+        """Apply a populate body (also used for `-config`): the proxies applied, in
+        order, and the error that stopped it, if any."""
+        try:
+            entries = _decode(body)
+            if entries is None:
+                entries = []
+            if not isinstance(entries, list):
+                raise bad_request_body(
+                    "json: cannot unmarshal object into Go value of type "
+                    '[]struct { toxiproxy.Proxy; Enabled *bool "json:\\"enabled\\"" }'
+                )
+            wanted = []
+            for number, entry in enumerate(entries, start=1):
+                fields = _proxy_fields(entry, listen="", upstream="", enabled=None)
+                if not fields["name"]:
+                    raise missing_field(f"name at proxy {number}")
+                if not fields["upstream"]:
+                    raise missing_field(f"upstream at proxy {number}")
+                wanted.append(fields)
+        except ApiError as exc:
+            return [], exc
+        applied: list[Proxy] = []
+        for fields in wanted:
+            try:
+                applied.append(await self._add_or_replace(fields))
+            except ApiError as exc:
+                return applied, exc
+        return applied, None
 
     async def close(self) -> None:
         for proxy in list(self.proxies.values()):
@@ -123,6 +221,9 @@ class ToxiproxyApi:
             raise api_error(PROXY_NOT_FOUND)
         return proxy
 
+    def _new_proxy(self, name: str, listen: str, upstream: str) -> Proxy:
+        return Proxy(name, listen, upstream, self.metrics.counters)
+
     # -- handlers ---------------------------------------------------------------
     async def _version(self, *, body: bytes) -> Response:
         return Response(200, f'{{"version": "{VERSION}"}}\n'.encode(), "application/json;charset=utf-8")
@@ -134,9 +235,12 @@ class ToxiproxyApi:
         return Response(204, b"", None)
 
     async def _proxy_index(self, *, body: bytes) -> Response:
-        return _json(200, {name: proxy.to_json() for name, proxy in self.proxies.items()})
+        # Go marshals a map, whose keys it sorts.
+        return _json(200, {name: self.proxies[name].to_json() for name in sorted(self.proxies)})
 
     async def _proxy_create(self, *, body: bytes) -> Response:
+        # A missing or empty listen stays "": Go's net.Listen then takes any free
+        # port on every interface, and the answer shows "[::]:PORT".
         fields = _proxy_fields(_decode(body), listen="", upstream="", enabled=True)
         if not fields["name"]:
             raise missing_field("name")
@@ -144,47 +248,31 @@ class ToxiproxyApi:
             raise missing_field("upstream")
         if fields["name"] in self.proxies:
             raise api_error(PROXY_EXISTS)
-        proxy = Proxy(fields["name"], fields["listen"], fields["upstream"])
+        proxy = self._new_proxy(fields["name"], fields["listen"], fields["upstream"])
         if fields["enabled"]:
             await proxy.start()
         self.proxies[proxy.name] = proxy
         return _json(201, proxy.to_json())
 
     async def _populate(self, *, body: bytes) -> Response:
-        try:
-            entries = _decode(body)
-            if not isinstance(entries, list):
-                raise bad_request_body("json: cannot unmarshal object into Go value of type []struct")
-            wanted = []
-            names: set[str] = set()
-            for number, entry in enumerate(entries, start=1):
-                fields = _proxy_fields(entry, listen="", upstream="", enabled=None)
-                if not fields["name"]:
-                    raise missing_field(f"name at proxy {number}")
-                if not fields["upstream"]:
-                    raise missing_field(f"upstream at proxy {number}")
-                if fields["name"] in names:
-                    raise ApiError(f'duplicate proxy name "{fields["name"]}"', 500)
-                names.add(fields["name"])
-                wanted.append(fields)
-        except ApiError as exc:
-            return _error(exc, proxies=None)
-        applied: list[Proxy] = []
-        for fields in wanted:
-            try:
-                applied.append(await self._add_or_replace(fields))
-            except ApiError as exc:
-                return _error(exc, proxies=[proxy.to_json() for proxy in applied] or None)
-        return _json(201, {"proxies": [proxy.to_json() for proxy in applied]})
+        applied, error = await self.populate(body)
+        # Go writes populate's answer as one JSON object, error or not, with the
+        # proxies applied so far; an empty list marshals as null.
+        payload: dict[str, Any] = {}
+        if error is not None:
+            payload = {"error": error.message, "status": error.status}
+        payload["proxies"] = [proxy.to_json() for proxy in applied] or None
+        return _json(201 if error is None else error.status, payload)
 
     async def _add_or_replace(self, fields: dict[str, Any]) -> Proxy:
         existing = self.proxies.get(fields["name"])
         if existing is not None:
-            if existing.listen == fields["listen"] and existing.upstream == fields["upstream"]:
+            if not await existing.differs(fields["listen"], fields["upstream"]):
                 return existing  # unchanged: kept with its toxics and connections
+            # As in Go, the old proxy is stopped first and stays (stopped) if the
+            # new one cannot start.
             await existing.stop()
-            del self.proxies[existing.name]
-        proxy = Proxy(fields["name"], fields["listen"], fields["upstream"])
+        proxy = self._new_proxy(fields["name"], fields["listen"], fields["upstream"])
         if fields["enabled"] is not False:
             await proxy.start()
         self.proxies[proxy.name] = proxy
@@ -196,12 +284,10 @@ class ToxiproxyApi:
     async def _proxy_update(self, name: str, *, body: bytes) -> Response:
         proxy = self._proxy(name)
         fields = _proxy_fields(_decode(body), listen=proxy.listen, upstream=proxy.upstream, enabled=proxy.enabled)
-        if fields["listen"] != proxy.listen or fields["upstream"] != proxy.upstream:
+        if await proxy.differs(fields["listen"], fields["upstream"]):
             await proxy.stop()
             proxy.retarget(fields["listen"], fields["upstream"])
-            if fields["enabled"]:
-                await proxy.start()
-        elif fields["enabled"] and not proxy.enabled:
+        if fields["enabled"] and not proxy.enabled:
             await proxy.start()
         elif not fields["enabled"] and proxy.enabled:
             await proxy.stop()

@@ -1,16 +1,18 @@
 """A small HTTP/1.1 server on asyncio streams, enough for Toxiproxy's API:
-keep-alive, Content-Length and chunked request bodies, `Expect: 100-continue`."""
+keep-alive, Content-Length and chunked request bodies, `Expect: 100-continue`.
+Every answer carries a `Date` header, as Go's net/http adds one."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
+from email.utils import formatdate
 from http import HTTPStatus
 from urllib.parse import urlsplit
 
-from harness.toxiproxy.api import Response
+from harness.toxiproxy.api import Request, Response
 
-Handler = Callable[[str, str, bytes], Awaitable[Response]]
+Handler = Callable[[Request], Awaitable[Response]]
 
 _MAX_LINE = 16 * 1024
 _MAX_HEADERS = 100
@@ -28,10 +30,13 @@ def _reason(status: int) -> str:
         return "Unknown"
 
 
-def render(response: Response, *, keep_alive: bool) -> bytes:
+def render(response: Response, *, keep_alive: bool, date: bool = True) -> bytes:
     lines = [f"HTTP/1.1 {response.status} {_reason(response.status)}"]
     if response.content_type:
         lines.append(f"Content-Type: {response.content_type}")
+    lines.extend(f"{name}: {value}" for name, value in response.headers)
+    if date:
+        lines.append(f"Date: {formatdate(usegmt=True)}")
     if response.status != 204:
         lines.append(f"Content-Length: {len(response.body)}")
     if not keep_alive:
@@ -120,17 +125,17 @@ async def serve_connection(reader: asyncio.StreamReader, writer: asyncio.StreamW
             try:
                 request = await _read_request(reader, writer)
             except BadRequest:
-                writer.write(render(Response(400, b"400 Bad Request", "text/plain; charset=utf-8"), keep_alive=False))
+                # Go's server answers a request it cannot parse with this, undated.
+                bad = Response(400, b"400 Bad Request", "text/plain; charset=utf-8")
+                writer.write(render(bad, keep_alive=False, date=False))
                 await writer.drain()
                 return
             if request is None:
                 return
             method, path, headers, body, keep_alive = request
-            if headers.get("user-agent", "").startswith("Mozilla/"):
-                # Toxiproxy refuses browsers so a web page cannot drive it.
-                response = Response(403, b"User agent not allowed\n", "text/plain; charset=utf-8")
-            else:
-                response = await handler(method, path, body)
+            response = await handler(
+                Request(method, path, body, headers.get("user-agent", ""), headers.get("accept-encoding", ""))
+            )
             writer.write(render(response, keep_alive=keep_alive))
             await writer.drain()
             if not keep_alive:

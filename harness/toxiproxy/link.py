@@ -5,6 +5,9 @@ Each direction has a fast path: while none of its toxics fires on this connectio
 and nothing is queued, `data_received` writes straight into the other transport,
 with the usual pause/resume flow control. When a toxic fires, chunks go through a
 queue and one task runs them through the chain of behaviours in order.
+
+Byte counts for `/metrics` (only with proxy metrics on): a `CountingSide` counts
+what it reads (`received`) and what of it reached the other socket (`sent`).
 """
 
 from __future__ import annotations
@@ -48,6 +51,10 @@ class Side(asyncio.Protocol):
         # The other transport's write while its direction is on the fast path;
         # calling it straight from data_received saves a call per chunk.
         self.fast_write: Callable[[bytes], object] | None = None
+        # Bytes read from this socket, and bytes of them written to the other one.
+        # Only a CountingSide keeps `received` and fast-path `sent` up to date.
+        self.received = 0
+        self.sent = 0
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]  # uvloop's is not a subclass
@@ -81,6 +88,20 @@ class Side(asyncio.Protocol):
 
     def resume_writing(self) -> None:
         self.connection.sink_paused(self, False)
+
+
+class CountingSide(Side):
+    """A Side that counts bytes for the proxy metrics. A subclass rather than a
+    flag, so the plain fast path carries no counting at all."""
+
+    def data_received(self, data: bytes) -> None:
+        self.received += len(data)
+        write = self.fast_write
+        if write is not None:
+            self.sent += len(data)
+            write(data)
+        else:
+            self.feed(data)
 
 
 class Direction:
@@ -159,6 +180,7 @@ class Direction:
     def feed(self, data: bytes) -> None:
         if self.runner is None and not self.active:
             self.sink.write(data)  # the fast path
+            self.source_side.sent += len(data)
             return
         self.queue.append((data, time.monotonic()))
         self.queued += len(data)
@@ -196,20 +218,21 @@ class Direction:
             self.runner = None
             self.sync_fast_path()
 
-    async def _through(self, chain: list[Behaviour], index: int, data: bytes, arrived: float) -> None:
+    async def _through(self, chain: list[Behaviour], index: int, data: bytes, stamp: float) -> None:
         if index == len(chain):
             await self._write(data)
             return
 
-        async def emit(piece: bytes) -> None:
-            await self._through(chain, index + 1, piece, arrived)
+        async def emit(piece: bytes, piece_stamp: float) -> None:
+            await self._through(chain, index + 1, piece, piece_stamp)
 
-        await chain[index].chunk(data, arrived, emit)
+        await chain[index].chunk(data, stamp, emit)
 
     async def _write(self, data: bytes) -> None:
         if self.done or self.sink.is_closing():
             return
         self.sink.write(data)
+        self.source_side.sent += len(data)
         if self.drained is not None:
             await self.drained.wait()
 
@@ -277,6 +300,9 @@ class Connection:
 
     def __init__(self, proxy: "Proxy") -> None:
         self.proxy = proxy
+        # The metric labels, fixed when the connection opens (as Toxiproxy's link).
+        self.listener = proxy.listen
+        self.upstream_label = proxy.upstream
         self.client: Side | None = None
         self.server: Side | None = None
         self.up: Direction | None = None
@@ -294,7 +320,8 @@ class Connection:
         host, port = self.proxy.upstream_address()
         loop = asyncio.get_running_loop()
         try:
-            _, server = await loop.create_connection(lambda: Side(self, False), host, port)
+            side_class = self.proxy.side_class
+            _, server = await loop.create_connection(lambda: side_class(self, False), host, port)
         except (OSError, ValueError):
             self.close(abort=False)  # Toxiproxy drops the client when upstream is down
             return
@@ -379,7 +406,7 @@ class Connection:
         if self.closed:
             return
         self.closed = True
-        self.proxy.connections.discard(self)
+        self.proxy.connection_closed(self)
         if self._connector is not None and not self._connector.done() and self._connector is not asyncio.current_task():
             self._connector.cancel()
         for direction in (self.up, self.down):

@@ -1,6 +1,12 @@
 """Run the embedded Toxiproxy: `serve` (async), `run_server` (blocking, with
 signal handling) and `EmbeddedToxiproxy` (a background thread, for tests and
-embedding)."""
+embedding).
+
+All three take the real server's options: `config` (a JSON file in `/populate`'s
+format, applied before the API listens; a file that cannot be read or applied is
+reported on stderr and the server runs on, as `toxiproxy-server -config` does),
+`proxy_metrics` and `runtime_metrics` (they enable `GET /metrics`).
+"""
 
 from __future__ import annotations
 
@@ -10,6 +16,7 @@ import signal
 import sys
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from types import TracebackType
 
 from harness.toxiproxy.api import ToxiproxyApi
@@ -30,16 +37,40 @@ def _announce(host: str, port: int) -> None:
     print(f"toxiproxy listening on http://{host}:{port}", flush=True)
 
 
+@dataclass(frozen=True)
+class ServerOptions:
+    """The real server's startup options besides host and port."""
+
+    config: str | None = None
+    proxy_metrics: bool = False
+    runtime_metrics: bool = False
+
+
+async def _populate_from_file(api: ToxiproxyApi, path: str) -> None:
+    try:
+        with open(path, "rb") as handle:
+            body = handle.read()
+    except OSError as exc:
+        print(f"toxiproxy: error reading config file {path}: {exc.strerror or exc}", file=sys.stderr, flush=True)
+        return
+    proxies, error = await api.populate(body)
+    if error is not None:
+        print(f"toxiproxy: failed to populate proxies from {path}: {error.message}", file=sys.stderr, flush=True)
+    else:
+        print(f"toxiproxy: populated {len(proxies)} proxies from {path}", file=sys.stderr, flush=True)
+
+
 async def serve(
     host: str = "127.0.0.1",
     port: int = 8474,
     *,
     ready: Callable[[int], None] | None = None,
+    options: ServerOptions = ServerOptions(),
 ) -> None:
     """Serve the API on host:port until cancelled; then close every listener.
     `ready` gets the bound port (useful with port 0); without it a line
     "toxiproxy listening on http://host:port" is printed."""
-    api = ToxiproxyApi()
+    api = ToxiproxyApi(proxy_metrics=options.proxy_metrics, runtime_metrics=options.runtime_metrics)
     connections: set[asyncio.Task[None]] = set()
 
     async def on_client(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -53,7 +84,14 @@ async def serve(
         finally:
             connections.discard(task)
 
-    server = await asyncio.start_server(on_client, host, port, reuse_address=True, limit=64 * 1024)
+    try:
+        # Like toxiproxy-server, the config's proxies exist before the API listens.
+        if options.config:
+            await _populate_from_file(api, options.config)
+        server = await asyncio.start_server(on_client, host, port, reuse_address=True, limit=64 * 1024)
+    except BaseException:
+        await api.close()
+        raise
     try:
         bound = server.sockets[0].getsockname()[1]
         if ready is not None:
@@ -68,12 +106,12 @@ async def serve(
         await api.close()
 
 
-def run_server(host: str = "127.0.0.1", port: int = 8474) -> None:
+def run_server(host: str = "127.0.0.1", port: int = 8474, options: ServerOptions = ServerOptions()) -> None:
     """Serve until SIGTERM or SIGINT, then close every listener and return."""
     loop = _new_loop()
     asyncio.set_event_loop(loop)
     try:
-        task = loop.create_task(serve(host, port))
+        task = loop.create_task(serve(host, port, options=options))
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, task.cancel)
         with contextlib.suppress(asyncio.CancelledError):
@@ -94,9 +132,17 @@ class EmbeddedToxiproxy:
         Nemesis(toxiproxy.url) ...
     """
 
-    def __init__(self, host: str = "127.0.0.1", port: int = 0, *, start_timeout: float = 10.0) -> None:
+    def __init__(
+        self,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        *,
+        start_timeout: float = 10.0,
+        options: ServerOptions = ServerOptions(),
+    ) -> None:
         self.host = host
         self.port = port
+        self.options = options
         self._start_timeout = start_timeout
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -129,7 +175,7 @@ class EmbeddedToxiproxy:
             self._ready.set()
 
         try:
-            self._task = loop.create_task(serve(self.host, self.port, ready=ready))
+            self._task = loop.create_task(serve(self.host, self.port, ready=ready, options=self.options))
             with contextlib.suppress(asyncio.CancelledError):
                 loop.run_until_complete(self._task)
         except BaseException as exc:  # noqa: BLE001 - reported to the starting thread

@@ -21,6 +21,7 @@ from harness.toxiproxy.errors import (
     api_error,
     bad_request_body,
 )
+from harness.toxiproxy.gojson import FLOAT32_MAX, to_float32
 
 # Attribute names per toxic type; all are integers defaulting to 0 (Go's int64).
 TOXIC_ATTRIBUTES: dict[str, tuple[str, ...]] = {
@@ -97,11 +98,16 @@ def _expect_str(body: dict[str, Any], key: str, struct: str) -> str | None:
 
 
 def parse_toxicity(value: Any) -> float:
+    """Toxicity as Go holds it: a float32 (0.1 is stored, and shown, as float32 0.1)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise bad_request_body(
             f"json: cannot unmarshal {_json_kind(value)} into Go struct field ToxicWrapper.toxicity of type float32"
         )
-    return float(value)
+    if abs(value) > FLOAT32_MAX:
+        raise bad_request_body(
+            f"json: cannot unmarshal number {value} into Go struct field ToxicWrapper.toxicity of type float32"
+        )
+    return to_float32(float(value))
 
 
 def parse_attributes(toxic_type: str, raw: Any, base: dict[str, int]) -> dict[str, int]:
@@ -172,7 +178,9 @@ def parse_update(toxic: Toxic, body: Any) -> tuple[dict[str, int], float]:
 
 # --- behaviour on a connection ------------------------------------------------
 
-Emit = Callable[[bytes], Awaitable[None]]
+# Passes a piece of data on to the next toxic, with the chunk's timestamp: when it
+# arrived, moved on by every latency toxic it went through.
+Emit = Callable[[bytes, float], Awaitable[None]]
 
 
 class LinkControl(Protocol):
@@ -185,9 +193,9 @@ class LinkControl(Protocol):
     def reset_connection(self) -> None: ...
 
 
-def _resolve(future: "asyncio.Future[None]") -> None:
+def _resolve(future: "asyncio.Future[bool]") -> None:
     if not future.done():
-        future.set_result(None)
+        future.set_result(True)
 
 
 class Behaviour:
@@ -198,7 +206,7 @@ class Behaviour:
         self.link = link
         self.revision = toxic.revision
         self._stopped = False
-        self._sleeping: asyncio.Future[None] | None = None
+        self._sleeping: asyncio.Future[bool] | None = None
 
     def start(self) -> None:
         """Called when the toxic starts acting on this connection (or is updated)."""
@@ -209,18 +217,21 @@ class Behaviour:
         A chunk it is holding is let go at once, as Toxiproxy's interrupt does."""
         self._stopped = True
         if self._sleeping is not None and not self._sleeping.done():
-            self._sleeping.set_result(None)
+            self._sleeping.set_result(False)
 
-    async def _sleep(self, delay: float) -> None:
-        """Sleep that `stop` cuts short (a huge latency must not pin a chunk)."""
-        if delay <= 0 or self._stopped:
-            return
+    async def _sleep(self, delay: float) -> bool:
+        """Sleep that `stop` cuts short (a huge latency must not pin a chunk).
+        True when it slept the whole delay, False when it was cut short."""
+        if self._stopped:
+            return False
+        if delay <= 0:
+            return True
         loop = asyncio.get_running_loop()
-        future: asyncio.Future[None] = loop.create_future()
+        future: asyncio.Future[bool] = loop.create_future()
         handle = loop.call_later(delay, _resolve, future)
         self._sleeping = future
         try:
-            await future
+            return await future
         finally:
             handle.cancel()
             self._sleeping = None
@@ -228,41 +239,51 @@ class Behaviour:
     def removed(self) -> None:
         """Called once the toxic was deleted from the proxy (after stop)."""
 
-    async def chunk(self, data: bytes, arrived: float, emit: Emit) -> None:
-        await emit(data)
+    async def chunk(self, data: bytes, stamp: float, emit: Emit) -> None:
+        await emit(data, stamp)
 
     async def before_close(self) -> None:
         """Runs when the source closed, before the close is passed on."""
 
 
 class _Latency(Behaviour):
-    async def chunk(self, data: bytes, arrived: float, emit: Emit) -> None:
+    async def chunk(self, data: bytes, stamp: float, emit: Emit) -> None:
         attrs = self.toxic.attributes
         delay = attrs["latency"]
         jitter = attrs["jitter"]
         if jitter > 0:
-            delay += random.randint(-jitter, jitter)
-        # The delay counts from when the chunk arrived, so a stream of chunks is
+            delay += random.randrange(-jitter, jitter)  # Go: Int63n(2*jitter) - jitter
+        # The delay counts from the chunk's timestamp, so a stream of chunks is
         # delayed once overall rather than once per chunk in sequence.
-        remaining = delay / 1000.0 - (time.monotonic() - arrived)
+        due = stamp + delay / 1000.0
+        remaining = due - time.monotonic()
         if remaining > 0:
-            await self._sleep(remaining)
-        await emit(data)
+            if not await self._sleep(remaining):
+                # Cut short (removed or updated): let it go at once, with the
+                # timestamp it had, as Toxiproxy's interrupt does.
+                await emit(data, stamp)
+                return
+        # The chunk leaves stamped with its due time, so the next latency toxic in
+        # the chain counts from there: stacked latencies add up. (Toxiproxy moves
+        # the stamp on by the time it slept; for a chunk that did not queue
+        # behind another that is the same, and for one that did, this keeps a
+        # stream delayed by the full sum.)
+        await emit(data, due)
 
 
 class _Bandwidth(Behaviour):
-    async def chunk(self, data: bytes, arrived: float, emit: Emit) -> None:
+    async def chunk(self, data: bytes, stamp: float, emit: Emit) -> None:
         view = memoryview(data)
         while view:
             rate = self.toxic.attributes["rate"]  # KB/s; read live so updates apply
             if rate <= 0:
-                await emit(bytes(view))
+                await emit(bytes(view), stamp)
                 return
             # Send at most 100 ms worth at a time, then wait that long.
             step = max(1, rate * 100)
             piece, view = view[:step], view[step:]
             await self._sleep(len(piece) / (rate * 1000.0))
-            await emit(bytes(piece))
+            await emit(bytes(piece), stamp)
 
 
 class _SlowClose(Behaviour):
@@ -303,7 +324,7 @@ class _Timeout(Behaviour):
         if timeout > 0:  # 0 holds the connection open forever
             self._handle = asyncio.get_running_loop().call_later(timeout / 1000.0, self.link.close_connection)
 
-    async def chunk(self, data: bytes, arrived: float, emit: Emit) -> None:
+    async def chunk(self, data: bytes, stamp: float, emit: Emit) -> None:
         self._arm()  # the data itself is dropped
 
 
@@ -338,7 +359,7 @@ class _ResetPeer(Behaviour):
         self._fired.set()
         self.link.reset_connection()
 
-    async def chunk(self, data: bytes, arrived: float, emit: Emit) -> None:
+    async def chunk(self, data: bytes, stamp: float, emit: Emit) -> None:
         self._trigger()
 
     async def before_close(self) -> None:
@@ -346,13 +367,13 @@ class _ResetPeer(Behaviour):
 
 
 class _Slicer(Behaviour):
-    async def chunk(self, data: bytes, arrived: float, emit: Emit) -> None:
+    async def chunk(self, data: bytes, stamp: float, emit: Emit) -> None:
         attrs = self.toxic.attributes
         average = attrs["average_size"]
         variation = attrs["size_variation"]
         delay = attrs["delay"] / 1_000_000.0
         if average <= 0:
-            await emit(data)
+            await emit(data, stamp)
             return
         offset = 0
         while offset < len(data):
@@ -360,7 +381,7 @@ class _Slicer(Behaviour):
             if variation > 0:
                 size += random.randint(-variation, variation)
             size = max(1, size)
-            await emit(data[offset : offset + size])
+            await emit(data[offset : offset + size], stamp)
             offset += size
             if delay > 0 and offset < len(data):
                 await self._sleep(delay)
@@ -371,12 +392,12 @@ class _LimitData(Behaviour):
         super().__init__(toxic, link)
         self.passed = 0  # survives updates, as Toxiproxy keeps the toxic's state
 
-    async def chunk(self, data: bytes, arrived: float, emit: Emit) -> None:
+    async def chunk(self, data: bytes, stamp: float, emit: Emit) -> None:
         allowed = self.toxic.attributes["bytes"] - self.passed
         if allowed > 0:
             piece = data[:allowed]
             self.passed += len(piece)
-            await emit(piece)
+            await emit(piece, stamp)
         if self.passed >= self.toxic.attributes["bytes"]:
             self.link.end_direction()
 
