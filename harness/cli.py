@@ -225,16 +225,19 @@ def describe_faults(faults: Sequence[dict[str, Any]]) -> str:
 def add_toxiproxy(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("toxiproxy", help="the embedded Toxiproxy server")
     commands = parser.add_subparsers(dest="toxiproxy_command", required=True)
-    serve = commands.add_parser("serve", help="serve the Toxiproxy HTTP API until Ctrl-C")
-    serve.add_argument("--host", default="127.0.0.1", help="API address (default 127.0.0.1)")
-    serve.add_argument("--port", type=non_negative_int, default=8474, help="API port (default 8474)")
+    serve = commands.add_parser("serve", help="serve the Toxiproxy HTTP API until Ctrl-C "
+                                "(toxiproxy-server's flags: -host, -port, -config, -proxy-metrics, ...)",
+                                allow_abbrev=False)
+    from harness.toxiproxy.options import add_server_arguments
+
+    add_server_arguments(serve)
     serve.set_defaults(handler=handle_toxiproxy_serve)
 
 
 def handle_toxiproxy_serve(args: argparse.Namespace) -> int:
-    from harness.toxiproxy.server import run_server
+    from harness.toxiproxy.options import serve_from_arguments
 
-    run_server(args.host, args.port)
+    serve_from_arguments(args)
     return EXIT_OK
 
 
