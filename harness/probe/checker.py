@@ -1,0 +1,265 @@
+"""The probe's black-box checker: invariants from the clients' history and final reads.
+
+It sees only what a client sees: statuses, answers, the resource ids answers name,
+and (when the config gives read-back URLs) what the service says after the load.
+Jepsen's rules hold: an `info` operation (timeout, reset, 5xx) may or may not have
+taken effect, so it never counts as a success nor as a refusal.
+
+Invariants (each with its evidence when violated):
+- `one_resource_per_key`: every 2xx answer for one key names the same resource, and
+  a search by key (when configured) finds at most one resource.
+- `replay_fidelity`: every 2xx answer to one key and one payload has the same status
+  and the same body (canonical JSON); an answer marked as a replay is never a 5xx.
+- `payload_mismatch_refused`: a key reused with another payload is never accepted.
+- `in_flight_refused_or_waited`: a concurrent duplicate is either answered with the
+  first request's result or refused with the in-flight status, never another 4xx.
+- `missing_key_refused`: a request without the key, on an endpoint that requires
+  one, is refused.
+- `acknowledged_not_lost`: every resource a 2xx answer named is found by the final
+  read (and a search by key finds it).
+- `expected_codes`: each misuse is refused with the status the config expects
+  (its profile's, or the endpoint's own `expect`).
+
+A run that acknowledged fewer than `min_acknowledged` creates, exercised no
+duplicate at all, or whose 2xx answers never carried an id where the config looks,
+is inconclusive: nothing failed, but it proved too little.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from harness.probe.config import Endpoint, ProbeConfig
+
+MAX_EVIDENCE = 25
+DEFAULT_MIN_ACKNOWLEDGED = 10
+INVARIANTS: dict[str, str] = {
+    "one_resource_per_key": "every 2xx answer for a key names one resource; a search by key finds at most one",
+    "replay_fidelity": "every 2xx answer to one key and payload has the same status and body; no 5xx is replayed",
+    "payload_mismatch_refused": "a key reused with another payload is refused, never executed nor replayed",
+    "in_flight_refused_or_waited": "a concurrent duplicate gets the first request's result or the in-flight refusal",
+    "missing_key_refused": "a request without the key is refused where the endpoint requires one",
+    "acknowledged_not_lost": "every resource a 2xx answer named is found by the final reads",
+    "expected_codes": "each misuse is refused with the status the config expects",
+}
+DUPLICATE_KINDS = ("double_click", "retry_after_timeout", "retry_after_inflight", "replay")
+
+
+@dataclass
+class InvariantResult:
+    name: str
+    description: str
+    passed: bool = True
+    checked: int = 0
+    violation_count: int = 0
+    violations: list[dict[str, Any]] = field(default_factory=list)
+
+    def violate(self, message: str, **evidence: Any) -> None:
+        self.passed = False
+        self.violation_count += 1
+        if len(self.violations) < MAX_EVIDENCE:
+            self.violations.append({"message": message, "evidence": evidence})
+
+
+@dataclass
+class ProbeCheck:
+    """What the checker found; `to_dict` is result.json's core."""
+
+    invariants: list[InvariantResult]
+    counts: dict[str, Any]
+    verdict: str  # pass | fail | inconclusive
+    inconclusive_reasons: list[str]
+
+    @property
+    def violations(self) -> list[dict[str, Any]]:
+        return [{"invariant": inv.name, **violation} for inv in self.invariants for violation in inv.violations]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"verdict": self.verdict, "valid": self.verdict == "pass",
+                "inconclusive_reasons": list(self.inconclusive_reasons), "counts": self.counts,
+                "invariants": [asdict(inv) for inv in self.invariants]}
+
+
+def _evidence(op: Mapping[str, Any]) -> dict[str, Any]:
+    """The fields of one operation a reader needs to see what happened."""
+    keys = ("op_id", "process", "expect", "endpoint", "idempotency_key", "fingerprint", "type", "status",
+            "resource_id", "replayed", "error", "evidence", "invoke_time", "complete_time")
+    return {key: op.get(key) for key in keys if op.get(key) is not None}
+
+
+def check(operations: Iterable[Mapping[str, Any]], config: ProbeConfig, *,
+          reads: Sequence[Mapping[str, Any]] = (),
+          min_acknowledged: int = DEFAULT_MIN_ACKNOWLEDGED) -> ProbeCheck:
+    """Judge a probe's history (`create_order` operations) and its final reads."""
+    endpoints = {endpoint.name: endpoint for endpoint in config.endpoints}
+    results = {name: InvariantResult(name, description) for name, description in INVARIANTS.items()}
+    by_key: dict[tuple[str, str], list[Mapping[str, Any]]] = defaultdict(list)
+    kinds: Counter[str] = Counter()
+    completions: Counter[str] = Counter()
+    statuses: dict[str, Counter[str]] = defaultdict(Counter)
+    acknowledged = 0
+    ok_without_id = 0
+    for op in operations:
+        if op.get("op") != "create_order":
+            continue
+        endpoint = endpoints.get(str(op.get("endpoint")))
+        if endpoint is None:
+            continue
+        kind = str(op.get("expect") or "first")
+        kinds[kind] += 1
+        completions[op["type"]] += 1
+        statuses[kind][str(op.get("status"))] += 1
+        if op["type"] == "ok":
+            acknowledged += 1
+            if op.get("resource_id") is None:
+                ok_without_id += 1
+        key = op.get("idempotency_key")
+        if key is None:
+            _check_missing_key(op, endpoint, results)
+            continue
+        by_key[(endpoint.name, str(key))].append(op)
+    duplicated_keys = 0
+    for (name, key), ops in by_key.items():
+        endpoint = endpoints[name]
+        if len([op for op in ops if op.get("expect") != "payload_mismatch"]) > 1:
+            duplicated_keys += 1
+        _check_key(key, ops, endpoint, results)
+    _check_reads(reads, by_key, endpoints, results)
+    counts = {
+        "operations": sum(completions.values()),
+        "acknowledged": acknowledged,
+        "completions": dict(completions),
+        "kinds": dict(kinds),
+        "statuses": {kind: dict(counter) for kind, counter in statuses.items()},
+        "keys": len(by_key),
+        "duplicated_keys": duplicated_keys,
+        "final_reads": len(reads),
+        "ok_without_id": ok_without_id,
+    }
+    reasons = []
+    if acknowledged < min_acknowledged:
+        reasons.append(f"only {acknowledged} requests were acknowledged (minimum {min_acknowledged})")
+    if duplicated_keys == 0:
+        reasons.append("no key was sent more than once: no duplicate was exercised")
+    if acknowledged and ok_without_id == acknowledged:
+        reasons.append("no 2xx answer carried a resource id where the config looks (endpoints[].id)")
+    invariants = list(results.values())
+    if any(not inv.passed for inv in invariants):
+        verdict = "fail"
+    elif reasons:
+        verdict = "inconclusive"
+    else:
+        verdict = "pass"
+    return ProbeCheck(invariants=invariants, counts=counts, verdict=verdict, inconclusive_reasons=reasons)
+
+
+def _check_missing_key(op: Mapping[str, Any], endpoint: Endpoint, results: dict[str, InvariantResult]) -> None:
+    if not endpoint.requires_key or op["type"] == "info":
+        return
+    results["missing_key_refused"].checked += 1
+    results["expected_codes"].checked += 1
+    if op["type"] == "ok":
+        results["missing_key_refused"].violate(
+            f"{endpoint.name}: a request without {endpoint.name!r}'s required key was accepted "
+            f"with {op.get('status')}", operation=_evidence(op))
+    elif op.get("status") != endpoint.expect.missing_key:
+        results["expected_codes"].violate(
+            f"{endpoint.name}: a request without the key was refused with {op.get('status')}, "
+            f"expected {endpoint.expect.missing_key}", operation=_evidence(op))
+
+
+def _check_key(key: str, ops: list[Mapping[str, Any]], endpoint: Endpoint,
+               results: dict[str, InvariantResult]) -> None:
+    one, fidelity = results["one_resource_per_key"], results["replay_fidelity"]
+    mismatch, in_flight, codes = (results["payload_mismatch_refused"], results["in_flight_refused_or_waited"],
+                                  results["expected_codes"])
+    oks = [op for op in ops if op["type"] == "ok"]
+    one.checked += 1
+    ids = sorted({str(op.get("resource_id")) for op in oks if op.get("resource_id") is not None})
+    if len(ids) > 1:
+        one.violate(f"{endpoint.name}: key {key!r} named {len(ids)} resources: {', '.join(ids[:5])}",
+                    key=key, resource_ids=ids, answers=[_evidence(op) for op in oks])
+    fidelity.checked += 1
+    by_payload: dict[str, list[Mapping[str, Any]]] = defaultdict(list)
+    for op in oks:
+        by_payload[str(op.get("fingerprint"))].append(op)
+    for payload, answers in by_payload.items():
+        shapes = {(op.get("status"), op.get("body_digest")) for op in answers}
+        if len(shapes) > 1:
+            fidelity.violate(f"{endpoint.name}: key {key!r} with one payload got {len(shapes)} different answers",
+                             key=key, answers=[_evidence(op) for op in answers])
+    for op in ops:
+        if op.get("replayed") and isinstance(op.get("status"), int) and op["status"] >= 500:
+            fidelity.violate(f"{endpoint.name}: key {key!r}: a {op['status']} was replayed",
+                             key=key, operation=_evidence(op))
+    first_payloads = {str(op.get("fingerprint")) for op in ops if op.get("expect") != "payload_mismatch"}
+    for op in ops:
+        if op.get("expect") != "payload_mismatch" or str(op.get("fingerprint")) in first_payloads:
+            continue
+        if op["type"] == "info":
+            continue
+        mismatch.checked += 1
+        codes.checked += 1
+        if op["type"] == "ok":
+            mismatch.violate(
+                f"{endpoint.name}: key {key!r} reused with another payload was accepted with {op.get('status')}"
+                + (" (a new resource)" if op.get("resource_id") not in ids[:1] else " (the first answer replayed)"),
+                key=key, mismatch=_evidence(op), original=[_evidence(o) for o in oks if o is not op][:3])
+        elif op.get("status") != endpoint.expect.payload_mismatch:
+            codes.violate(f"{endpoint.name}: key {key!r} reused with another payload was refused with "
+                          f"{op.get('status')}, expected {endpoint.expect.payload_mismatch}",
+                          key=key, operation=_evidence(op))
+    same_payload = [op for op in ops if op.get("expect") != "payload_mismatch"]
+    succeeded = any(op["type"] == "ok" for op in same_payload)
+    for op in same_payload:
+        if op["type"] != "fail" or op.get("expect") == "payload_mismatch":
+            continue
+        in_flight.checked += 1
+        status = op.get("status")
+        if status == endpoint.expect.in_flight:
+            continue
+        if succeeded and status != endpoint.expect.payload_mismatch:
+            in_flight.violate(f"{endpoint.name}: a duplicate of key {key!r} (same payload) was refused with "
+                              f"{status} although the request succeeded",
+                              key=key, operation=_evidence(op), answers=[_evidence(o) for o in same_payload][:4])
+        elif succeeded:
+            # The same payload refused as a mismatch: the key forgot its own payload.
+            in_flight.violate(f"{endpoint.name}: a duplicate of key {key!r} with the same payload was refused "
+                              f"as a payload mismatch ({status})", key=key, operation=_evidence(op))
+
+
+def _check_reads(reads: Sequence[Mapping[str, Any]],
+                 by_key: Mapping[tuple[str, str], list[Mapping[str, Any]]],
+                 endpoints: Mapping[str, Endpoint], results: dict[str, InvariantResult]) -> None:
+    lost, one = results["acknowledged_not_lost"], results["one_resource_per_key"]
+    for read in reads:
+        if read.get("type") == "info":
+            continue  # the read itself failed: no evidence either way
+        endpoint = endpoints.get(str(read.get("endpoint")))
+        if endpoint is None:
+            continue
+        if read.get("read") == "by_id":
+            lost.checked += 1
+            if read.get("status") not in (endpoint.read.expect if endpoint.read else (200,)):
+                lost.violate(f"{endpoint.name}: resource {read.get('resource_id')!r} was acknowledged but the "
+                             f"final read answered {read.get('status')}", read=dict(read),
+                             acknowledged=[_evidence(op) for op in by_key.get(
+                                 (endpoint.name, str(read.get("idempotency_key"))), []) if op["type"] == "ok"][:3])
+        elif read.get("read") == "by_key":
+            key = str(read.get("idempotency_key"))
+            found = read.get("found")
+            if not isinstance(found, list):
+                continue
+            one.checked += 1
+            if len(found) > 1:
+                one.violate(f"{endpoint.name}: the final search for key {key!r} found {len(found)} resources",
+                            key=key, found=found[:10], read=dict(read))
+            acknowledged = [op for op in by_key.get((endpoint.name, key), []) if op["type"] == "ok"]
+            if acknowledged:
+                lost.checked += 1
+                if not found:
+                    lost.violate(f"{endpoint.name}: key {key!r} was acknowledged but the final search found nothing",
+                                 key=key, read=dict(read), acknowledged=[_evidence(op) for op in acknowledged][:3])

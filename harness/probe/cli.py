@@ -1,0 +1,89 @@
+"""`harness probe`: the subcommand's parser and handler.
+
+    harness probe --config probe.yaml [--upstream host:port] [--plan plans/flaky-network.yaml]
+    harness probe --upstream 127.0.0.1:8000 --path /payments \\
+        --body '{"amount_cents": "{int:1-999}", "currency": "EUR"}' --id-pointer /id
+
+Exit code: 0 pass, 1 an invariant was violated, 2 the harness failed or the input
+was bad, 3 inconclusive.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from dataclasses import replace
+from pathlib import Path
+
+from harness.argtypes import duration, non_negative_int, positive_int
+from harness.probe.config import PROFILES, ProbeConfigError, load_config, parse_upstream, simple_config
+from harness.probe.checker import DEFAULT_MIN_ACKNOWLEDGED
+from harness.probe.runner import ProbeSpec, run_probe
+
+
+def add_probe(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "probe", help="probe any HTTP API that takes an Idempotency-Key, under faults (black box)",
+        description="Put a Toxiproxy in front of a service, swarm it with duplicating clients under a "
+                    "fault plan, and judge from the answers alone. Docs: docs/probe.md")
+    parser.add_argument("--config", type=Path, help="probe config (YAML); see docs/probe.md")
+    parser.add_argument("--upstream", help="the service, host:port (overrides the config's)")
+    parser.add_argument("--toxiproxy-url", help="a running Toxiproxy to use instead of the embedded one")
+    parser.add_argument("--plan", type=Path, help="fault plan; its windows act on proxy `app` (the probe's)")
+    parser.add_argument("--out", type=Path, help="run directory (default runs/probe-<time>)")
+    parser.add_argument("--users", type=positive_int, help="Locust users (overrides load.users)")
+    parser.add_argument("--duration", type=duration, help="load duration, e.g. 10s (overrides load.duration)")
+    parser.add_argument("--seed", type=int, help="seed of the users' choices (overrides load.seed)")
+    parser.add_argument("--min-acknowledged", type=non_negative_int, default=DEFAULT_MIN_ACKNOWLEDGED,
+                        help=f"fewer 2xx answers make the run inconclusive (default {DEFAULT_MIN_ACKNOWLEDGED})")
+    simple = parser.add_argument_group("one endpoint without a config file")
+    simple.add_argument("--path", help="URL path of the endpoint, e.g. /payments")
+    simple.add_argument("--method", default="POST", help="method (default POST)")
+    simple.add_argument("--body", help="JSON body template, with {uuid}, {int:A-B}, {choice:a|b}, {key}")
+    simple.add_argument("--id-pointer", default="/id", help="JSON pointer of the created id (default /id)")
+    simple.add_argument("--id-header", help="header naming the created resource instead, e.g. Location")
+    simple.add_argument("--read-path", help="read-back path with {id}, e.g. /payments/{id}")
+    simple.add_argument("--profile", choices=tuple(PROFILES), default="ietf",
+                        help="expected codes: ietf (400/422/409) or conflict-409 (payload mismatch 409)")
+    simple.add_argument("--header", action="append", default=[], metavar="NAME:VALUE",
+                        help="extra header for every request (repeatable), e.g. 'Authorization: Bearer x'")
+    parser.set_defaults(handler=handle_probe)
+
+
+def handle_probe(args: argparse.Namespace) -> int:
+    config = _config(args)
+    load = config.load
+    load = replace(load, users=args.users or load.users, duration=args.duration or load.duration,
+                   seed=load.seed if args.seed is None else args.seed)
+    config = replace(config, load=load)
+    out = args.out or Path("runs") / f"probe-{time.strftime('%Y%m%d-%H%M%S')}"
+    result = run_probe(ProbeSpec(config=config, out_dir=out, upstream=args.upstream,
+                                 toxiproxy_url=args.toxiproxy_url, plan=args.plan,
+                                 min_acknowledged=args.min_acknowledged))
+    print(result.summary())
+    return result.exit_code
+
+
+def _config(args: argparse.Namespace):  # -> ProbeConfig
+    if args.upstream is not None:
+        args.upstream = parse_upstream(args.upstream)
+    if args.config is not None:
+        if args.path or args.body:
+            raise ProbeConfigError("give either --config or --path/--body, not both")
+        return load_config(args.config)
+    if not (args.path and args.body and args.upstream):
+        raise ProbeConfigError("without --config, --upstream, --path and --body are required")
+    try:
+        body = json.loads(args.body)
+    except ValueError as error:
+        raise ProbeConfigError(f"--body: not JSON: {error}") from None
+    headers = {}
+    for item in args.header:
+        name, sep, value = item.partition(":")
+        if not sep:
+            raise ProbeConfigError(f"--header: expected NAME:VALUE, not {item!r}")
+        headers[name.strip()] = value.strip()
+    return simple_config(upstream=args.upstream, path=args.path, body=body, method=args.method,
+                         id_pointer=args.id_pointer, id_header=args.id_header, read_path=args.read_path,
+                         profile=args.profile, headers=headers)

@@ -1,0 +1,445 @@
+"""The probe's configuration: YAML (or flags) → typed, checked dataclasses.
+
+    upstream: 127.0.0.1:8000          # the service (flag --upstream wins)
+    profile: ietf                     # ietf | conflict-409: the default expected codes
+    key_header: Idempotency-Key
+    headers: {Authorization: Bearer t}  # sent with every request (auth, tenant)
+    endpoints:
+      - name: create-order
+        method: POST
+        path: /api/v1/orders
+        body: {sku: sku-1, quantity: 1, amount_cents: "{int:100-99999}", ref: "{uuid}"}
+        mutate: amount_cents          # the field changed for the payload-mismatch duplicate
+        requires_key: true
+        id: {pointer: /id}            # or {header: Location}
+        read: {path: /api/v1/orders/{id}}                 # optional: final read by id
+        search: {path: /orders?key={key}, items: /items}  # optional: resources of a key
+        expect: {created: [201], missing_key: 400, payload_mismatch: 422, in_flight: 409}
+    load: {users: 8, duration: 5s, seed: 7, client_timeout: 1s, max_attempts: 4,
+           mix: {double_click: 0.35, replay: 0.3, payload_mismatch: 0.3, missing_key: 0.1,
+                 impatient: 0.15}}
+    plan: plans/flaky-network.yaml    # optional: faults on proxy `app` (the probe's proxy)
+
+Generated fields in a body template: a string that is exactly `{uuid}`, `{int:A-B}`,
+`{key}` (this request's Idempotency-Key) or `{choice:a|b|c}` becomes a fresh value
+of that type per logical request; `{uuid}` and `{key}` also work inside longer text.
+
+Every error is a `ProbeConfigError` (a HarnessError: exit 2) naming the file and the
+field, e.g. `probe.yaml: endpoints[0].id: needs exactly one of pointer, header`.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from harness.durations import parse_duration
+from harness.errors import HarnessError
+
+METHODS = ("POST", "PUT", "PATCH", "DELETE")
+# Default expected answers per profile. The IETF draft's Error Scenarios give 400 for
+# a missing key, 422 for a key reused with another payload and 409 for a retry while
+# the first request is in flight; many payment APIs (and this project's target app)
+# answer a payload mismatch with 409 instead.
+PROFILES: dict[str, dict[str, int]] = {
+    "ietf": {"missing_key": 400, "payload_mismatch": 422, "in_flight": 409},
+    "conflict-409": {"missing_key": 400, "payload_mismatch": 409, "in_flight": 409},
+}
+MIX_KINDS = ("double_click", "replay", "payload_mismatch", "missing_key", "impatient")
+DEFAULT_MIX = {"double_click": 0.35, "replay": 0.3, "payload_mismatch": 0.3, "missing_key": 0.1,
+               "impatient": 0.15}
+_GENERATOR = re.compile(r"^\{(uuid|key|int:(-?\d+)-(-?\d+)|choice:([^{}]+))\}$")
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
+_HOST_PORT = re.compile(r"^(?P<host>[A-Za-z0-9.-]+|\[[0-9a-fA-F:]+\]):(?P<port>\d{1,5})$")
+
+
+class ProbeConfigError(HarnessError):
+    """A probe configuration that cannot be used; the message names the field."""
+
+
+@dataclass(frozen=True)
+class IdLocation:
+    """Where an answer names the created resource: a JSON pointer or a header."""
+
+    pointer: str | None = None
+    header: str | None = None
+
+
+@dataclass(frozen=True)
+class ReadBack:
+    """A URL path template (`{id}` or `{key}`) read after the load; `items` is the
+    JSON pointer of the list in a search answer ("" = the body is the list)."""
+
+    path: str
+    items: str = ""
+    expect: tuple[int, ...] = (200,)
+
+
+@dataclass(frozen=True)
+class Expectations:
+    created: tuple[int, ...] = (200, 201)
+    missing_key: int = 400
+    payload_mismatch: int = 422
+    in_flight: int = 409
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    name: str
+    method: str
+    path: str
+    body: Any
+    id: IdLocation
+    expect: Expectations
+    mutate: str | None = None
+    requires_key: bool = True
+    headers: Mapping[str, str] = field(default_factory=dict)
+    read: ReadBack | None = None
+    search: ReadBack | None = None
+
+
+@dataclass(frozen=True)
+class LoadSpec:
+    users: int = 8
+    duration: float = 5.0
+    seed: int = 7
+    client_timeout: float = 1.0
+    max_attempts: int = 4
+    spawn_rate: float = 50.0
+    mix: Mapping[str, float] = field(default_factory=lambda: dict(DEFAULT_MIX))
+
+
+@dataclass(frozen=True)
+class ProbeConfig:
+    endpoints: tuple[Endpoint, ...]
+    upstream: str | None = None
+    profile: str = "ietf"
+    key_header: str = "Idempotency-Key"
+    headers: Mapping[str, str] = field(default_factory=dict)
+    load: LoadSpec = field(default_factory=LoadSpec)
+    plan: Path | None = None
+    source: str = "<config>"
+
+    def to_dict(self) -> dict[str, Any]:
+        """A plain form that `parse_config` reads back (the Locust processes get it)."""
+        raw = asdict(self)
+        raw["plan"] = str(self.plan) if self.plan is not None else None
+        for endpoint in raw["endpoints"]:
+            endpoint["id"] = {k: v for k, v in endpoint["id"].items() if v is not None}
+            endpoint["expect"]["created"] = list(endpoint["expect"]["created"])
+            for name in ("read", "search"):
+                if endpoint[name] is None:
+                    del endpoint[name]
+                else:
+                    endpoint[name]["expect"] = list(endpoint[name]["expect"])
+            if endpoint["mutate"] is None:
+                del endpoint["mutate"]
+        raw.pop("source")
+        return raw
+
+
+# --- parsing -------------------------------------------------------------------------
+
+def load_config(path: Path) -> ProbeConfig:
+    path = Path(path)
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except OSError as error:
+        raise ProbeConfigError(f"{path}: cannot read the probe config: {error.strerror or error}") from None
+    except yaml.YAMLError as error:
+        raise ProbeConfigError(f"{path}: not valid YAML: {str(error).splitlines()[0]}") from None
+    config = parse_config(raw, source=str(path))
+    if config.plan is not None and not config.plan.is_absolute():
+        # A plan named in the file is relative to the file, like an include.
+        config = replace(config, plan=(path.parent / config.plan))
+    return config
+
+
+def parse_config(raw: Any, *, source: str = "<config>") -> ProbeConfig:
+    where = _Where(source)
+    top = where.mapping(raw, "config", required=("endpoints",),
+                        optional=("upstream", "profile", "key_header", "headers", "load", "plan"))
+    profile = top.get("profile", "ietf")
+    if profile not in PROFILES:
+        raise where.error("profile", f"must be one of {', '.join(PROFILES)}, not {profile!r}")
+    upstream = top.get("upstream")
+    if upstream is not None:
+        upstream = parse_upstream(upstream, where=where, path="upstream")
+    key_header = where.header_name(top.get("key_header", "Idempotency-Key"), "key_header")
+    headers = where.headers(top.get("headers"), "headers")
+    endpoints_raw = top["endpoints"]
+    if not isinstance(endpoints_raw, list) or not endpoints_raw:
+        raise where.error("endpoints", "must be a non-empty list of endpoints")
+    endpoints = tuple(_parse_endpoint(where, item, f"endpoints[{i}]", PROFILES[profile])
+                      for i, item in enumerate(endpoints_raw))
+    names = [endpoint.name for endpoint in endpoints]
+    duplicates = sorted({name for name in names if names.count(name) > 1})
+    if duplicates:
+        raise where.error("endpoints", f"names must be unique: {', '.join(duplicates)}")
+    load = _parse_load(where, top.get("load"))
+    plan = top.get("plan")
+    if plan is not None and not isinstance(plan, str):
+        raise where.error("plan", "must be the path of a fault plan file")
+    return ProbeConfig(endpoints=endpoints, upstream=upstream, profile=profile, key_header=key_header,
+                       headers=headers, load=load, plan=Path(plan) if plan else None, source=source)
+
+
+def parse_upstream(raw: Any, *, where: _Where | None = None, path: str = "upstream") -> str:
+    """`host:port` (a URL's scheme and path are refused: the proxy forwards TCP)."""
+    where = where or _Where("--upstream")
+    text = str(raw).strip() if isinstance(raw, (str, int)) else None
+    match = _HOST_PORT.match(text or "")
+    if match is None or not 0 < int(match["port"]) < 65536:
+        raise where.error(path, f"must be host:port like 127.0.0.1:8000, not {raw!r}")
+    return text  # type: ignore[return-value]
+
+
+def simple_config(*, upstream: str, path: str, body: Any, method: str = "POST",
+                  id_pointer: str | None = "/id", id_header: str | None = None,
+                  read_path: str | None = None, profile: str = "ietf",
+                  headers: Mapping[str, str] | None = None, mutate: str | None = None,
+                  requires_key: bool = True) -> ProbeConfig:
+    """The one-endpoint config of the command-line flags, checked like a file."""
+    endpoint: dict[str, Any] = {
+        "name": "endpoint", "method": method, "path": path, "body": body,
+        "id": {"header": id_header} if id_header else {"pointer": id_pointer or ""},
+        "requires_key": requires_key,
+    }
+    if mutate:
+        endpoint["mutate"] = mutate
+    if read_path:
+        endpoint["read"] = {"path": read_path}
+    raw = {"upstream": upstream, "profile": profile, "headers": dict(headers or {}),
+           "endpoints": [endpoint]}
+    return parse_config(raw, source="command line")
+
+
+def _parse_endpoint(where: _Where, raw: Any, path: str, defaults: Mapping[str, int]) -> Endpoint:
+    item = where.mapping(raw, path, required=("path", "body", "id"),
+                         optional=("name", "method", "mutate", "requires_key", "headers", "read",
+                                   "search", "expect"))
+    name = item.get("name", f"endpoint-{path.split('[')[1].rstrip(']')}")
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise where.error(f"{path}.name", f"must be letters, digits, '.', '_' or '-', not {name!r}")
+    method = str(item.get("method", "POST")).upper()
+    if method not in METHODS:
+        raise where.error(f"{path}.method", f"must be one of {', '.join(METHODS)}, not {item.get('method')!r}")
+    url_path = where.url_path(item["path"], f"{path}.path")
+    body = item["body"]
+    if not isinstance(body, (dict, list)):
+        raise where.error(f"{path}.body", "must be a JSON object or list (a template)")
+    mutate = item.get("mutate")
+    if mutate is not None:
+        if not isinstance(body, dict) or mutate not in body:
+            raise where.error(f"{path}.mutate", f"must name a top-level field of body, not {mutate!r}")
+    elif not _mutable_field(body):
+        raise where.error(f"{path}.body", "needs a generated field ({uuid}, {int:A-B}, {choice:...}) or "
+                          "`mutate`: the payload-mismatch duplicate changes one field")
+    requires_key = item.get("requires_key", True)
+    if not isinstance(requires_key, bool):
+        raise where.error(f"{path}.requires_key", f"must be true or false, not {requires_key!r}")
+    id_raw = where.mapping(item["id"], f"{path}.id", optional=("pointer", "header"))
+    if len(id_raw) != 1:
+        raise where.error(f"{path}.id", "needs exactly one of pointer, header")
+    if "pointer" in id_raw:
+        pointer = id_raw["pointer"]
+        if not isinstance(pointer, str) or (pointer and not pointer.startswith("/")):
+            raise where.error(f"{path}.id.pointer", f"must be a JSON pointer like /id, not {pointer!r}")
+        id_location = IdLocation(pointer=pointer)
+    else:
+        id_location = IdLocation(header=where.header_name(id_raw["header"], f"{path}.id.header"))
+    expect = _parse_expect(where, item.get("expect"), f"{path}.expect", defaults)
+    read = _parse_read(where, item.get("read"), f"{path}.read", "{id}")
+    search = _parse_read(where, item.get("search"), f"{path}.search", "{key}")
+    return Endpoint(name=name, method=method, path=url_path, body=body, id=id_location, expect=expect,
+                    mutate=mutate, requires_key=requires_key,
+                    headers=where.headers(item.get("headers"), f"{path}.headers"), read=read, search=search)
+
+
+def _parse_expect(where: _Where, raw: Any, path: str, defaults: Mapping[str, int]) -> Expectations:
+    spec = where.mapping(raw or {}, path, optional=("created", "missing_key", "payload_mismatch", "in_flight"))
+    created = spec.get("created", [200, 201])
+    if isinstance(created, int) and not isinstance(created, bool):
+        created = [created]
+    if not isinstance(created, list) or not created or not all(where.status(c, f"{path}.created") // 100 == 2
+                                                                for c in created):
+        raise where.error(f"{path}.created", "must be a 2xx status or a list of them")
+    codes = {name: where.status(spec.get(name, defaults[name]), f"{path}.{name}")
+             for name in ("missing_key", "payload_mismatch", "in_flight")}
+    for name, code in codes.items():
+        if code // 100 != 4:
+            raise where.error(f"{path}.{name}", f"must be a 4xx status, not {code}")
+    return Expectations(created=tuple(created), **codes)
+
+
+def _parse_read(where: _Where, raw: Any, path: str, placeholder: str) -> ReadBack | None:
+    if raw is None:
+        return None
+    spec = where.mapping(raw, path, required=("path",), optional=("items", "expect"))
+    url_path = where.url_path(spec["path"], f"{path}.path")
+    if placeholder not in url_path:
+        raise where.error(f"{path}.path", f"must contain {placeholder}")
+    items = spec.get("items", "")
+    if not isinstance(items, str) or (items and not items.startswith("/")):
+        raise where.error(f"{path}.items", f"must be a JSON pointer like /items, not {items!r}")
+    expect = spec.get("expect", [200])
+    if isinstance(expect, int):
+        expect = [expect]
+    if not isinstance(expect, list) or not expect:
+        raise where.error(f"{path}.expect", "must be a status or a list of them")
+    return ReadBack(path=url_path, items=items,
+                    expect=tuple(where.status(code, f"{path}.expect") for code in expect))
+
+
+def _parse_load(where: _Where, raw: Any) -> LoadSpec:
+    spec = where.mapping(raw or {}, "load", optional=("users", "duration", "seed", "client_timeout",
+                                                      "max_attempts", "spawn_rate", "mix"))
+    users = where.integer(spec.get("users", 8), "load.users", minimum=1)
+    seconds = where.duration(spec.get("duration", "5s"), "load.duration")
+    if seconds < 1:
+        raise where.error("load.duration", "must be at least 1s")
+    timeout = where.duration(spec.get("client_timeout", "1s"), "load.client_timeout")
+    if timeout <= 0:
+        raise where.error("load.client_timeout", "must be longer than 0s")
+    mix_raw = where.mapping(spec.get("mix") or {}, "load.mix", optional=MIX_KINDS)
+    mix = dict(DEFAULT_MIX)
+    for name, value in mix_raw.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
+            raise where.error(f"load.mix.{name}", f"must be a share between 0 and 1, not {value!r}")
+        mix[name] = float(value)
+    spawn_rate = spec.get("spawn_rate", 50)
+    if isinstance(spawn_rate, bool) or not isinstance(spawn_rate, (int, float)) or spawn_rate <= 0:
+        raise where.error("load.spawn_rate", f"must be a positive number, not {spawn_rate!r}")
+    return LoadSpec(users=users, duration=seconds, seed=where.integer(spec.get("seed", 7), "load.seed"),
+                    client_timeout=timeout,
+                    max_attempts=where.integer(spec.get("max_attempts", 4), "load.max_attempts", minimum=1),
+                    spawn_rate=float(spawn_rate), mix=mix)
+
+
+def _mutable_field(body: Any) -> bool:
+    if isinstance(body, dict):
+        return any(_mutable_field(value) for value in body.values())
+    if isinstance(body, list):
+        return any(_mutable_field(value) for value in body)
+    return isinstance(body, str) and bool(_GENERATOR.match(body)) and body != "{key}"
+
+
+class _Where:
+    """Field checks that raise ProbeConfigError with the source and the field's path."""
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+
+    def error(self, path: str, message: str) -> ProbeConfigError:
+        return ProbeConfigError(f"{self.source}: {path}: {message}")
+
+    def mapping(self, raw: Any, path: str, *, required: Sequence[str] = (),
+                optional: Sequence[str] = ()) -> dict[str, Any]:
+        if not isinstance(raw, dict):
+            raise self.error(path, "must be a mapping")
+        unknown = sorted(str(key) for key in raw if key not in required and key not in optional)
+        if unknown:
+            raise self.error(path, f"unknown key(s) {', '.join(unknown)} "
+                                   f"(allowed: {', '.join([*required, *optional])})")
+        missing = [key for key in required if key not in raw]
+        if missing:
+            raise self.error(path, f"missing {', '.join(missing)}")
+        return raw
+
+    def integer(self, raw: Any, path: str, *, minimum: int = 0) -> int:
+        if isinstance(raw, bool) or not isinstance(raw, int) or raw < minimum:
+            raise self.error(path, f"must be an integer >= {minimum}, not {raw!r}")
+        return raw
+
+    def status(self, raw: Any, path: str) -> int:
+        if isinstance(raw, bool) or not isinstance(raw, int) or not 100 <= raw <= 599:
+            raise self.error(path, f"must be an HTTP status code, not {raw!r}")
+        return raw
+
+    def duration(self, raw: Any, path: str) -> float:
+        try:
+            return parse_duration(raw)
+        except (ValueError, TypeError) as error:
+            raise self.error(path, str(error)) from None
+
+    def url_path(self, raw: Any, path: str) -> str:
+        if not isinstance(raw, str) or not raw.startswith("/") or any(c.isspace() for c in raw):
+            raise self.error(path, f"must be a URL path starting with /, not {raw!r}")
+        return raw
+
+    def header_name(self, raw: Any, path: str) -> str:
+        if not isinstance(raw, str) or not re.fullmatch(r"[A-Za-z0-9!#$%&'*+.^_`|~-]+", raw):
+            raise self.error(path, f"must be an HTTP header name, not {raw!r}")
+        return raw
+
+    def headers(self, raw: Any, path: str) -> dict[str, str]:
+        if raw is None:
+            return {}
+        spec = self.mapping(raw, path, optional=tuple(raw) if isinstance(raw, dict) else ())
+        result = {}
+        for name, value in spec.items():
+            self.header_name(name, f"{path}.{name}")
+            if not isinstance(value, (str, int)) or "\n" in str(value) or "\r" in str(value):
+                raise self.error(f"{path}.{name}", "must be a one-line string")
+            result[str(name)] = str(value)
+        return result
+
+
+# --- body templates --------------------------------------------------------------------
+
+def render_body(template: Any, rng: random.Random, *, key: str | None) -> Any:
+    """A concrete body from a template: every generator replaced by a fresh value."""
+    if isinstance(template, dict):
+        return {name: render_body(value, rng, key=key) for name, value in template.items()}
+    if isinstance(template, list):
+        return [render_body(value, rng, key=key) for value in template]
+    if not isinstance(template, str):
+        return template
+    match = _GENERATOR.match(template)
+    if match is not None:
+        kind = match.group(1)
+        if kind == "uuid":
+            return str(uuid.UUID(int=rng.getrandbits(128), version=4))
+        if kind == "key":
+            return key or ""
+        if kind.startswith("int:"):
+            low, high = int(match.group(2)), int(match.group(3))
+            return rng.randint(min(low, high), max(low, high))
+        return rng.choice(match.group(4).split("|"))
+    if "{uuid}" in template:
+        template = template.replace("{uuid}", str(uuid.UUID(int=rng.getrandbits(128), version=4)))
+    if "{key}" in template:
+        template = template.replace("{key}", key or "")
+    return template
+
+
+def mutate_body(template: Any, body: Any, endpoint: Endpoint, rng: random.Random) -> Any:
+    """`body` with one field changed: the payload of a key-reuse-with-another-body.
+
+    The field is `endpoint.mutate`, else the first generated top-level field; its new
+    value differs from the old one for sure (an int is moved by one, text extended)."""
+    if not isinstance(body, dict):
+        return [*body, "mismatch"] if isinstance(body, list) else body
+    name = endpoint.mutate or next(
+        (field_name for field_name, value in template.items() if _mutable_field(value)), None)
+    if name is None:
+        return {**body, "_probe_mismatch": True}
+    value = body.get(name)
+    if isinstance(value, bool):
+        changed: Any = not value
+    elif isinstance(value, int):
+        changed = value + 1
+    elif isinstance(value, float):
+        changed = value + 1.0
+    elif isinstance(value, str):
+        changed = value + "-x"
+    else:
+        changed = rng.random()
+    return {**body, name: changed}

@@ -1,0 +1,103 @@
+"""report.html of a probe run: verdict, conformance table, invariants, what the load
+did, the fault windows and every violation with its evidence.
+
+Built from result.json's document alone (so a saved run can be re-rendered), with
+the shared HTML helpers of harness.report_html; every string is escaped there or
+here, because answers come from a service the harness does not trust.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from html import escape
+from pathlib import Path
+from typing import Any
+
+from harness.report_html import badge, faults_table, key_value_table, page, violations_section
+
+STATUS_BADGE = {"pass": "pass", "fail": "fail", "not observed": "warn", "not checkable": "muted"}
+
+
+def render_report(document: Mapping[str, Any]) -> str:
+    verdict = str(document.get("verdict") or "fail")
+    start = float(document.get("started") or 0.0)
+    counts = document.get("counts") or {}
+    parts = [
+        f"<h1>Idempotency probe · {escape(str(document.get('upstream')))} · {escape(str(document.get('run_id')))}</h1>",
+        _verdict(document, verdict, counts),
+        "<h2>Conformance</h2>",
+        f"<p class='note'>Each requirement of the IETF draft <i>The Idempotency-Key HTTP Header Field</i> "
+        f"({escape(str(document.get('draft')))}), paraphrased, as a client can check it; "
+        "rows marked <i>practice</i> are common practice, not the draft.</p>",
+        _conformance(document.get("conformance") or []),
+        "<h2>Invariants</h2>",
+        _invariants(document.get("invariants") or []),
+        "<h2>What the clients did</h2>",
+        _kinds(counts),
+        "<h2>Faults</h2>",
+        faults_table(document.get("faults") or [], start) if document.get("faults")
+        else "<p class='note'>No fault plan: concurrency alone.</p>",
+        violations_section(document, start),
+        "<h2>Run</h2>",
+        key_value_table([
+            ("upstream", document.get("upstream")), ("toxiproxy", document.get("toxiproxy")),
+            ("profile", document.get("profile")), ("plan", document.get("plan") or "none"),
+            ("endpoints", ", ".join(f"{e['method']} {e['path']}" for e in document.get("endpoints") or [])),
+            *((f"load.{k}", v) for k, v in (document.get("load") or {}).items()),
+        ], numeric=False),
+    ]
+    return page(f"probe {verdict}: {document.get('upstream')}", "".join(parts))
+
+
+def write_report(path: Path, document: Mapping[str, Any]) -> None:
+    partial = Path(path).with_name(Path(path).name + ".partial")
+    partial.write_text(render_report(document), encoding="utf-8")
+    partial.replace(path)
+
+
+def _verdict(document: Mapping[str, Any], verdict: str, counts: Mapping[str, Any]) -> str:
+    failed = [inv["name"] for inv in document.get("invariants") or [] if not inv.get("passed")]
+    if verdict == "pass":
+        headline = "every invariant held"
+    elif verdict == "fail":
+        headline = "violated: " + ", ".join(failed)
+    else:
+        headline = "; ".join(str(r) for r in document.get("inconclusive_reasons") or [])
+    stats = "".join(f"<div><dt>{escape(label)}</dt><dd>{escape(str(value))}</dd></div>" for label, value in (
+        ("requests", counts.get("operations", 0)), ("acknowledged", counts.get("acknowledged", 0)),
+        ("keys", counts.get("keys", 0)), ("keys duplicated", counts.get("duplicated_keys", 0)),
+        ("final reads", counts.get("final_reads", 0)), ("faults", len(document.get("faults") or []))))
+    return (f"<section class='verdict {escape(verdict)}'><span class='word'>{escape(verdict.upper())}</span>"
+            f"<span class='headline'>{escape(headline)}</span><dl>{stats}</dl></section>")
+
+
+def _conformance(rows: list[Mapping[str, Any]]) -> str:
+    body = "".join(
+        f"<tr><td>{escape(str(row['section']))}</td><td>{escape(str(row['level']))}</td>"
+        f"<td class='wrap'>{escape(str(row['requirement']))}</td>"
+        f"<td>{badge(str(row['status']), STATUS_BADGE.get(str(row['status']), 'muted'))}</td>"
+        f"<td class='wrap'>{escape(str(row['evidence']))}</td></tr>" for row in rows)
+    return ("<section class='card scroll'><table><thead><tr><th>section</th><th>level</th><th>requirement</th>"
+            f"<th>result</th><th>evidence</th></tr></thead><tbody>{body}</tbody></table></section>")
+
+
+def _invariants(invariants: list[Mapping[str, Any]]) -> str:
+    body = "".join(
+        f"<tr class='{'' if inv.get('passed') else 'failed'}'><td><code>{escape(str(inv['name']))}</code></td>"
+        f"<td class='wrap'>{escape(str(inv.get('description', '')))}</td>"
+        f"<td class='num'>{escape(str(inv.get('checked', 0)))}</td>"
+        f"<td>{badge('held', 'pass') if inv.get('passed') else badge(str(inv.get('violation_count')) + ' violated', 'fail')}"
+        "</td></tr>" for inv in invariants)
+    return ("<section class='card'><table><thead><tr><th>invariant</th><th>what it proves</th>"
+            f"<th class='num'>checked</th><th>result</th></tr></thead><tbody>{body}</tbody></table></section>")
+
+
+def _kinds(counts: Mapping[str, Any]) -> str:
+    statuses = counts.get("statuses") or {}
+    body = "".join(
+        f"<tr><td><code>{escape(str(kind))}</code></td><td class='num'>{escape(str(sum(seen.values())))}</td>"
+        f"<td>{escape(', '.join(f'{status}×{n}' for status, n in sorted(seen.items())))}</td></tr>"
+        for kind, seen in sorted(statuses.items()))
+    return ("<section class='card'><table><thead><tr><th>request kind</th><th class='num'>requests</th>"
+            f"<th>answers (status × count; None = no answer)</th></tr></thead><tbody>{body}</tbody></table>"
+            f"<p class='note'>completions: {escape(str(counts.get('completions') or {}))}</p></section>")

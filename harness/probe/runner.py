@@ -1,0 +1,322 @@
+"""One probe run: proxy in front of the service, load under faults, final reads, verdict.
+
+`run_probe(spec)`:
+1. puts a Toxiproxy proxy in front of `upstream` (the embedded server on a free
+   loopback port, or a proxy named `probe_<pid>_<token>` on a real Toxiproxy given
+   by URL, removed afterwards);
+2. runs Locust headless with the probe's users against the proxy, and the fault
+   plan's windows beside it (harness.faults.NemesisRunner). A plan addresses the
+   probe's proxy as `app`, so the project's own network plans work unchanged;
+   process faults are refused (the probe does not own the service's processes);
+3. after the load and the healing, reads back (directly from the upstream) every
+   acknowledged resource and searches every key, when the config gives the URLs;
+4. judges (harness.probe.checker), fills the conformance table and writes the run
+   directory: config.json, plan, history/, faults.jsonl, final-reads.jsonl,
+   locust/, result.json, junit.xml, report.html.
+
+Exit codes as everywhere in the harness: 0 pass, 1 violation, 2 the harness failed
+(a HarnessError), 3 inconclusive.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import orjson
+import requests
+
+from harness.errors import HarnessError
+from harness.faults import (
+    FaultWindow,
+    NemesisRunner,
+    Plan,
+    PlanError,
+    ProcessFault,
+    ProxyDownFault,
+    ToxicFault,
+    load_plan,
+    schedule,
+)
+from harness.history import Client, HistoryWriter, history_files, iter_operations
+from harness.junit import write_junit
+from harness.locust_process import LocustProcess
+from harness.nemesis import Nemesis, NemesisError
+from harness.ports import free_port
+from harness.probe.checker import DEFAULT_MIN_ACKNOWLEDGED, ProbeCheck, check
+from harness.probe.conformance import DRAFT, ConformanceRow, conformance, rows_to_dicts
+from harness.probe.config import ProbeConfig
+from harness.probe.answers import CONFIG_ENV, HISTORY_ENV, json_pointer
+
+PLAN_PROXY = "app"  # how a plan names the probe's proxy
+EXIT_CODES = {"pass": 0, "fail": 1, "inconclusive": 3}
+MAX_FINAL_READS = 400  # per endpoint and kind: bounded time after the load
+FINAL_READ_TIMEOUT = 2.0
+FINAL_READS_BUDGET = 30.0  # seconds for all final reads together
+LOCUST_GRACE = 30.0
+
+
+class ProbeError(HarnessError):
+    """The probe could not do its job (upstream unreachable, Locust failed, a fault
+    could not be applied)."""
+
+
+@dataclass(frozen=True)
+class ProbeSpec:
+    config: ProbeConfig
+    out_dir: Path
+    upstream: str | None = None  # overrides config.upstream
+    toxiproxy_url: str | None = None  # a real Toxiproxy; None = the embedded one
+    plan: Path | None = None  # overrides config.plan
+    min_acknowledged: int = DEFAULT_MIN_ACKNOWLEDGED
+
+
+@dataclass(frozen=True)
+class ProbeResult:
+    verdict: str
+    exit_code: int
+    run_dir: Path
+    check: ProbeCheck
+    conformance: tuple[ConformanceRow, ...]
+    document: Mapping[str, Any]
+
+    @property
+    def violations(self) -> list[dict[str, Any]]:
+        return self.check.violations
+
+    def summary(self) -> str:
+        counts = self.check.counts
+        failed = [inv.name for inv in self.check.invariants if not inv.passed]
+        if self.verdict == "pass":
+            head = f"PASS: all {len(self.check.invariants)} probe invariants held"
+        elif self.verdict == "fail":
+            head = f"FAIL: {', '.join(failed)} violated"
+        else:
+            head = "INCONCLUSIVE: " + "; ".join(self.check.inconclusive_reasons)
+        return (f"{head} ({counts['operations']} requests, {counts['acknowledged']} acknowledged, "
+                f"{counts['duplicated_keys']} keys duplicated) — report: {self.run_dir / 'report.html'}")
+
+
+class _NoProcesses:
+    """The probe owns no process of the service: a plan's process fault is refused
+    before the run, so these are never reached."""
+
+    def _refuse(self, service: str) -> None:
+        raise ProbeError(f"the probe cannot act on process {service!r} of a service it does not run")
+
+    kill = start = pause = resume = restart = _refuse
+
+
+def plan_windows(plan: Plan, duration: float, proxy_name: str) -> list[FaultWindow]:
+    """The plan's windows for a run, aimed at the probe's proxy; ProbeError for a
+    window the probe cannot carry out (a process fault, another proxy)."""
+    windows = []
+    for window in schedule(plan, duration):
+        fault = window.fault
+        if isinstance(fault, ProcessFault):
+            raise PlanError(f"{plan.source}: window {window.name}: the probe cannot {fault.action} "
+                            f"{fault.service!r}; it only injects network faults on proxy {PLAN_PROXY!r}")
+        if isinstance(fault, (ToxicFault, ProxyDownFault)) and fault.proxy != PLAN_PROXY:
+            raise PlanError(f"{plan.source}: window {window.name}: proxy {fault.proxy!r} does not exist "
+                            f"in a probe; the probe's proxy is {PLAN_PROXY!r}")
+        windows.append(replace(window, fault=replace(fault, proxy=proxy_name)))
+    return windows
+
+
+def check_upstream(upstream: str, *, timeout: float = 3.0) -> None:
+    host, _, port = upstream.rpartition(":")
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout):
+            return
+    except OSError as error:
+        raise ProbeError(f"upstream {upstream} does not accept connections: {error.strerror or error}") from None
+
+
+def run_probe(spec: ProbeSpec) -> ProbeResult:
+    config = spec.config
+    upstream = spec.upstream or config.upstream
+    if not upstream:
+        raise ProbeError("no upstream: give --upstream host:port or `upstream:` in the config")
+    plan_path = spec.plan or config.plan
+    plan = load_plan(plan_path) if plan_path is not None else None
+    run_dir = Path(spec.out_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "config.json").write_bytes(orjson.dumps(config.to_dict(), option=orjson.OPT_INDENT_2))
+    if plan_path is not None:
+        (run_dir / "plan.yaml").write_bytes(Path(plan_path).read_bytes())
+    check_upstream(upstream)
+
+    embedded = None
+    if spec.toxiproxy_url:
+        toxiproxy_url = spec.toxiproxy_url
+        proxy_name = f"probe_{os.getpid()}_{os.urandom(2).hex()}"
+    else:
+        from harness.toxiproxy.server import EmbeddedToxiproxy
+
+        embedded = EmbeddedToxiproxy().start()
+        toxiproxy_url = embedded.url
+        proxy_name = PLAN_PROXY
+    started = time.time()
+    try:
+        windows = plan_windows(plan, config.load.duration, proxy_name) if plan is not None else []
+        nemesis = Nemesis(toxiproxy_url)
+        listen_port = free_port()
+        nemesis.ensure_proxy(proxy_name, f"127.0.0.1:{listen_port}", upstream)
+        try:
+            _load(spec, run_dir, f"http://127.0.0.1:{listen_port}", nemesis, windows)
+        finally:
+            _remove_proxy(nemesis, proxy_name, keep=embedded is not None)
+    finally:
+        if embedded is not None:
+            embedded.stop()
+    operations = list(iter_operations(history_files(run_dir / "history")))
+    reads = final_reads(config, upstream, operations, run_dir / "final-reads.jsonl")
+    return judge(config, operations, reads, run_dir, upstream=upstream, plan_path=plan_path,
+                 started=started, min_acknowledged=spec.min_acknowledged,
+                 toxiproxy="embedded" if embedded is not None else toxiproxy_url)
+
+
+def _load(spec: ProbeSpec, run_dir: Path, proxy_url: str, nemesis: Nemesis,
+          windows: list[FaultWindow]) -> None:
+    load = spec.config.load
+    config_json = run_dir / "config.json"
+    env = {**os.environ, CONFIG_ENV: str(config_json.resolve()),
+           HISTORY_ENV: str((run_dir / "history").resolve())}
+    locust = LocustProcess(
+        locustfile=Path(__file__).with_name("locustfile.py"), host=proxy_url, users=load.users,
+        spawn_rate=load.spawn_rate, duration=load.duration, processes=1, output_dir=run_dir / "locust",
+        env=env, stop_timeout=max(2.0, load.client_timeout * 2))
+    runner = NemesisRunner(nemesis, _NoProcesses(), run_dir / "faults.jsonl")
+    locust.start()
+    runner.start(windows)
+    try:
+        finished = locust.finished(timeout=load.duration + LOCUST_GRACE + load.client_timeout * 4)
+    finally:
+        runner.stop()
+        locust.stop()
+    if not finished:
+        raise ProbeError(f"Locust did not finish in time; see {locust.log_path}")
+    if runner.failure:
+        raise ProbeError(f"fault plan: {runner.failure}")
+    if locust.returncode not in (0, None):
+        tail = locust.log_path.read_text(errors="replace")[-1500:] if locust.log_path.exists() else ""
+        raise ProbeError(f"Locust exited with {locust.returncode}; end of {locust.log_path}:\n{tail}")
+
+
+def _remove_proxy(nemesis: Nemesis, name: str, *, keep: bool) -> None:
+    """Heal our proxy; on a shared Toxiproxy remove it altogether."""
+    try:
+        for toxic in nemesis.list_toxics():
+            if toxic.proxy == name:
+                nemesis.remove_toxic(name, toxic.name)
+        if not keep:
+            requests.delete(f"{nemesis.api_url}/proxies/{name}", timeout=5).raise_for_status()
+    except (NemesisError, requests.RequestException) as error:
+        raise ProbeError(f"could not clean up proxy {name}: {error}") from None
+
+
+def final_reads(config: ProbeConfig, upstream: str, operations: list[Mapping[str, Any]],
+                path: Path) -> list[dict[str, Any]]:
+    """Read back every acknowledged resource (`read`) and search every key (`search`),
+    straight from the upstream, bounded in count and time; recorded in `path`."""
+    deadline = time.monotonic() + FINAL_READS_BUDGET
+    base = f"http://{upstream}"
+    with HistoryWriter(path) as writer:
+        client = Client(writer, worker="final", user=0)
+        for endpoint in config.endpoints:
+            headers = {**config.headers, **endpoint.headers}
+            ops = [op for op in operations if op.get("endpoint") == endpoint.name]
+            if endpoint.read is not None:
+                ids = {}
+                for op in ops:
+                    if op.get("type") == "ok" and op.get("resource_id") is not None:
+                        ids.setdefault(str(op["resource_id"]), op.get("idempotency_key"))
+                for resource_id, key in list(ids.items())[:MAX_FINAL_READS]:
+                    if time.monotonic() > deadline:
+                        break
+                    url = base + endpoint.read.path.replace("{id}", requests.utils.quote(resource_id, safe=""))
+                    _read(client, url, headers, endpoint=endpoint.name, kind="by_id",
+                          resource_id=resource_id, key=key, items=None)
+            if endpoint.search is not None:
+                keys = sorted({str(op["idempotency_key"]) for op in ops if op.get("idempotency_key")})
+                for key in keys[:MAX_FINAL_READS]:
+                    if time.monotonic() > deadline:
+                        break
+                    url = base + endpoint.search.path.replace("{key}", requests.utils.quote(key, safe=""))
+                    _read(client, url, headers, endpoint=endpoint.name, kind="by_key", resource_id=None,
+                          key=key, items=endpoint.search.items)
+    return [op for op in iter_operations([path]) if op.get("op") == "read_order"]
+
+
+def _read(client: Client, url: str, headers: Mapping[str, str], *, endpoint: str, kind: str,
+          resource_id: str | None, key: str | None, items: str | None) -> None:
+    operation = client.invoke("read_order", endpoint=endpoint, read=kind, resource_id=resource_id,
+                              idempotency_key=key, url=url)
+    try:
+        response = requests.get(url, headers=dict(headers), timeout=FINAL_READ_TIMEOUT)
+    except requests.RequestException as error:
+        operation.info(error=f"{type(error).__name__}: {error}"[:300])
+        return
+    fields: dict[str, Any] = {"status": response.status_code}
+    if items is not None and response.status_code < 300:
+        try:
+            found = json_pointer(response.json(), items)
+        except ValueError:
+            found = None
+        fields["found"] = [_identity(item) for item in found] if isinstance(found, list) else None
+    if response.status_code < 500:
+        (operation.ok if response.status_code < 300 else operation.fail)(**fields)
+    else:
+        operation.info(error=f"HTTP {response.status_code}", **fields)
+
+
+def _identity(item: Any) -> Any:
+    if isinstance(item, dict):
+        return item.get("id", item)
+    return item
+
+
+def judge(config: ProbeConfig, operations: list[Mapping[str, Any]], reads: list[Mapping[str, Any]],
+          run_dir: Path, *, upstream: str, plan_path: Path | None, started: float,
+          min_acknowledged: int, toxiproxy: str) -> ProbeResult:
+    """Check, build the conformance table and write result.json, junit.xml, report.html."""
+    from harness.probe.report import write_report
+
+    result = check(operations, config, reads=reads, min_acknowledged=min_acknowledged)
+    rows = conformance(result, operations, requires_key=any(e.requires_key for e in config.endpoints),
+                       read_back=any(e.read or e.search for e in config.endpoints))
+    faults = _fault_log(run_dir / "faults.jsonl")
+    document = {
+        "kind": "probe",
+        "run_id": run_dir.name,
+        "scenario": "probe",
+        "upstream": upstream,
+        "toxiproxy": toxiproxy,
+        "profile": config.profile,
+        "plan": str(plan_path) if plan_path else None,
+        "started": started,
+        "finished": time.time(),
+        "load": {"users": config.load.users, "duration": config.load.duration, "seed": config.load.seed,
+                 "client_timeout": config.load.client_timeout},
+        "endpoints": [{"name": e.name, "method": e.method, "path": e.path} for e in config.endpoints],
+        **result.to_dict(),
+        "draft": DRAFT,
+        "conformance": rows_to_dicts(rows),
+        "faults": faults,
+    }
+    (run_dir / "result.json").write_bytes(orjson.dumps(document, option=orjson.OPT_INDENT_2))
+    write_junit(run_dir / "junit.xml", document)
+    write_report(run_dir / "report.html", document)
+    return ProbeResult(verdict=result.verdict, exit_code=EXIT_CODES[result.verdict], run_dir=run_dir,
+                       check=result, conformance=tuple(rows), document=document)
+
+
+def _fault_log(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    return [orjson.loads(line) for line in path.read_bytes().splitlines() if line.strip()]

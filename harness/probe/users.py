@@ -1,0 +1,276 @@
+"""The probe's Locust users: the duplicates real clients make, recorded as a history.
+
+Runs inside Locust (gevent), loaded by `harness/probe/locustfile.py`. Each round
+picks an endpoint, makes a fresh Idempotency-Key and body from its template, and
+plays one client:
+
+- `first`: the request, possibly with an impatient read timeout, so the answer is
+  lost after the server may have committed; then retries with the same key and
+  body after an indeterminate answer (`retry_after_timeout`) or an in-flight
+  refusal (`retry_after_inflight`);
+- `double_click`: two submissions of the same key and body at once, on two
+  connections (each branch is its own Jepsen process and retries on its own);
+- `replay`: the same key and body again after a success;
+- `payload_mismatch`: the key reused with another body (one field changed);
+- `missing_key`: a fresh body without the key header.
+
+Every request is one invoke and one completion (harness.history): `ok` for 2xx,
+`fail` for 4xx, `info` for anything else (timeout, reset, 5xx, unparsable answer).
+The completion carries the status, the resource id found where the config says,
+a digest of the answer (canonical JSON when it parses) and the first bytes of the
+body as evidence. Settings come from the environment (`PROBE_CONFIG_JSON`, the
+resolved config as a JSON file; `HARNESS_HISTORY_DIR`); the host is Locust's.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import gevent
+import orjson
+from locust import User, between, task  # first: Locust monkey-patches ssl before requests loads it
+import requests
+from locust.env import Environment
+from locust.event import Events
+from locust.runners import MasterRunner
+
+from harness.history import Client, HistoryWriter, fingerprint, history_path
+from harness.probe.answers import CONFIG_ENV, HISTORY_ENV, answer_digest, json_pointer
+from harness.probe.config import Endpoint, ProbeConfig, mutate_body, parse_config, render_body
+
+EVIDENCE_BYTES = 400
+# The impatient client sends the whole request, then waits this long for the answer:
+# long enough that the request reached the server, short enough to lose the answer.
+IMPATIENT_READ_TIMEOUT = 0.02
+_ATTRIBUTE = "harness_probe_process"
+OPERATION = "create_order"  # the history's name for a request that creates something
+
+
+@dataclass(frozen=True)
+class Reply:
+    completion: str  # ok | fail | info
+    status: int | None
+    resource_id: str | None
+    retry_after: bool
+
+
+class ProbeProcess:
+    """What the users of one Locust process share: the config, the history writer."""
+
+    def __init__(self, config: ProbeConfig, history_dir: Path | None) -> None:
+        self.config = config
+        self.worker = f"probe{os.getpid()}"
+        self.token = os.urandom(3).hex()
+        self.writer = HistoryWriter(history_path(history_dir, worker=self.worker)) if history_dir else None
+        self._users = itertools.count(1)
+        self._flusher = gevent.spawn(self._flush_forever) if self.writer else None
+
+    def new_client(self) -> Client:
+        return Client(self.writer, worker=self.worker, user=next(self._users))
+
+    def close(self) -> None:
+        if self._flusher is not None:
+            self._flusher.kill(block=False)
+            self._flusher = None
+        if self.writer is not None:
+            self.writer.close()
+
+    def _flush_forever(self) -> None:
+        while True:
+            gevent.sleep(1.0)
+            if self.writer is not None:
+                self.writer.flush()
+
+
+def install(events: Events) -> None:
+    """Give each load process its ProbeProcess at init; close the history at the end."""
+
+    def on_init(environment: Environment, **_: Any) -> None:
+        if isinstance(environment.runner, MasterRunner):
+            return
+        config_path = os.environ.get(CONFIG_ENV, "")
+        if not config_path:
+            raise RuntimeError(f"{CONFIG_ENV} is not set: run the probe with `harness probe`")
+        config = parse_config(orjson.loads(Path(config_path).read_bytes()), source=config_path)
+        history = os.environ.get(HISTORY_ENV, "").strip()
+        setattr(environment, _ATTRIBUTE, ProbeProcess(config, Path(history) if history else None))
+
+    def on_stop(environment: Environment, **_: Any) -> None:
+        process = getattr(environment, _ATTRIBUTE, None)
+        if process is not None:
+            process.close()
+
+    events.init.add_listener(on_init)
+    events.quitting.add_listener(on_stop)
+
+
+def find_id(endpoint: Endpoint, response: requests.Response, data: Any) -> str | None:
+    """The created resource's id where the config says it is, as text."""
+    if endpoint.id.header is not None:
+        value = response.headers.get(endpoint.id.header)
+        return value or None
+    value = json_pointer(data, endpoint.id.pointer or "")
+    if isinstance(value, (str, int)) and not isinstance(value, bool):
+        return str(value)
+    return None
+
+
+class Sender:
+    """One Jepsen process's requests: one invoke and one completion each."""
+
+    def __init__(self, client: Client, config: ProbeConfig, host: str, events: Events) -> None:
+        self.client = client
+        self.config = config
+        self.host = host.rstrip("/")
+        self.events = events
+
+    def send(self, endpoint: Endpoint, body: Any, *, key: str | None, kind: str, round_id: str,
+             impatient: bool = False) -> Reply:
+        raw_body = orjson.dumps(body)
+        headers = {"Content-Type": "application/json", **self.config.headers, **endpoint.headers}
+        if key is not None:
+            headers[self.config.key_header] = key
+        operation = self.client.invoke(
+            OPERATION, expect=kind, endpoint=endpoint.name, idempotency_key=key, round=round_id,
+            fingerprint=fingerprint(endpoint.method, endpoint.path, raw_body))
+        timeout = self.config.load.client_timeout
+        started = time.perf_counter()
+        reply: Reply
+        error: Exception | None = None
+        # A new session per request: a new TCP connection, so the proxy decides each
+        # toxic's toxicity per request, as it would for separate clients.
+        with requests.Session() as session:
+            try:
+                response = session.request(
+                    endpoint.method, self.host + endpoint.path, data=raw_body, headers=headers,
+                    timeout=(timeout, IMPATIENT_READ_TIMEOUT if impatient else timeout))
+                raw = response.content
+            except Exception as failure:  # noqa: BLE001 - whatever broke, the effect is unknown
+                error = failure
+                operation.info(status=None, error=f"{type(failure).__name__}: {failure}"[:300])
+                reply = Reply("info", None, None, False)
+            else:
+                reply = self._complete(operation, endpoint, response, raw)
+        self.events.request.fire(
+            request_type=endpoint.method, name=f"{endpoint.name} [{kind}]",
+            response_time=(time.perf_counter() - started) * 1000.0, response_length=0,
+            exception=error if reply.completion == "info" and error else None, context={})
+        return reply
+
+    def _complete(self, operation: Any, endpoint: Endpoint, response: requests.Response,
+                  raw: bytes) -> Reply:
+        status = response.status_code
+        data: Any = None
+        parsed = True
+        try:
+            data = orjson.loads(raw) if raw else None
+        except orjson.JSONDecodeError:
+            parsed = False
+        fields: dict[str, Any] = {
+            "status": status,
+            "body_digest": answer_digest(raw),
+            "evidence": raw[:EVIDENCE_BYTES].decode("utf-8", errors="replace"),
+            "content_type": response.headers.get("Content-Type"),
+            "replayed": _replay_header(response),
+        }
+        retry_after = status == endpoint.expect.in_flight
+        if 200 <= status < 300:
+            resource_id = find_id(endpoint, response, data)
+            if not parsed and endpoint.id.pointer is not None:
+                # A 2xx whose body was cut off: the effect happened, the answer is lost.
+                operation.info(error="unparsable 2xx body", **fields)
+                return Reply("info", status, None, False)
+            operation.ok(resource_id=resource_id, **fields)
+            return Reply("ok", status, resource_id, False)
+        if 400 <= status < 500:
+            operation.fail(**fields)
+            return Reply("fail", status, None, retry_after)
+        operation.info(error=f"HTTP {status}", **fields)
+        return Reply("info", status, None, False)
+
+
+def _replay_header(response: requests.Response) -> bool | None:
+    # Implementations name it differently; None when none of the names is present.
+    for name in ("Idempotent-Replayed", "Idempotency-Replayed", "Idempotency-Replay", "X-Idempotent-Replayed"):
+        value = response.headers.get(name)
+        if value is not None:
+            return value.strip().lower() in ("true", "1", "yes")
+    return None
+
+
+class ProbeUser(User):
+    """One client of the service under probe; see the module docstring for a round."""
+
+    abstract = True
+    wait_time = between(0.0, 0.05)
+
+    def on_start(self) -> None:
+        process: ProbeProcess = getattr(self.environment, _ATTRIBUTE)
+        self.process = process
+        self.config = process.config
+        client = process.new_client()
+        self.rng = random.Random(f"{self.config.load.seed}:{client.user}")
+        self.sender = Sender(client, self.config, self.host or "", self.environment.events)
+        self.twin = Sender(process.new_client(), self.config, self.host or "", self.environment.events)
+        self.rounds = itertools.count(1)
+
+    @task
+    def probe_round(self) -> None:
+        endpoint = self.rng.choice(self.config.endpoints)
+        mix = self.config.load.mix
+        round_id = f"{self.process.token}-{self.sender.client.user}-{next(self.rounds)}"
+        key = f"probe-{round_id}"
+        body = render_body(endpoint.body, self.rng, key=key)
+        if self.rng.random() < mix["double_click"]:
+            replies = self._concurrently([
+                (self.sender, lambda s: self._with_retries(s, endpoint, body, key, "double_click", round_id)),
+                (self.twin, lambda s: self._with_retries(s, endpoint, body, key, "double_click", round_id)),
+            ])
+        else:
+            impatient = self.rng.random() < mix["impatient"]
+            replies = [self._with_retries(self.sender, endpoint, body, key, "first", round_id,
+                                          impatient=impatient)]
+        if any(isinstance(r, Reply) and r.completion == "ok" for r in replies):
+            if self.rng.random() < mix["replay"]:
+                self.sender.send(endpoint, body, key=key, kind="replay", round_id=round_id)
+            if self.rng.random() < mix["payload_mismatch"]:
+                other = mutate_body(endpoint.body, body, endpoint, self.rng)
+                self.sender.send(endpoint, other, key=key, kind="payload_mismatch", round_id=round_id)
+        if self.rng.random() < mix["missing_key"]:
+            fresh = render_body(endpoint.body, self.rng, key=None)
+            self.sender.send(endpoint, fresh, key=None, kind="missing_key", round_id=round_id)
+
+    def _with_retries(self, sender: Sender, endpoint: Endpoint, body: Any, key: str, kind: str,
+                      round_id: str, *, impatient: bool = False) -> Reply:
+        reply = sender.send(endpoint, body, key=key, kind=kind, round_id=round_id, impatient=impatient)
+        for attempt in range(1, self.config.load.max_attempts):
+            if reply.completion == "info":
+                kind = "retry_after_timeout"
+            elif reply.retry_after:
+                kind = "retry_after_inflight"
+            else:
+                break
+            # Exponential backoff with full jitter, as a well-behaved client retries.
+            gevent.sleep(min(0.5, 0.025 * 2 ** attempt) * (0.5 + self.rng.random()))
+            reply = sender.send(endpoint, body, key=key, kind=kind, round_id=round_id)
+        return reply
+
+    def _concurrently(self, branches: list[tuple[Sender, Callable[[Sender], Reply]]]) -> list[Any]:
+        greenlets = [gevent.spawn(call, sender) for sender, call in branches]
+        limit = self.config.load.max_attempts * (2 * self.config.load.client_timeout + 0.6) + 1.0
+        gevent.joinall(greenlets, timeout=limit)
+        for (sender, _), greenlet in zip(branches, greenlets):
+            if not greenlet.ready():
+                # Its operation stays without completion (read back as info); the
+                # process continues under a new name, as Jepsen's rules require.
+                greenlet.kill(block=True, timeout=1.0)
+                sender.client.outstanding = None
+                sender.client.become_new_process()
+        return [greenlet.value for greenlet in greenlets]
