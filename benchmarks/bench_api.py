@@ -11,7 +11,17 @@ Redis round trips per request are counted from `INFO commandstats` deltas: every
 command a client sends is one round trip (the app sends no pipelines on this path),
 but Redis also counts the commands a Lua script calls inside itself, so only
 top-level commands are summed: the script commands (evalsha, eval, script|*) plus
-any command none of the app's scripts ever calls.
+any command none of the app's scripts ever calls. The commands the scripts call are
+read from the app's own Lua sources (every `redis.call('NAME'` in target_app/), not
+from a hand-kept list: a hand-kept list went stale when the order script gained its
+recovery point (GET + SET inside the script), and the benchmark then counted those
+two inner commands as round trips (4.00 "added" where 2 were).
+
+Connection set-up is reported apart: the commands a client sends once per new
+connection (HELLO, SELECT, CLIENT SETINFO/SETNAME, AUTH) and the connections Redis
+accepted during the round. With persistent connections both are 0 after the
+warm-up; anything else means connections churn under load, and it shows there
+instead of hiding inside the per-request figure.
 
     .venv/bin/python benchmarks/bench_api.py [--duration 3] [--rounds 6] [--workers 4] [--connections 16]
 """
@@ -38,10 +48,19 @@ sys.path.insert(0, str(ROOT))
 from harness.ports import free_port  # noqa: E402
 from harness.redis_server import RedisServer  # noqa: E402
 
-# Commands the app's Lua scripts call inside themselves (counted by Redis, not sent).
-SCRIPT_INNER = {"hmget", "hset", "hget", "hdel", "hincrby", "pexpire", "pttl", "del", "exists",
-                "sadd", "sismember", "rpush"}
 TOP_LEVEL_ALWAYS = {"evalsha", "eval", "evalsha_ro", "eval_ro"}
+# Sent once per new connection (redis-py's handshake), never per request.
+CONNECTION_SETUP = {"hello", "select", "auth", "client|setinfo", "client|setname"}
+# The benchmark's own probes.
+OWN_PROBES = {"info", "ping", "config|resetstat"}
+
+
+def script_inner_commands(package: Path = ROOT / "target_app") -> frozenset[str]:
+    """Every command name the app's Lua scripts call (`redis.call('NAME'` / pcall)."""
+    names: set[str] = set()
+    for source in package.glob("*.py"):
+        names.update(name.lower() for name in re.findall(r"redis\.p?call\(\s*'([A-Za-z]+)'", source.read_text()))
+    return frozenset(names)
 
 WRK_SCRIPT = r"""
 -- Every request a fresh Idempotency-Key: <run>-<thread>-<counter>.
@@ -70,15 +89,23 @@ def command_calls(client: redis.Redis) -> dict[str, int]:
             for name, stats in client.info("commandstats").items()}
 
 
-def top_level_delta(before: dict[str, int], after: dict[str, int]) -> int:
-    total = 0
+def top_level_delta(before: dict[str, int], after: dict[str, int],
+                    inner: frozenset[str]) -> tuple[int, int]:
+    """(per-request top-level commands, connection set-up commands) sent in between."""
+    requests_total = setup = 0
     for name, calls in after.items():
         delta = calls - before.get(name, 0)
-        if name in ("info", "ping", "config|resetstat"):
-            continue  # the benchmark's own probes
-        if name in TOP_LEVEL_ALWAYS or name.startswith("script") or name not in SCRIPT_INNER:
-            total += delta
-    return total
+        if name in OWN_PROBES:
+            continue
+        if name in CONNECTION_SETUP:
+            setup += delta
+        elif name in TOP_LEVEL_ALWAYS or name.startswith("script") or name not in inner:
+            requests_total += delta
+    return requests_total, setup
+
+
+def connections_received(client: redis.Redis) -> int:
+    return int(client.info("stats")["total_connections_received"])
 
 
 def start_gunicorn(redis_url: str, unsafe: str, workers: int, log: Path) -> tuple[subprocess.Popen, str]:
@@ -131,6 +158,8 @@ def main(argv: list[str] | None = None) -> int:
     variants = {"with layer": (f"{base}/1", ""), "without layer": (f"{base}/2", "api")}
     processes, urls = {}, {}
     results: dict[str, list[tuple[float, float, int]]] = {name: [] for name in variants}
+    churn: dict[str, list[tuple[int, int]]] = {name: [] for name in variants}
+    inner = script_inner_commands()
     try:
         for name, (url, unsafe) in variants.items():
             processes[name], urls[name] = start_gunicorn(url, unsafe, args.workers, tmp / f"{unsafe or 'safe'}.log")
@@ -139,13 +168,16 @@ def main(argv: list[str] | None = None) -> int:
             run_wrk(urls[name], script, run_id=f"warm-{name[:4]}", duration=1, connections=args.connections)
         for round_no in range(args.rounds):
             for name in variants:
-                before = command_calls(stats)
+                before, conns_before = command_calls(stats), connections_received(stats)
                 rps, total, bad = run_wrk(urls[name], script, run_id=f"r{round_no}-{name[:4]}",
                                           duration=args.duration, connections=args.connections)
-                trips = top_level_delta(before, command_calls(stats)) / max(total, 1)
+                commands, setup = top_level_delta(before, command_calls(stats), inner)
+                opened = connections_received(stats) - conns_before  # the probe client stays connected
+                trips = commands / max(total, 1)
                 results[name].append((rps, trips, bad))
+                churn[name].append((max(opened, 0), setup))
                 print(f"round {round_no + 1} {name:14s} {rps:8.0f} req/s  {trips:.2f} round trips/request"
-                      f"  non-2xx={bad}", flush=True)
+                      f"  new connections={max(opened, 0)} set-up commands={setup}  non-2xx={bad}", flush=True)
     finally:
         for process in processes.values():
             process.terminate()
@@ -164,10 +196,12 @@ def main(argv: list[str] | None = None) -> int:
     ratio = statistics.median(pairs)
     added = trips["with layer"] - trips["without layer"]
     print()
-    print("| variant | req/s (best round) | req/s (median) | Redis round trips / request |")
-    print("|---|---:|---:|---:|")
+    print("| variant | req/s (best round) | req/s (median) | Redis round trips / request |"
+          " new connections (all rounds) | set-up commands (all rounds) |")
+    print("|---|---:|---:|---:|---:|---:|")
     for name in ("without layer", "with layer"):
-        print(f"| {name} | {best[name]:.0f} | {median[name]:.0f} | {trips[name]:.2f} |")
+        print(f"| {name} | {best[name]:.0f} | {median[name]:.0f} | {trips[name]:.2f} |"
+              f" {sum(c[0] for c in churn[name])} | {sum(c[1] for c in churn[name])} |")
     print(f"\nthroughput kept (median of paired rounds): {ratio:.0%}; best/best: "
           f"{best['with layer'] / best['without layer']:.0%}; goal >= 60%")
     print(f"round trips added by the layer: {added:.2f} (goal <= 2)")
