@@ -246,8 +246,10 @@ def handle_toxiproxy_serve(args: argparse.Namespace) -> int:
 def parser_adders() -> list[Callable[[argparse._SubParsersAction], None]]:
     """Every subcommand's `add_*` function; a new subcommand is one more entry here."""
     from harness import faults_cli, run_commands
+    from harness.probe.cli import add_probe
 
-    return [add_up, add_down, add_status, faults_cli.add_fault, run_commands.add_parsers, add_toxiproxy]
+    return [add_up, add_down, add_status, faults_cli.add_fault, run_commands.add_parsers, add_toxiproxy,
+            add_probe]
 
 
 def build_parser() -> Parser:
