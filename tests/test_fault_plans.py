@@ -110,10 +110,32 @@ def test_shipped_plans_load_and_fill_short_and_long_runs(path: Path) -> None:
 
 def test_shipped_plans_cover_the_promised_faults() -> None:
     kinds = {p.stem: {_kind(w.fault) for w in schedule(load_plan(p), 60.0)} for p in PLANS.glob("*.yaml")}
-    assert {"toxic:app:latency", "toxic:app:timeout"} <= kinds["flaky-network"]
+    assert {"toxic:app:latency", "toxic:app:timeout", "toxic:app:limit_data",
+            "toxic:redis:limit_data"} <= kinds["flaky-network"]
     assert {"toxic:redis:latency", "toxic:redis:reset_peer", "proxy_down:redis"} <= kinds["redis-brownout"]
     assert {"process:kill", "process:pause"} <= kinds["consumer-crashes"]
     assert len(kinds["chaos"]) >= 4
+
+
+SMOKE_SECONDS = 8.0
+
+
+def test_flaky_network_holds_every_fault_it_claims_within_a_smoke_run() -> None:
+    windows = schedule(load_plan(PLANS / "flaky-network.yaml"), SMOKE_SECONDS)
+    toxics = [w.fault for w in windows if isinstance(w.fault, ToxicFault)]
+    # Answers lost past the client timeout (replays).
+    assert any(t.proxy == "app" and t.type == "latency" and t.stream == "downstream"
+               and t.attributes["latency"] > 2000 for t in toxics)
+    # Redis replies lost after the command ran (the API layer's recovery point).
+    assert any(t.proxy == "redis" and t.stream == "downstream"
+               and t.type in ("limit_data", "reset_peer", "timeout") for t in toxics)
+    # Bodies cut after the headers: a create request's headers are 260-330 bytes and
+    # its body about 65 (measured with the load's own keys and tenants).
+    cuts = [t for t in toxics if t.proxy == "app" and t.type == "limit_data"]
+    assert cuts and all(t.stream == "upstream" and 0 < t.toxicity < 1.0
+                        and 280 <= t.attributes["bytes"] <= 340 for t in cuts)
+    # Faults leave room for clean load: at most 6 of the 8 seconds are faulted.
+    assert sum(w.duration for w in windows) <= 6.0
 
 
 def _kind(fault: Any) -> str:

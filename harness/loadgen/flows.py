@@ -4,7 +4,8 @@ Each flow plays a real source of duplicates and tags every deliberate duplicate
 with an `expect` value, so a run can count what it provoked:
 
 - API clients: retries after a timeout (`retry_after_timeout`) or an in-flight 409
-  (`retry_after_inflight`) with the same key and body, two clicks at once
+  (`retry_after_inflight`) or a 400 for a body cut in transit
+  (`retry_after_bad_request`) with the same key and body, two clicks at once
   (`double_click`), a reused key with another body (`fingerprint_mismatch`).
 - Tenants sharing a key space on purpose: every tenant creates with the same
   Idempotency-Key at once (`shared_key`, each must get its own order), and another
@@ -65,15 +66,25 @@ def send_with_retries(actor: Actor, op: str, path: str, payload: dict[str, Any],
                       headers: dict[str, str], fields: dict[str, Any],
                       expect: str | None = None, impatient: bool = False,
                       tenant: str | None = None) -> Reply:
-    """Send, then retry the same key and body after an `info` or an in-flight 409."""
+    """Send, then retry the same key and body after an `info`, an in-flight 409, or
+    (once) a 400.
+
+    Every request here is well-formed, so a 400 means the body did not arrive whole
+    (cut in transit): the client sends it again as it was. An app that stored the
+    broken request under the key refuses this honest retry as a reused key.
+    """
     timeout = IMPATIENT_TIMEOUT if impatient else None
     reply = actor.post(op, path, payload, headers=headers, fields=fields, expect=expect,
                        timeout=timeout, tenant=tenant)
+    retried_bad_request = False
     for attempt in range(1, MAX_ATTEMPTS):
         if reply.completion == "info":
             retry_expect = "retry_after_timeout"
         elif reply.retry_after:
             retry_expect = "retry_after_inflight"
+        elif reply.status == 400 and not retried_bad_request:
+            retry_expect = "retry_after_bad_request"
+            retried_bad_request = True
         else:
             break
         actor.sleep_backoff(attempt)
