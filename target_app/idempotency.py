@@ -52,22 +52,22 @@ RELEASE_ENVIRON = "target_app.idempotency.release"
 SHARED_TENANT_SCOPE = ""
 # The fingerprint every request has under the `api-fingerprint` negative control.
 IGNORED_FINGERPRINT = "-"
+# Pauses between attempts to record a finished response (None: give up).
+FINISH_RETRY_PAUSES = (0.05, 0.2, None)
+# Headers of the original response worth replaying (hop-by-hop and dates are not).
+STORED_HEADERS = frozenset({"content-type", "location"})
 
 
 @dataclass(frozen=True)
 class IdempotencyContext:
     """What the API layer guards a request under: the tenant scope the record is
-    filed under (the request's tenant), the Idempotency-Key, the request fingerprint
-    and how long the finished record is kept."""
+    filed under (the request's tenant; one shared scope under `api-tenant`), the
+    Idempotency-Key, the request fingerprint and how long the finished record is kept."""
 
     tenant: str
     key: str
     fingerprint: str
     ttl_seconds: int
-# Pauses between attempts to record a finished response (None: give up).
-FINISH_RETRY_PAUSES = (0.05, 0.2, None)
-# Headers of the original response worth replaying (hop-by-hop and dates are not).
-STORED_HEADERS = frozenset({"content-type", "location"})
 
 
 def fingerprint(method: str, path: str, body: bytes) -> str:
