@@ -86,6 +86,10 @@ class ProbeResult:
     document: Mapping[str, Any]
 
     @property
+    def passed(self) -> bool:
+        return self.verdict == "pass"
+
+    @property
     def violations(self) -> list[dict[str, Any]]:
         return self.check.violations
 

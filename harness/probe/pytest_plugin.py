@@ -1,0 +1,126 @@
+"""The harness's pytest plugin (entry point `pytest11`: installed with the package).
+
+Fixtures:
+- `toxiproxy` (session): a Toxiproxy for the session, `TOXIPROXY_URL` when set, else
+  the embedded server on a free loopback port; a `ToxiproxyHandle` (url, embedded).
+- `chaos_stack`: the harness's own stack (target app, Redis, consumers behind
+  Toxiproxy) started with `harness.stack.start_stack` in a temporary root and
+  stopped after the test; `@pytest.mark.chaos_stack(app_workers=2, consumers=1,
+  unsafe_disable="api")` sets it up.
+- `idempotency_probe`: a function `probe(upstream, config=None, **options)` that
+  runs `harness probe` against `host:port` (or `http://host:port`) through the
+  session's Toxiproxy and returns the `ProbeResult` (verdict, violations, run_dir,
+  summary()). `@pytest.mark.probe_config("probe.yaml", duration=3, plan=...)` gives
+  the defaults.
+
+Markers: `chaos` (a test that injects faults; deselect with `-m "not chaos"`),
+`chaos_stack(...)`, `probe_config(...)`.
+
+    import pytest
+
+    @pytest.mark.chaos
+    def test_payments_are_idempotent(idempotency_probe, my_service):
+        result = idempotency_probe(my_service.address, "probe.yaml", plan="plans/probe.yaml")
+        assert result.passed, result.summary()
+
+Imports of the harness happen inside the fixtures, so loading the plugin costs a
+test session nothing.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+
+@dataclass(frozen=True)
+class ToxiproxyHandle:
+    url: str
+    embedded: bool
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "chaos: a test that injects faults (harness); deselect with -m 'not chaos'")
+    config.addinivalue_line("markers", "chaos_stack(app_workers=2, consumers=1, unsafe_disable=''): "
+                                       "settings of the chaos_stack fixture")
+    config.addinivalue_line("markers", "probe_config(config=None, **options): defaults of the "
+                                       "idempotency_probe fixture (config path or dict, plan, duration, users, seed)")
+
+
+@pytest.fixture(scope="session")
+def toxiproxy() -> Iterator[ToxiproxyHandle]:
+    """`TOXIPROXY_URL` when set, else the embedded Toxiproxy for the whole session."""
+    url = os.environ.get("TOXIPROXY_URL", "").strip()
+    if url:
+        yield ToxiproxyHandle(url=url if "://" in url else f"http://{url}", embedded=False)
+        return
+    from harness.toxiproxy.server import EmbeddedToxiproxy
+
+    server = EmbeddedToxiproxy().start()
+    try:
+        yield ToxiproxyHandle(url=server.url, embedded=True)
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def chaos_stack(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """The harness stack (RunningStack: `.state["app_url"]`, `.state["app_direct_url"]`, ...)."""
+    from harness.stack import StackSettings, start_stack
+
+    marker = request.node.get_closest_marker("chaos_stack")
+    options = dict(marker.kwargs) if marker else {}
+    unsafe = options.pop("unsafe_disable", "")
+    env = {"TARGET_APP_UNSAFE_DISABLE": unsafe} if unsafe else {}
+    settings = StackSettings(root=tmp_path_factory.mktemp("chaos-stack"),
+                             app_workers=options.pop("app_workers", 2), consumers=options.pop("consumers", 1),
+                             env=env, toxiproxy_url=os.environ.get("TOXIPROXY_URL") or None, **options)
+    stack = start_stack(settings)
+    try:
+        yield stack
+    finally:
+        stack.down()
+
+
+@pytest.fixture
+def idempotency_probe(request: pytest.FixtureRequest, toxiproxy: ToxiproxyHandle,
+                      tmp_path: Path) -> Callable[..., Any]:
+    """`probe(upstream, config=None, *, plan=None, duration=None, users=None, seed=None,
+    min_acknowledged=None, **simple)` → ProbeResult. `config` is a YAML path, a dict in
+    the config's format, or None with `path=`/`body=` (the flags of `harness probe`)."""
+    from harness.probe.checker import DEFAULT_MIN_ACKNOWLEDGED
+    from harness.probe.config import load_config, parse_config, parse_upstream, simple_config
+    from harness.probe.runner import ProbeSpec, run_probe
+
+    marker = request.node.get_closest_marker("probe_config")
+    defaults: dict[str, Any] = dict(marker.kwargs) if marker else {}
+    if marker and marker.args:
+        defaults.setdefault("config", marker.args[0])
+    runs = iter(range(1, 1000))
+
+    def probe(upstream: str, config: Any = None, **options: Any) -> Any:
+        merged = {**defaults, **options}
+        config = config if config is not None else merged.pop("config", None)
+        merged.pop("config", None)
+        address = parse_upstream(upstream.split("://", 1)[-1].rstrip("/"))
+        plan = merged.pop("plan", None)
+        overrides = {name: merged.pop(name) for name in ("duration", "users", "seed") if name in merged}
+        min_acknowledged = merged.pop("min_acknowledged", DEFAULT_MIN_ACKNOWLEDGED)
+        if isinstance(config, (str, Path)):
+            parsed = load_config(Path(config))
+        elif isinstance(config, dict):
+            parsed = parse_config(config, source="idempotency_probe")
+        else:
+            parsed = simple_config(upstream=address, **merged)
+        parsed = replace(parsed, load=replace(parsed.load, **overrides))
+        spec = ProbeSpec(config=parsed, out_dir=tmp_path / f"probe-{next(runs)}", upstream=address,
+                         toxiproxy_url=toxiproxy.url, plan=Path(plan) if plan else None,
+                         min_acknowledged=min_acknowledged)
+        return run_probe(spec)
+
+    return probe
