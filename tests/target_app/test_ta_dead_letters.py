@@ -167,3 +167,17 @@ def test_inbox_dead_letter_mutant_parks_a_valid_payment_on_a_redis_blip(fast, rc
     state = settle(rclient)
     assert state["outcomes"] == [] and state["pending"] == 0
     assert [(d["entry_id"], d["reason"]) for d in state["dead"]] == [(entry, "handler failed 1 times")]
+
+
+def test_inbox_dead_letter_mutant_parks_on_the_first_handler_failure(fast, rclient, order_id):
+    def failing_once(_message):
+        raise RuntimeError("a hiccup the next delivery would have survived")
+
+    mutant = replace(fast, unsafe_disable=frozenset({"inbox-dead-letter"}))
+    consumer = Consumer(rclient, mutant, name="c1", inbox=Inbox(rclient, before_apply=failing_once))
+    consumer.ensure_group()
+    entry = publish_payment(rclient, "payments", "m-once", order_id, "pr_1", 1000)
+    step(consumer)
+    state = settle(rclient)
+    assert state["outcomes"] == [] and state["pending"] == 0
+    assert [(d["entry_id"], d["reason"]) for d in state["dead"]] == [(entry, "handler failed 1 times")]
