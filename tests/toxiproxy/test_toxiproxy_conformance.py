@@ -1,0 +1,331 @@
+"""Conformance with Toxiproxy 2.12.0 on what its own suites and clients observe:
+headers, the exact bytes of answers, listen addresses (resolved before comparing,
+random when empty), bind errors and `/populate` edge cases.
+
+Each expectation comes from the Go server's behaviour: its router answers unknown
+paths and methods before its middleware (so without a request id), `http.Error`
+makes errors plain text with `nosniff`, `encoding/json` writes compact JSON, and
+`net.Listen` / `net.ResolveTCPAddr` decide listen addresses.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import re
+import socket
+from email.utils import parsedate_to_datetime
+
+import pytest
+import requests
+from tp_helpers import EchoServer, connect, recv_exactly
+
+from harness.toxiproxy.server import EmbeddedToxiproxy
+
+REQUEST_ID = re.compile(r"[0-9a-v]{20}")
+TEXT = "text/plain; charset=utf-8"
+
+
+def request(
+    server: EmbeddedToxiproxy, method: str, path: str, body: bytes | None = None, headers: dict[str, str] | None = None
+) -> tuple[int, dict[str, str], bytes]:
+    """One raw HTTP exchange: status, headers (lower-case names) and the exact body."""
+    conn = http.client.HTTPConnection(server.host, server.port, timeout=5)
+    try:
+        conn.request(method, path, body=body, headers={"User-Agent": "conformance", **(headers or {})})
+        response = conn.getresponse()
+        return response.status, {k.lower(): v for k, v in response.getheaders()}, response.read()
+    finally:
+        conn.close()
+
+
+def create(server: EmbeddedToxiproxy, **body: object) -> requests.Response:
+    return requests.post(f"{server.url}/proxies", json=body, timeout=5)
+
+
+def port_of(listen: str) -> int:
+    return int(listen.rsplit(":", 1)[1])
+
+
+def free_loopback_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def ping(sock: socket.socket, payload: bytes = b"ping") -> bytes:
+    sock.sendall(payload)
+    return recv_exactly(sock, len(payload))
+
+
+# -- headers ----------------------------------------------------------------------
+
+def test_every_routed_answer_has_a_request_id_and_a_date(tp_server: EmbeddedToxiproxy, make_proxy) -> None:
+    make_proxy("p")
+    calls = [
+        ("GET", "/version", None, 200),
+        ("GET", "/proxies", None, 200),
+        ("GET", "/proxies/p", None, 200),
+        ("GET", "/proxies/missing", None, 404),
+        ("POST", "/proxies", b"{", 400),
+        ("POST", "/proxies/p/toxics", b'{"type": "noop"}', 200),
+        ("DELETE", "/proxies/p/toxics/noop_downstream", None, 204),
+        ("POST", "/populate", b"[]", 201),
+        ("POST", "/reset", None, 204),
+    ]
+    ids = set()
+    for method, path, body, status in calls:
+        got, headers, _ = request(tp_server, method, path, body)
+        assert got == status, (method, path)
+        assert REQUEST_ID.fullmatch(headers.get("x-toxiproxy-request-id", "")), (method, path, headers)
+        ids.add(headers["x-toxiproxy-request-id"])
+        assert parsedate_to_datetime(headers["date"]).tzinfo is not None, headers["date"]
+    assert len(ids) == len(calls)  # one id per request
+
+
+def test_router_answers_have_a_date_but_no_request_id(tp_server: EmbeddedToxiproxy) -> None:
+    # Unknown paths and wrong methods never reach Toxiproxy's middleware.
+    for method, path, status in [("GET", "/nothing", 404), ("PUT", "/proxies", 405), ("GET", "/metrics", 404)]:
+        got, headers, _ = request(tp_server, method, path)
+        assert got == status
+        assert "x-toxiproxy-request-id" not in headers
+        assert "date" in headers
+
+
+def test_browsers_get_403_as_plain_text_on_routes_only(tp_server: EmbeddedToxiproxy) -> None:
+    browser = {"User-Agent": "Mozilla/5.0 (X11; Linux x86_64)"}
+    status, headers, body = request(tp_server, "GET", "/proxies", headers=browser)
+    assert (status, body) == (403, b"User agent not allowed\n")
+    assert headers["content-type"] == TEXT and headers["x-content-type-options"] == "nosniff"
+    assert REQUEST_ID.fullmatch(headers["x-toxiproxy-request-id"])
+    assert request(tp_server, "GET", "/nothing", headers=browser)[0] == 404
+    assert request(tp_server, "GET", "/version", headers={"User-Agent": "Wget/1.21"})[0] == 200
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "body", "status", "message"),
+    [
+        ("GET", "/proxies/nope", None, 404, "proxy not found"),
+        ("POST", "/proxies", b'{"name": "x"}', 400, "missing required field: upstream"),
+        ("POST", "/proxies", b"", 400, "bad request body: EOF"),
+        ("GET", "/proxies/p/toxics/nope", None, 404, "toxic not found"),
+        ("POST", "/proxies/p/toxics", b'{"type": "sparkles"}', 400, "invalid toxic type"),
+    ],
+)
+def test_errors_are_json_sent_as_plain_text(
+    tp_server: EmbeddedToxiproxy, make_proxy, method: str, path: str, body: bytes | None, status: int, message: str
+) -> None:
+    make_proxy("p")
+    got, headers, raw = request(tp_server, method, path, body)
+    assert got == status
+    assert headers["content-type"] == TEXT
+    assert headers["x-content-type-options"] == "nosniff"
+    assert raw == json.dumps({"error": message, "status": status}, separators=(",", ":")).encode() + b"\n"
+
+
+def test_not_found_and_method_not_allowed_bodies(tp_server: EmbeddedToxiproxy) -> None:
+    status, headers, body = request(tp_server, "GET", "/nothing")
+    assert (status, body, headers["content-type"], headers["x-content-type-options"]) == (
+        404, b"404 page not found\n", TEXT, "nosniff"
+    )
+    status, headers, body = request(tp_server, "DELETE", "/version")
+    assert (status, body) == (405, b"") and "content-type" not in headers
+
+
+# -- JSON bodies --------------------------------------------------------------------
+
+def test_json_is_compact_like_gos_encoder(tp_server: EmbeddedToxiproxy, echo: EchoServer) -> None:
+    body = json.dumps({"name": "db", "listen": "127.0.0.1:0", "upstream": echo.address}).encode()
+    status, headers, raw = request(tp_server, "POST", "/proxies", body)
+    assert status == 201 and headers["content-type"] == "application/json"
+    listen = json.loads(raw)["listen"]
+    assert raw == (
+        b'{"name":"db","listen":"' + listen.encode() + b'","upstream":"' + echo.address.encode()
+        + b'","enabled":true,"toxics":[]}'
+    )
+    toxic = b'{"type": "latency", "attributes": {"latency": 5}}'
+    status, _, raw = request(tp_server, "POST", "/proxies/db/toxics", toxic)
+    assert (status, raw) == (
+        200,
+        b'{"attributes":{"latency":5,"jitter":0},"name":"latency_downstream","type":"latency",'
+        b'"stream":"downstream","toxicity":1}',
+    )
+
+
+@pytest.mark.parametrize(
+    ("sent", "shown"), [(0.1, b"0.1"), (0.5, b"0.5"), (1, b"1"), (0, b"0"), (0.3333333333, b"0.33333334")]
+)
+def test_toxicity_is_printed_as_a_float32(tp_server: EmbeddedToxiproxy, make_proxy, sent: float, shown: bytes) -> None:
+    make_proxy("p")
+    body = json.dumps({"type": "noop", "toxicity": sent}).encode()
+    status, _, raw = request(tp_server, "POST", "/proxies/p/toxics", body)
+    assert status == 200
+    assert raw.endswith(b'"toxicity":' + shown + b"}")
+
+
+def test_html_characters_are_escaped_like_go(tp_server: EmbeddedToxiproxy, make_proxy) -> None:
+    make_proxy("p")
+    body = json.dumps({"name": "<a&b>", "type": "noop"}).encode()
+    status, _, raw = request(tp_server, "POST", "/proxies/p/toxics", body)
+    assert status == 200
+    assert b'"name":"\\u003ca\\u0026b\\u003e"' in raw
+    assert json.loads(raw)["name"] == "<a&b>"
+
+
+def test_proxy_index_is_sorted_by_name(tp_server: EmbeddedToxiproxy, make_proxy) -> None:
+    for name in ("zeta", "alpha", "mid"):
+        make_proxy(name)
+    _, _, raw = request(tp_server, "GET", "/proxies")
+    assert list(json.loads(raw)) == ["alpha", "mid", "zeta"]
+    assert raw.index(b'"alpha"') < raw.index(b'"mid"') < raw.index(b'"zeta"')
+
+
+# -- empty listen, name conflicts, bind errors ------------------------------------------
+
+@pytest.mark.parametrize("listen", [None, ""])
+def test_empty_or_missing_listen_takes_a_random_port_on_all_interfaces(
+    tp_server: EmbeddedToxiproxy, echo: EchoServer, listen: str | None
+) -> None:
+    body = {"name": "anywhere", "upstream": echo.address}
+    if listen is not None:
+        body["listen"] = listen
+    response = requests.post(f"{tp_server.url}/proxies", json=body, timeout=5)
+    try:
+        assert response.status_code == 201, response.text
+        shown = response.json()["listen"]
+        assert re.fullmatch(r"\[::\]:\d+", shown), shown
+        assert port_of(shown) > 0
+        with connect(port_of(shown)) as sock:  # all interfaces include loopback
+            assert ping(sock) == b"ping"
+        again = requests.post(f"{tp_server.url}/proxies", json=body, timeout=5)
+        assert (again.status_code, again.json()) == (409, {"error": "proxy already exists", "status": 409})
+    finally:
+        requests.delete(f"{tp_server.url}/proxies/anywhere", timeout=5)
+
+
+def test_bind_error_names_the_resolved_address(tp_server: EmbeddedToxiproxy) -> None:
+    blocker = socket.create_server(("127.0.0.1", 0))
+    busy = blocker.getsockname()[1]
+    try:
+        response = create(tp_server, name="clash", listen=f"localhost:{busy}", upstream="127.0.0.1:1")
+        assert response.status_code == 500
+        assert response.json() == {
+            "error": f"listen tcp 127.0.0.1:{busy}: bind: address already in use", "status": 500
+        }
+        # The same message when an existing proxy is moved onto the busy port.
+        assert create(tp_server, name="mover", listen="127.0.0.1:0", upstream="127.0.0.1:1").status_code == 201
+        moved = requests.patch(f"{tp_server.url}/proxies/mover", json={"listen": f"localhost:{busy}"}, timeout=5)
+        assert moved.json()["error"] == f"listen tcp 127.0.0.1:{busy}: bind: address already in use"
+    finally:
+        blocker.close()
+
+
+def test_listen_without_a_port_is_500_with_gos_message(tp_server: EmbeddedToxiproxy) -> None:
+    response = create(tp_server, name="bad", listen="local373", upstream="127.0.0.1:1")
+    assert response.json() == {"error": "listen tcp: address local373: missing port in address", "status": 500}
+
+
+# -- resolved listen addresses: unchanged proxies are kept ----------------------------------
+
+def test_populate_with_localhost_keeps_the_proxy_its_toxics_and_connections(
+    tp_server: EmbeddedToxiproxy, echo: EchoServer, make_proxy
+) -> None:
+    port = make_proxy("one")  # listening on 127.0.0.1:port
+    requests.post(f"{tp_server.url}/proxies/one/toxics", json={"type": "noop", "name": "marker"}, timeout=5)
+    with connect(port) as sock:
+        assert ping(sock) == b"ping"
+        body = [{"name": "one", "listen": f"localhost:{port}", "upstream": echo.address}]
+        response = requests.post(f"{tp_server.url}/populate", json=body, timeout=5)
+        assert response.status_code == 201
+        (proxy,) = response.json()["proxies"]
+        assert proxy["listen"] == f"127.0.0.1:{port}"
+        assert [toxic["name"] for toxic in proxy["toxics"]] == ["marker"]
+        assert ping(sock, b"still open") == b"still open"
+
+
+def test_update_with_an_equivalent_listen_does_not_restart(
+    tp_server: EmbeddedToxiproxy, echo: EchoServer, make_proxy
+) -> None:
+    port = make_proxy("one")
+    requests.post(f"{tp_server.url}/proxies/one/toxics", json={"type": "noop", "name": "marker"}, timeout=5)
+    with connect(port) as sock:
+        assert ping(sock) == b"ping"
+        for listen in (f"localhost:{port}", f"127.0.0.1:{port}"):
+            response = requests.patch(f"{tp_server.url}/proxies/one", json={"listen": listen}, timeout=5)
+            assert response.status_code == 200
+            assert response.json()["listen"] == f"127.0.0.1:{port}"
+            assert [toxic["name"] for toxic in response.json()["toxics"]] == ["marker"]
+            assert ping(sock, listen.encode()) == listen.encode()
+
+
+def test_update_with_a_new_listen_restarts_and_cuts_connections(tp_server: EmbeddedToxiproxy, make_proxy) -> None:
+    port = make_proxy("one")
+    new_port = free_loopback_port()
+    with connect(port) as sock:
+        assert ping(sock) == b"ping"
+        response = requests.patch(f"{tp_server.url}/proxies/one", json={"listen": f"localhost:{new_port}"}, timeout=5)
+        assert response.status_code == 200 and response.json()["listen"] == f"127.0.0.1:{new_port}"
+        try:
+            sock.sendall(b"x")
+            assert sock.recv(16) == b""
+        except ConnectionError:
+            pass  # a reset is as good as a close here
+    with connect(new_port) as sock:
+        assert ping(sock) == b"ping"
+
+
+def test_populate_with_a_changed_upstream_replaces_the_proxy(
+    tp_server: EmbeddedToxiproxy, echo: EchoServer, make_proxy
+) -> None:
+    port = make_proxy("one")
+    requests.post(f"{tp_server.url}/proxies/one/toxics", json={"type": "noop"}, timeout=5)
+    body = [{"name": "one", "listen": f"localhost:{port}", "upstream": "127.0.0.1:2"}]
+    (proxy,) = requests.post(f"{tp_server.url}/populate", json=body, timeout=5).json()["proxies"]
+    assert (proxy["upstream"], proxy["toxics"], proxy["listen"]) == ("127.0.0.1:2", [], f"127.0.0.1:{port}")
+
+
+def test_populate_stops_at_an_address_that_does_not_resolve(tp_server: EmbeddedToxiproxy, make_proxy) -> None:
+    make_proxy("one")
+    body = [
+        {"name": "fresh", "listen": "127.0.0.1:0", "upstream": "127.0.0.1:1"},
+        {"name": "one", "listen": "no-port-here", "upstream": "127.0.0.1:1"},
+        {"name": "never", "listen": "127.0.0.1:0", "upstream": "127.0.0.1:1"},
+    ]
+    status, headers, raw = request(tp_server, "POST", "/populate", json.dumps(body).encode())
+    payload = json.loads(raw)
+    assert status == 500 and headers["content-type"] == "application/json"
+    assert payload["error"] == "address no-port-here: missing port in address" and payload["status"] == 500
+    assert [proxy["name"] for proxy in payload["proxies"]] == ["fresh"]
+    assert sorted(requests.get(f"{tp_server.url}/proxies", timeout=5).json()) == ["fresh", "one"]
+
+
+# -- /populate edge cases --------------------------------------------------------------------
+
+@pytest.mark.parametrize("body", [b"[]", b"null"])
+def test_populate_with_nothing_answers_null_proxies(tp_server: EmbeddedToxiproxy, body: bytes) -> None:
+    status, headers, raw = request(tp_server, "POST", "/populate", body)
+    assert (status, raw) == (201, b'{"proxies":null}')
+    assert headers["content-type"] == "application/json"
+
+
+def test_populate_errors_are_json_with_null_proxies(tp_server: EmbeddedToxiproxy) -> None:
+    body = json.dumps([{"name": "a", "upstream": "127.0.0.1:1"}, {"listen": "127.0.0.1:0"}]).encode()
+    status, headers, raw = request(tp_server, "POST", "/populate", body)
+    assert status == 400
+    assert headers["content-type"] == "application/json" and "x-content-type-options" not in headers
+    assert raw == b'{"error":"missing required field: name at proxy 2","status":400,"proxies":null}'
+    assert requests.get(f"{tp_server.url}/proxies", timeout=5).json() == {}
+
+
+def test_populate_defaults_to_enabled_and_honours_disabled(tp_server: EmbeddedToxiproxy, echo: EchoServer) -> None:
+    body = [
+        {"name": "on", "listen": "127.0.0.1:0", "upstream": echo.address},
+        {"name": "off", "listen": "127.0.0.1:0", "upstream": echo.address, "enabled": False},
+    ]
+    response = requests.post(f"{tp_server.url}/populate", json=body, timeout=5)
+    assert response.status_code == 201
+    on, off = response.json()["proxies"]
+    assert (on["enabled"], off["enabled"]) == (True, False)
+    assert off["listen"] == "127.0.0.1:0"  # not started: kept as sent
+    with connect(port_of(on["listen"])) as sock:
+        assert ping(sock) == b"ping"
