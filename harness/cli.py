@@ -19,6 +19,7 @@ from typing import Any, NoReturn
 
 from harness.argtypes import non_negative_int, positive_int
 from harness.errors import HarnessError
+from harness.lifeline import Lifeline, exit_code_for, interrupt_signals
 from harness.loadgen.settings import load_environment
 from harness.nemesis import Nemesis, NemesisError
 from harness.stack import (
@@ -72,6 +73,10 @@ def add_up(subparsers: argparse._SubParsersAction) -> None:
                         help="seconds each service may take to become healthy (default 30)")
     parser.add_argument("--compose", action="store_true", help="attach to the docker compose services")
     parser.add_argument("--compose-file", type=Path, help="compose file (default ./docker-compose.yml)")
+    parser.add_argument("--proxy-prefix", default="", help="prefix of this stack's proxy names, for a "
+                        "Toxiproxy shared with others (e.g. ci-42- gives ci-42-app, ci-42-redis)")
+    parser.add_argument("--foreground", action="store_true", help="keep the stack only while this "
+                        "command runs: Ctrl-C, SIGTERM or SIGHUP stop it, and so does this process dying")
     parser.set_defaults(handler=handle_up)
 
 
@@ -81,9 +86,11 @@ def handle_up(args: argparse.Namespace) -> int:
         env=target_app_env(os.environ),
         toxiproxy_url=args.toxiproxy_url or os.environ.get("TOXIPROXY_URL") or None,
         health_timeout=args.health_timeout, compose=args.compose, compose_file=args.compose_file,
+        proxy_prefix=args.proxy_prefix, owner="foreground" if args.foreground else "up",
     )
+    lifeline = Lifeline() if args.foreground else None  # held open until this process ends
     try:
-        stack = start_stack(settings)
+        stack = start_stack(settings, lifeline=lifeline)
     except StackAlreadyRunning as error:
         print(f"harness: {error}")
         return EXIT_OK
@@ -101,6 +108,11 @@ def handle_up(args: argparse.Namespace) -> int:
           "-d '{\"sku\": \"sku-1\", \"quantity\": 1, \"amount_cents\": 1000, \"currency\": \"EUR\"}'")
     print("  harness fault add latency --proxy app --latency 800   # then the same curl again")
     print("  harness status; harness fault clear; harness down")
+    if args.foreground:
+        from harness.stack_commands import hold_in_foreground
+
+        sys.stdout.flush()
+        return hold_in_foreground(stack)
     return EXIT_OK
 
 
@@ -109,10 +121,16 @@ def handle_up(args: argparse.Namespace) -> int:
 def add_down(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("down", help="stop the stack (a no-op when none is running)")
     add_root_option(parser)
+    parser.add_argument("--all", action="store_true",
+                        help="every stack this checkout started (from its registry), run-owned ones too")
     parser.set_defaults(handler=handle_down)
 
 
 def handle_down(args: argparse.Namespace) -> int:
+    if args.all:
+        from harness.stack_commands import down_all
+
+        return down_all()
     stack = open_stack(args.root)
     if stack is None:
         print(f"no stack is running in {args.root}")
@@ -127,6 +145,8 @@ def handle_down(args: argparse.Namespace) -> int:
 def add_status(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("status", help="services, ports, health and active faults")
     add_root_option(parser)
+    parser.add_argument("--all", action="store_true",
+                        help="one line per stack this checkout started (from its registry)")
     output = parser.add_mutually_exclusive_group()
     output.add_argument("--json", action="store_true", help="machine-readable")
     output.add_argument("--env", action="store_true",
@@ -176,6 +196,12 @@ def env_lines(state: dict[str, Any]) -> list[str]:
 
 
 def handle_status(args: argparse.Namespace) -> int:
+    if args.all:
+        if args.env:
+            raise UsageError("status: --all and --env do not go together")
+        from harness.stack_commands import status_all
+
+        return status_all(as_json=args.json)
     stack = open_stack(args.root)
     if stack is None:
         if args.json:
@@ -267,8 +293,10 @@ def build_parser() -> Parser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     try:
-        args = build_parser().parse_args(argv)
-        return int(args.handler(args))
+        # SIGTERM and SIGHUP stop a command as Ctrl-C does: every `finally` heals and stops.
+        with interrupt_signals():
+            args = build_parser().parse_args(argv)
+            return int(args.handler(args))
     except (HarnessError, OSError) as error:
         lines = str(error).strip().splitlines() or [type(error).__name__]
         print(f"harness: {lines[0]}", file=sys.stderr)
@@ -276,9 +304,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         for line in lines[1:]:
             print(f"  {line}", file=sys.stderr)
         return EXIT_HARNESS
-    except KeyboardInterrupt:
-        print("harness: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as interrupt:
+        print(f"harness: interrupted ({interrupt or 'SIGINT'})", file=sys.stderr)
+        return exit_code_for(interrupt)
 
 
 if __name__ == "__main__":

@@ -3,7 +3,11 @@
 
 URLs come from the compose file's published ports, so the file is the one source
 of truth; the Toxiproxy proxies come from `compose/toxiproxy.json` (the real
-Toxiproxy image creates them at start) and are checked, not created, here.
+Toxiproxy image creates them at start) and are checked, not created, here. The
+webhook secret and the internal token (`TARGET_APP_INTERNAL_TOKEN`, for the app's
+`/internal/v1/*` endpoints) are the file's `${VAR:-default}` values, or the caller's
+own when set; `state.json` records both. A compose stack is entered in the registry
+like a local one.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from typing import Any
 
 import yaml
 
+from harness import registry
 from harness.nemesis import Nemesis, NemesisError
 from harness.stack import StackAlreadyRunning, StackError, StackSettings, read_state, remove_state, write_state
 
@@ -42,6 +47,7 @@ class ComposeLayout:
     redis_url: str
     redis_proxy_url: str
     webhook_secret: str
+    internal_token: str
     stream: str
     group: str
 
@@ -91,6 +97,7 @@ def read_layout(file: Path, environ: Mapping[str, str] | None = None) -> Compose
             redis_url=f"redis://127.0.0.1:{published_port(services['redis'], 6379)}/0",
             redis_proxy_url=f"redis://127.0.0.1:{published_port(toxiproxy, redis_proxy_port)}/0",
             webhook_secret=env_default(app_env.get("TARGET_APP_WEBHOOK_SECRET", ""), environ),
+            internal_token=env_default(app_env.get("TARGET_APP_INTERNAL_TOKEN", ""), environ),
             stream=env_default(app_env.get("TARGET_APP_STREAM", "payments"), environ),
             group=env_default(app_env.get("TARGET_APP_GROUP", "target-app"), environ),
         )
@@ -192,11 +199,18 @@ class ComposeStack:
     def health(self) -> dict[str, bool]:
         return {row["name"]: bool(row["healthy"]) for row in self.services()}
 
+    def nemesis(self, recorder: Any = None) -> Any:
+        """A `StackNemesis` on the compose Toxiproxy (proxies app and redis)."""
+        from harness.stack_nemesis import stack_nemesis
+
+        return stack_nemesis(self.state, recorder)
+
     def down(self) -> None:
         # The volumes hold one run's test data; the next stack must start empty or
         # its checker would meet orders no history of its own explains.
         self._compose("down", "--volumes", "--remove-orphans", timeout=120.0)
         remove_state(self.root)
+        registry.unregister_stack(self.root)
 
 
 def start_compose_stack(settings: StackSettings) -> ComposeStack:
@@ -231,6 +245,8 @@ def start_compose_stack(settings: StackSettings) -> ComposeStack:
         "toxiproxy_url": layout.toxiproxy_url, "toxiproxy_kind": "compose",
         "redis_url": layout.redis_url, "redis_proxy_url": layout.redis_proxy_url,
         "webhook_secret": settings.env.get("TARGET_APP_WEBHOOK_SECRET") or layout.webhook_secret,
+        "internal_token": settings.env.get("TARGET_APP_INTERNAL_TOKEN") or layout.internal_token,
+        "proxy_prefix": "", "proxies": {name: name for name in PROXIES}, "owner": settings.owner,
         "stream": layout.stream, "group": layout.group,
         "unsafe_disable": sorted({p.strip() for p in unsafe.split(",") if p.strip()}),
         "compose_file": str(layout.file), "project": PROJECT,
@@ -238,6 +254,7 @@ def start_compose_stack(settings: StackSettings) -> ComposeStack:
     }
     root.mkdir(parents=True, exist_ok=True)
     write_state(root, state)
+    registry.register_stack(root, owner=settings.owner, mode="compose")
     return ComposeStack(root, json.loads(json.dumps(state)))
 
 

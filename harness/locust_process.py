@@ -1,4 +1,10 @@
-"""Locust as a subprocess: its gevent monkey-patching stays out of the harness."""
+"""Locust as a subprocess: its gevent monkey-patching stays out of the harness.
+
+Locust runs in a process group of its own (its `--processes` workers included) and
+never outlives the harness: its master carries a parent-death SIGTERM, and when a
+`RunGuard` is given the group is on the run's lease, so the lifeline janitor stops
+the whole group if the harness dies by SIGKILL.
+"""
 
 from __future__ import annotations
 
@@ -8,9 +14,11 @@ import subprocess
 import sys
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from harness.errors import HarnessError
 from harness.ports import free_port
+from harness.services import _child_setup
 
 LOCUSTFILES = Path(__file__).resolve().parent.parent / "locustfiles"
 
@@ -37,7 +45,9 @@ class LocustProcess:
         output_dir: Path,
         env: Mapping[str, str],
         stop_timeout: float = 3.0,
+        guard: Any = None,  # a harness.lifeline.RunGuard
     ) -> None:
+        self.guard = guard
         self.locustfile = locustfile
         self.host = host
         self.users = users
@@ -82,7 +92,14 @@ class LocustProcess:
             self._process = subprocess.Popen(
                 self.command(), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                 env=self.env, start_new_session=True,
+                preexec_fn=_child_setup(os.getpid(), signal.SIGTERM),
             )
+        if self.guard is not None:
+            self.guard.add_process(self._process.pid, "locust")
+
+    @property
+    def pid(self) -> int | None:
+        return None if self._process is None else self._process.pid
 
     def finished(self, *, timeout: float) -> bool:
         if self._process is None:
@@ -99,15 +116,23 @@ class LocustProcess:
 
     def stop(self, *, grace: float = 10.0) -> None:
         """Stop the whole process group: master and forked workers."""
-        if self._process is None or self._process.poll() is not None:
+        if self._process is None:
             return
-        for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 5.0)):
-            try:
-                os.killpg(self._process.pid, sig)
-            except ProcessLookupError:
-                return
-            try:
-                self._process.wait(timeout=wait)
-                return
-            except subprocess.TimeoutExpired:
-                continue
+        if self._process.poll() is None:
+            for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 5.0)):
+                try:
+                    os.killpg(self._process.pid, sig)
+                except ProcessLookupError:
+                    break
+                try:
+                    self._process.wait(timeout=wait)
+                    break
+                except subprocess.TimeoutExpired:
+                    continue
+        # Forked workers outlive a master that exited on its own only by a bug; never leave them.
+        try:
+            os.killpg(self._process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        if self.guard is not None:
+            self.guard.remove_process(self._process.pid)

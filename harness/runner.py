@@ -28,10 +28,12 @@ from harness.errors import HarnessError
 from harness.faults import NemesisRunner, Plan, load_plan, schedule
 from harness.final_reads import FINAL_READS_FILE, orders_to_read, read_orders
 from harness.history import history_files
+from harness.lifeline import RunGuard
 from harness.loadgen.settings import load_environment
 from harness.locust_process import LocustProcess, locustfile_for
 from harness.nemesis import Nemesis, NemesisError
 from harness.progress import ProgressLine
+from harness.registry import interrupted_marker
 from harness.report import summary_line, write_reports
 from harness.stack import (
     RunningStack,
@@ -51,6 +53,7 @@ BASELINE_FILE = "baseline.ndjson"
 # After the drain, a request that a client gave up on may still be finishing in the
 # app; this long a pause lets it land before the state is read.
 SETTLE_SECONDS = 0.5
+INTERRUPT_DRAIN_SECONDS = 3.0
 
 
 @dataclass(frozen=True)
@@ -129,11 +132,23 @@ def run(spec: RunSpec, *, out: TextIO = sys.stderr) -> RunOutcome:
     plan = load_plan(Path(spec.plan)) if spec.plan is not None else None
     if spec.plan is not None:
         shutil.copyfile(spec.plan, run_dir / "plan.yaml")
+    # The guard marks the run interrupted on a signal and, if this process is killed
+    # outright, its janitor stops what the run started and heals its faults.
+    with RunGuard(run_dir) as guard:
+        return _run_in(spec, run_id, run_dir, plan, guard, out=out)
 
+
+def _run_in(spec: RunSpec, run_id: str, run_dir: Path, plan: Plan | None, guard: RunGuard,
+            *, out: TextIO) -> RunOutcome:
     with ExitStack() as cleanup:
-        stack, attached = cleanup.enter_context(_stack_for(spec, run_dir, out=out))
+        stack, attached = cleanup.enter_context(_stack_for(spec, run_dir, out=out, guard=guard))
         state = stack.state
         token = state.get("internal_token") or None
+        # Interrupted: a short drain, then export what the app holds, so `harness check`
+        # can judge what was recorded (bounded: a CI sends SIGKILL after ~10 s).
+        cleanup.push(guard.on_interrupt(
+            lambda: wait_for_drain(state, timeout=INTERRUPT_DRAIN_SECONDS),
+            lambda: export_state(state["app_direct_url"], run_dir / "export.ndjson", token=token)))
         settings = {
             "run_id": run_id,
             "scenario": spec.scenario,
@@ -155,10 +170,10 @@ def run(spec: RunSpec, *, out: TextIO = sys.stderr) -> RunOutcome:
             settings["scope"] = {"baseline": BASELINE_FILE}
         (run_dir / "settings.json").write_text(json.dumps(settings, indent=2))
 
-        nemesis = Nemesis(state["toxiproxy_url"])
+        nemesis = stack.nemesis(recorder=guard)  # this stack's proxies; faults on the guard's lease
         _heal_everything(nemesis, stack)
         windows = schedule(plan, spec.duration) if plan is not None else []
-        runner = NemesisRunner(nemesis, stack, run_dir / "faults.jsonl")
+        runner = NemesisRunner(nemesis, guard.processes_of(stack), run_dir / "faults.jsonl")
         locust = LocustProcess(
             locustfile=locustfile_for(spec.scenario),
             host=state["app_url"],
@@ -168,6 +183,7 @@ def run(spec: RunSpec, *, out: TextIO = sys.stderr) -> RunOutcome:
             processes=spec.processes,
             output_dir=run_dir / "locust",
             env=_load_env(spec, state, run_dir),
+            guard=guard,
         )
         progress = ProgressLine(run_dir / "histories", out=out, enabled=spec.progress)
         try:
@@ -227,13 +243,17 @@ def check_saved_run(run_dir: Path) -> RunOutcome:
     """Check a run directory and (re)write its reports."""
     # A CheckerError (no export, unreadable history) is a HarnessError: exit 2.
     result = check_run(Path(run_dir)).to_dict()
+    marker = interrupted_marker(Path(run_dir))
+    if marker is not None:
+        result["interrupted"] = marker  # a re-check of an interrupted run stays marked
     paths = write_reports(Path(run_dir), result)
     exit_code = VERDICT_EXIT_CODES[str(result.get("verdict") or ("pass" if result["valid"] else "fail"))]
     return RunOutcome(run_dir, exit_code, result, summary_line(result, paths.report_html))
 
 
 @contextmanager
-def _stack_for(spec: RunSpec, run_dir: Path, *, out: TextIO) -> Iterator[tuple[RunningStack, bool]]:
+def _stack_for(spec: RunSpec, run_dir: Path, *, out: TextIO,
+               guard: RunGuard) -> Iterator[tuple[RunningStack, bool]]:
     """The stack `harness up` left running (kept running), or one of our own (stopped after)."""
     try:
         running = open_stack(Path(spec.stack_root)) if spec.attach else None
@@ -260,9 +280,13 @@ def _stack_for(spec: RunSpec, run_dir: Path, *, out: TextIO) -> Iterator[tuple[R
         consumers=spec.consumers,
         env=env,
         compose=spec.compose,
+        owner="run",
+        # On a shared Toxiproxy ($TOXIPROXY_URL) the run's proxies get names of their own.
+        toxiproxy_url=os.environ.get("TOXIPROXY_URL") or None,
+        proxy_prefix=f"run-{guard.short_id}-" if os.environ.get("TOXIPROXY_URL") else "",
     )
     try:
-        stack = start_stack(settings)
+        stack = start_stack(settings, lifeline=guard.lifeline)
     except StackError as error:
         raise HarnessError(f"the stack would not start: {error}") from error
     try:

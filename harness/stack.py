@@ -5,6 +5,11 @@ every service and keeps running after the caller returns; `open_stack(root)` att
 to one from its state file; `RunningStack` is the handle both return. Process faults
 go to the supervisor over its control socket, because only it can wait on its
 children. The compose variant (`harness.compose`) offers the same handle.
+
+Every stack is entered in the registry (`harness.registry`) before it starts and
+leaves it when it stops, so `harness status --all` / `down --all` find them all. Its
+owner is `up` (outlives the command), `run` or `foreground` (dies with the process
+that started it: pass that process's `Lifeline`).
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import select
 import signal
 import socket
@@ -25,6 +31,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from harness import registry
 from harness import services as svc
 from harness.errors import HarnessError
 
@@ -32,6 +39,8 @@ STATE_FILE = "state.json"
 SETTINGS_FILE = "stack-settings.json"
 SUPERVISOR_LOG = "supervisor.log"
 SERVICE_ACTIONS = ("kill", "start", "pause", "resume", "restart")
+OWNERS = ("up", "run", "foreground")
+_PREFIX = re.compile(r"^[A-Za-z0-9_.-]{0,40}$")
 
 
 class StackError(HarnessError):
@@ -52,8 +61,15 @@ class StackSettings:
     health_timeout: float = 30.0
     compose: bool = False
     compose_file: Path | None = None
+    owner: str = "up"  # up | run | foreground (see the module docstring)
+    proxy_prefix: str = ""  # e.g. "ci-42-": proxies ci-42-app, ci-42-redis on a shared Toxiproxy
 
     def __post_init__(self) -> None:
+        if self.owner not in OWNERS:
+            raise StackError(f"stack owner must be one of {', '.join(OWNERS)}, not {self.owner!r}")
+        if not _PREFIX.match(self.proxy_prefix):
+            raise StackError(f"proxy prefix must be letters, digits, '.', '_' or '-' (at most 40), "
+                             f"not {self.proxy_prefix!r}")
         if self.app_workers < 1:
             raise StackError(f"app workers must be >= 1, got {self.app_workers}")
         if self.consumers < 0:
@@ -218,6 +234,12 @@ class RunningStack:
     def health(self) -> dict[str, bool]:
         return {row["name"]: bool(row["healthy"]) for row in self.services()}
 
+    def nemesis(self, recorder: Any = None) -> Any:
+        """A `StackNemesis`: this stack's proxies by their plain names (app, redis)."""
+        from harness.stack_nemesis import stack_nemesis
+
+        return stack_nemesis(self.state, recorder)
+
     def down(self, timeout: float = 30.0) -> None:
         """Stop the supervisor and wait until no service process or port is left."""
         state = self._state
@@ -237,6 +259,8 @@ class RunningStack:
                 pass
         leftovers = _kill_leftovers(state, deadline)
         remove_state(self.root)
+        registry.unregister_stack(self.root)
+        _reclaim_quietly(state.get("toxiproxy_url"))
         if isinstance(pid, int) and svc.pid_alive(pid):
             raise StackError(f"the stack supervisor (pid {pid}) did not stop within {timeout:.0f}s")
         if leftovers:
@@ -268,6 +292,15 @@ def _kill_leftovers(state: Mapping[str, Any], deadline: float) -> list[str]:
     return left
 
 
+def _reclaim_quietly(toxiproxy_url: object) -> None:
+    """Heal the leftovers of dead owners on this Toxiproxy; a failure here never fails
+    the command that merely passes by (the lease stays for the next one)."""
+    if not toxiproxy_url:
+        return
+    for line in registry.reclaim(str(toxiproxy_url)):
+        print(f"harness: reclaimed: {line}", file=sys.stderr)
+
+
 def _url_port(url: str) -> int:
     from urllib.parse import urlsplit
 
@@ -276,8 +309,14 @@ def _url_port(url: str) -> int:
 
 # --- starting and attaching -------------------------------------------------------
 
-def start_stack(settings: StackSettings) -> RunningStack:
-    """Start a supervisor for settings.root and wait until every service is healthy."""
+def start_stack(settings: StackSettings, *, lifeline: Any = None) -> RunningStack:
+    """Start a supervisor for settings.root and wait until every service is healthy.
+
+    With a `harness.lifeline.Lifeline` (required for owners other than `up`), the
+    supervisor stops as soon as this process dies, however it dies.
+    """
+    if settings.owner != "up" and lifeline is None and not settings.compose:
+        raise StackError(f"a stack owned by {settings.owner!r} needs its owner's lifeline")
     if settings.compose:
         from harness.compose import start_compose_stack
 
@@ -288,26 +327,36 @@ def start_stack(settings: StackSettings) -> RunningStack:
     if running is not None:
         raise StackAlreadyRunning(
             f"a stack is already running in {root} (app_url {running.state.get('app_url')})")
+    _reclaim_quietly(settings.toxiproxy_url)
     (root / "logs").mkdir(parents=True, exist_ok=True)
     write_settings(settings)
     log_path = root / "logs" / SUPERVISOR_LOG
     env = dict(os.environ)
     env[svc.STACK_MARKER_VAR] = str(root)
+    env[registry.REGISTRY_ENV] = str(registry.registry_dir())  # the supervisor unregisters itself
+    argv = [sys.executable, "-m", "harness.supervisor", "--root", str(root)]
+    pass_fds: tuple[int, ...] = ()
+    if lifeline is not None:
+        argv += ["--lifeline-fd", str(lifeline.read_fd)]
+        pass_fds = (lifeline.read_fd,)
+    registry.register_stack(root, owner=settings.owner, mode="local")
     with open(log_path, "ab") as log:
         process = subprocess.Popen(
-            [sys.executable, "-m", "harness.supervisor", "--root", str(root)],
-            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log, env=env,
-            start_new_session=True,
-            # Until it reports ready, the supervisor goes down with us (Ctrl-C, kill -9).
+            argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log, env=env,
+            start_new_session=True, pass_fds=pass_fds,
+            # Until it reports ready, the supervisor goes down with us (Ctrl-C, kill -9);
+            # a stack owned by a run keeps that signal for good.
             preexec_fn=svc._child_setup(os.getpid(), signal.SIGTERM),
         )
     try:
         report = _read_report(process, timeout=settings.health_timeout * 3 + 15)
     except BaseException:
         _stop_supervisor(process)
+        registry.unregister_stack(root)
         raise
     if not report.get("ok"):
         _stop_supervisor(process)
+        registry.unregister_stack(root)
         message = str(report.get("error") or "the stack did not start")
         if "\n" not in message:  # no service log attached: show the supervisor's own
             message += f"; end of {log_path}:\n{svc.tail(log_path)}"
@@ -354,8 +403,11 @@ def _stop_supervisor(process: subprocess.Popen) -> None:
         process.stdout.close()
 
 
-def open_stack(root: Path) -> RunningStack | None:
-    """The stack running in root, or None; a state file whose supervisor is gone is removed."""
+def open_stack(root: Path, *, reclaim: bool = True) -> RunningStack | None:
+    """The stack running in root, or None; a state file whose supervisor is gone is removed.
+
+    With `reclaim`, leftovers of dead owners on the stack's Toxiproxy are healed on the way.
+    """
     root = Path(root).resolve()
     state = read_state(root)
     if state is None:
@@ -367,5 +419,10 @@ def open_stack(root: Path) -> RunningStack | None:
     if not _is_supervisor(state.get("supervisor_pid"), root):
         _kill_leftovers(state, time.monotonic() + 5.0)
         remove_state(root)
+        registry.unregister_stack(root)
+        if reclaim:
+            _reclaim_quietly(state.get("toxiproxy_url"))
         return None
+    if reclaim:
+        _reclaim_quietly(state.get("toxiproxy_url"))
     return RunningStack(root, state)

@@ -9,7 +9,15 @@ stops every service by process group, removes its state and exits.
 
 Until it has reported ready, the supervisor dies with its parent (a parent-death
 SIGTERM), so a `harness up` killed mid-start leaves nothing behind; each service dies
-with the supervisor (a parent-death SIGKILL), so nothing outlives it either.
+with the supervisor (a parent-death SIGKILL), so nothing outlives it either. A stack
+owned by a run (or `harness up --foreground`) keeps that parent-death signal for good
+and also watches a lifeline pipe (`--lifeline-fd`): it stops when its owner dies,
+however it dies.
+
+On a shared (external) Toxiproxy the proxies carry the stack's prefix, are created
+only if the name is free, are recorded in a registry lease before they are created
+(so a supervisor killed with SIGKILL leaves a record the next `up`/`run`/`down`
+reclaims) and are the only ones deleted at the end.
 
 Everything runs on the main thread: a parent-death signal fires when the *thread*
 that forked a child exits, so children must never be spawned from a helper thread.
@@ -32,8 +40,9 @@ from pathlib import Path
 
 import requests
 
+from harness import registry
 from harness import services as svc
-from harness.nemesis import Nemesis, NemesisError
+from harness.nemesis import Nemesis, NemesisConflict, NemesisError
 from harness.ports import free_port
 from harness.stack import (
     DEFAULT_APP_ENV,
@@ -65,6 +74,10 @@ class Supervisor:
         self.services: dict[str, svc.Service] = {}
         self.started_at = time.time()
         self.secret = settings.env.get("TARGET_APP_WEBHOOK_SECRET") or secrets.token_hex(16)
+        # The app's internal endpoints (export, inventory) want this bearer token.
+        self.internal_token = settings.env.get("TARGET_APP_INTERNAL_TOKEN") or secrets.token_hex(16)
+        self.proxy_names = {name: f"{settings.proxy_prefix}{name}" for name in PROXIES}
+        self.lease: dict[str, object] | None = None
         self.stream = settings.env.get("TARGET_APP_STREAM") or "payments"
         self.group = settings.env.get("TARGET_APP_GROUP") or "target-app"
         self.ports = {
@@ -94,6 +107,7 @@ class Supervisor:
         env.update(self.settings.env)
         env["TARGET_APP_REDIS_URL"] = f"redis://{svc.HOST}:{self.ports['redis_proxy']}/0"
         env["TARGET_APP_WEBHOOK_SECRET"] = self.secret
+        env["TARGET_APP_INTERNAL_TOKEN"] = self.internal_token
         return env
 
     def build(self) -> None:
@@ -169,10 +183,40 @@ class Supervisor:
         upstreams = {"app": self.ports["app"], "redis": self.ports["redis"]}
         try:
             for name in PROXIES:
-                nemesis.ensure_proxy(name, f"{svc.HOST}:{self.ports[name + '_proxy']}",
-                                     f"{svc.HOST}:{upstreams[name]}")
+                real = self.proxy_names[name]
+                listen = f"{svc.HOST}:{self.ports[name + '_proxy']}"
+                upstream = f"{svc.HOST}:{upstreams[name]}"
+                if self.toxiproxy_kind != "external":
+                    nemesis.ensure_proxy(real, listen, upstream)
+                    continue
+                self._record_proxy(real, listen, upstream)
+                try:
+                    # Plain create: a proxy of that name belongs to someone else.
+                    nemesis._request("POST", "/proxies", f"create proxy {real}",
+                                     {"name": real, "listen": listen, "upstream": upstream, "enabled": True})
+                except NemesisConflict:
+                    self._forget_proxy(real)
+                    raise svc.ServiceError(
+                        f"proxy {real!r} already exists on the shared Toxiproxy {self.toxiproxy_url}; "
+                        "give this stack another --proxy-prefix") from None
         except NemesisError as error:
             raise svc.ServiceError(f"could not create the Toxiproxy proxies: {error}") from error
+
+    def _record_proxy(self, name: str, listen: str, upstream: str) -> None:
+        if self.lease is None:
+            self.lease = registry.new_lease("stack", toxiproxy_url=self.toxiproxy_url)
+            self.lease["root"] = str(self.root)
+        proxies = self.lease["proxies"]
+        assert isinstance(proxies, list)
+        proxies.append({"name": name, "listen": listen, "upstream": upstream})
+        registry.write_lease(self.lease)
+
+    def _forget_proxy(self, name: str) -> None:
+        if self.lease is not None:
+            proxies = self.lease["proxies"]
+            assert isinstance(proxies, list)
+            proxies[:] = [p for p in proxies if p["name"] != name]
+            registry.write_lease(self.lease)
 
     def stop_all(self) -> None:
         for name in reversed(list(self.services)):
@@ -180,12 +224,19 @@ class Supervisor:
                 self.services[name].stop()
             except svc.ServiceError as error:
                 print(f"supervisor: {error}", file=sys.stderr)
-        if self.toxiproxy_kind == "external":
-            for name in PROXIES:
+        if self.lease is not None:
+            # Only the proxies this stack created; a shared server keeps everyone else's.
+            kept = []
+            for proxy in self.lease["proxies"]:  # type: ignore[union-attr]
                 try:
-                    requests.delete(f"{self.toxiproxy_url}/proxies/{name}", timeout=2)
+                    requests.delete(f"{self.toxiproxy_url}/proxies/{proxy['name']}", timeout=2)
                 except requests.RequestException:
-                    pass
+                    kept.append(proxy)
+            if kept:
+                self.lease["proxies"] = kept
+                registry.write_lease(self.lease)  # owner gone soon: the next up/down reclaims
+            else:
+                registry.remove_lease(str(self.lease["id"]))
 
     # --- state -------------------------------------------------------------------
 
@@ -198,7 +249,10 @@ class Supervisor:
             "toxiproxy_url": self.toxiproxy_url, "toxiproxy_kind": self.toxiproxy_kind,
             "redis_url": f"redis://{svc.HOST}:{self.ports['redis']}/0",
             "redis_proxy_url": f"redis://{svc.HOST}:{self.ports['redis_proxy']}/0",
-            "webhook_secret": self.secret, "stream": self.stream, "group": self.group,
+            "webhook_secret": self.secret, "internal_token": self.internal_token,
+            "stream": self.stream, "group": self.group,
+            "proxy_prefix": self.settings.proxy_prefix, "proxies": dict(self.proxy_names),
+            "owner": self.settings.owner,
             "unsafe_disable": _unsafe_list(self.settings.env.get("TARGET_APP_UNSAFE_DISABLE", "")),
             "app_workers": self.settings.app_workers, "consumers": self.settings.consumers,
             "supervisor_pid": os.getpid(), "control_socket": str(control_socket_path(self.root)),
@@ -307,13 +361,21 @@ def bind_control_socket(root: Path) -> socket.socket:
     return listener
 
 
-def serve(supervisor: Supervisor, listener: socket.socket) -> None:
-    """Answer control requests one at a time until a signal raises Shutdown."""
+def serve(supervisor: Supervisor, listener: socket.socket, lifeline_fd: int | None = None) -> None:
+    """Answer control requests one at a time until a signal raises Shutdown
+    (or the owner's lifeline reaches end-of-file: the owner is gone)."""
     selector = selectors.DefaultSelector()
-    selector.register(listener, selectors.EVENT_READ)
+    selector.register(listener, selectors.EVENT_READ, "control")
+    if lifeline_fd is not None:
+        selector.register(lifeline_fd, selectors.EVENT_READ, "lifeline")
     while True:
         supervisor.reap()
-        if not selector.select(timeout=0.2):
+        events = selector.select(timeout=0.2)
+        if any(key.data == "lifeline" for key, _ in events):
+            assert lifeline_fd is not None
+            if not os.read(lifeline_fd, 4096):
+                raise Shutdown("the owner's lifeline closed")
+        if not any(key.data == "control" for key, _ in events):
             continue
         for conn, request in _requests_once(listener):
             try:
@@ -343,7 +405,7 @@ def _requests_once(listener: socket.socket) -> list[tuple[socket.socket, dict[st
     return [(conn, request)]
 
 
-def run(root: Path) -> int:
+def run(root: Path, lifeline_fd: int | None = None) -> int:
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(signum, _raise_shutdown)
     parent = os.getppid()
@@ -364,12 +426,14 @@ def run(root: Path) -> int:
             return 1
         supervisor.phase = "running"
         supervisor.write_state()
-        # From here the stack must outlive `harness up`; if it died meanwhile,
-        # the report fails (nobody reads the pipe) and we tear down.
-        svc.set_parent_death_signal(0)
+        if settings.owner == "up":
+            # From here the stack must outlive `harness up`; if it died meanwhile,
+            # the report fails (nobody reads the pipe) and we tear down. A stack
+            # owned by a run keeps the parent-death signal: it goes with its owner.
+            svc.set_parent_death_signal(0)
         if os.getppid() != parent or not _report({"ok": True}):
             return 1
-        serve(supervisor, listener)
+        serve(supervisor, listener, lifeline_fd)
         return 0
     except Shutdown:
         return 0
@@ -385,13 +449,15 @@ def run(root: Path) -> int:
             listener.close()
         supervisor.stop_all()
         remove_state(root)
+        registry.unregister_stack(root)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m harness.supervisor")
     parser.add_argument("--root", type=Path, required=True)
+    parser.add_argument("--lifeline-fd", type=int, help="read end of the owner's lifeline pipe")
     args = parser.parse_args(argv)
-    return run(args.root.resolve())
+    return run(args.root.resolve(), args.lifeline_fd)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,311 @@
+"""How a harness process dies cleanly, by signal or by SIGKILL.
+
+Three pieces:
+
+- `interrupt_signals()`: SIGTERM and SIGHUP behave like Ctrl-C. The first of them
+  raises `Interrupted` (a `KeyboardInterrupt`, so every `finally` that already heals
+  faults and stops processes on Ctrl-C runs); later ones are ignored so the bounded
+  cleanup is not cut short. The CLI exits with 128 + the signal number (143 for
+  SIGTERM, 130 for SIGINT, 129 for SIGHUP).
+- `Lifeline`: a pipe whose write end only this process holds. A child given the read
+  end (the stack's supervisor) sees end-of-file the moment this process dies, however
+  it dies, and shuts down.
+- `RunGuard`: one per run. It keeps a lease in the registry (what the run started and
+  which faults it has applied) and starts a janitor, `python -m harness.lifeline`, in a
+  session of its own, reading the lifeline. When the harness dies without finishing
+  (SIGKILL), the janitor stops Locust and the run's stack, removes the run's toxics,
+  re-enables the proxies it disabled and marks the run directory interrupted, within
+  a few seconds. If the janitor dies too, the lease stays and the next up, run or
+  down on that Toxiproxy reclaims it (`harness.registry.reclaim`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from types import FrameType, TracebackType
+from typing import Any
+
+from harness import registry
+
+HANDLED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+class Interrupted(KeyboardInterrupt):
+    """The harness was asked to stop by a signal; carries the signal."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + self.signum
+
+
+def signal_name(interrupt: BaseException | None) -> str | None:
+    if isinstance(interrupt, Interrupted):
+        return signal.Signals(interrupt.signum).name
+    if isinstance(interrupt, KeyboardInterrupt):
+        return "SIGINT"
+    return None
+
+
+def exit_code_for(interrupt: KeyboardInterrupt) -> int:
+    return interrupt.exit_code if isinstance(interrupt, Interrupted) else 128 + signal.SIGINT
+
+
+@contextmanager
+def interrupt_signals(out: Any = sys.stderr) -> Iterator[None]:
+    """SIGINT, SIGTERM and SIGHUP raise `Interrupted` once; the previous handlers come back after."""
+    fired: list[int] = []  # local to this block: which signal started the shutdown
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        if fired:
+            print(f"harness: {signal.Signals(signum).name} while stopping after "
+                  f"{signal.Signals(fired[0]).name}; still cleaning up", file=out, flush=True)
+            return
+        fired.append(signum)
+        raise Interrupted(signum)
+
+    previous = {signum: signal.getsignal(signum) for signum in HANDLED_SIGNALS}
+    for signum in HANDLED_SIGNALS:
+        signal.signal(signum, handler)
+    try:
+        yield
+    finally:
+        for signum, old in previous.items():
+            signal.signal(signum, old if old is not None else signal.SIG_DFL)
+
+
+# --- the pipe ---------------------------------------------------------------------------
+
+class Lifeline:
+    """A pipe: children hold the read end and see EOF when this process is gone."""
+
+    def __init__(self) -> None:
+        # Both ends are non-inheritable: subprocess hands the read end only to the
+        # children named with pass_fds, and the write end to no one (a child that
+        # held it would keep the line alive after we die).
+        self.read_fd, self._write_fd = os.pipe()
+
+    def close(self) -> None:
+        for fd in (self.read_fd, self._write_fd):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        self.read_fd = self._write_fd = -1
+
+    def __enter__(self) -> "Lifeline":
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, value: BaseException | None,
+                 traceback: TracebackType | None) -> None:
+        self.close()
+
+
+# --- one run ----------------------------------------------------------------------------
+
+class RunGuard:
+    """The lease and the janitor of one run (a context manager around the whole run)."""
+
+    def __init__(self, run_dir: Path, *, janitor: bool = True) -> None:
+        self.run_dir = Path(run_dir)
+        self.lifeline = Lifeline()
+        self.lease = registry.new_lease("run", run_dir=self.run_dir)
+        self._janitor: subprocess.Popen[bytes] | None = None
+        self._want_janitor = janitor
+        self._phase: str | None = None  # how far the run got when the interrupt came
+
+    @property
+    def short_id(self) -> str:
+        """Six hex digits unique to this run (e.g. for its proxy names on a shared Toxiproxy)."""
+        return str(self.lease["id"]).rsplit("-", 1)[-1]
+
+    # lifecycle
+
+    def __enter__(self) -> "RunGuard":
+        registry.write_lease(self.lease)
+        if self._want_janitor:
+            self._janitor = subprocess.Popen(
+                [sys.executable, "-m", "harness.lifeline", "--lease", str(registry.lease_path(self.lease["id"]))],
+                stdin=self.lifeline.read_fd, stdout=subprocess.DEVNULL,
+                stderr=open(self.run_dir / "lifeline.log", "ab"),  # noqa: SIM115 - the child keeps it
+                start_new_session=True,  # a Ctrl-C to our process group must not reach it
+            )
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, value: BaseException | None,
+                 traceback: TracebackType | None) -> None:
+        if isinstance(value, KeyboardInterrupt):
+            registry.mark_interrupted(self.run_dir, signal_name=signal_name(value), by="harness",
+                                      phase=self._phase)
+        # Still alive: whatever the run started has been stopped by its own `finally`s.
+        registry.remove_lease(self.lease["id"])
+        self.lifeline.close()
+        if self._janitor is not None:
+            try:
+                self._janitor.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self._janitor.kill()
+                self._janitor.wait()
+            if self._janitor.stderr is not None:
+                self._janitor.stderr.close()
+
+    def on_interrupt(self, *actions: Callable[[], object]) -> Callable[..., bool]:
+        """An ExitStack `push` callback: run each action in turn, each one best effort
+        (e.g. a short drain, then the export, so the interrupted run stays checkable)
+        when the block ends by an interrupt."""
+
+        def callback(kind: type[BaseException] | None, value: BaseException | None,
+                     traceback: TracebackType | None) -> bool:
+            if isinstance(value, KeyboardInterrupt):
+                self._phase = registry.run_phase(self.run_dir)
+                for action in actions:
+                    try:
+                        action()
+                    except Exception as error:  # noqa: BLE001 - best effort while stopping
+                        print(f"harness: while stopping: {error}", file=sys.stderr)
+            return False
+
+        return callback
+
+    # what the run started
+
+    def _save(self) -> None:
+        registry.write_lease(self.lease)
+
+    def add_process(self, pid: int, name: str, signum: signal.Signals = signal.SIGTERM) -> None:
+        """A process group (led by pid) the janitor stops if the harness dies."""
+        entry = {**registry.Owner.of(pid).to_json(), "name": name, "signal": signum.name}
+        self.lease["processes"].append(entry)
+        self._save()
+
+    def remove_process(self, pid: int) -> None:
+        self.lease["processes"] = [p for p in self.lease["processes"] if p["pid"] != pid]
+        self._save()
+
+    def use_toxiproxy(self, url: str, *, local: bool) -> None:
+        self.lease["toxiproxy_url"] = registry.normalize_url(url)
+        self.lease["toxiproxy_local"] = local
+        self._save()
+
+    def toxic_added(self, proxy: str, name: str) -> None:
+        self.lease["toxics"].append({"proxy": proxy, "name": name})
+        self._save()
+
+    def toxic_removed(self, proxy: str, name: str) -> None:
+        self.lease["toxics"] = [t for t in self.lease["toxics"] if (t["proxy"], t["name"]) != (proxy, name)]
+        self._save()
+
+    def proxy_disabled(self, proxy: str) -> None:
+        if proxy not in self.lease["disabled"]:
+            self.lease["disabled"].append(proxy)
+            self._save()
+
+    def proxy_enabled(self, proxy: str) -> None:
+        if proxy in self.lease["disabled"]:
+            self.lease["disabled"].remove(proxy)
+            self._save()
+
+    def cleared(self) -> None:
+        """Every fault healed (a reset): nothing left to undo."""
+        self.lease["toxics"], self.lease["disabled"] = [], []
+        self._save()
+
+    def processes_of(self, stack: Any) -> Any:
+        """The stack's process faults, recorded when the stack outlives the run (one
+        `harness up` left): a consumer paused or killed by a run that died is started
+        again by the janitor. A run's own stack goes down with it: nothing to record."""
+        if stack.state.get("owner", "up") != "up" or stack.state.get("mode") != "local":
+            return stack
+        return _RecordedProcesses(stack, self)
+
+    def service_faulted(self, root: str, service: str) -> None:
+        entry = {"root": root, "service": service}
+        if entry not in self.lease.setdefault("services", []):
+            self.lease["services"].append(entry)
+            self._save()
+
+    def service_healed(self, root: str, service: str) -> None:
+        entry = {"root": root, "service": service}
+        if entry in self.lease.get("services", []):
+            self.lease["services"].remove(entry)
+            self._save()
+
+
+class _RecordedProcesses:
+    """A stack's kill/pause/... with each fault on the run's lease while it lasts."""
+
+    def __init__(self, stack: Any, guard: RunGuard) -> None:
+        self.stack = stack
+        self.guard = guard
+        self.root = str(stack.root)
+
+    def kill(self, service: str) -> None:
+        self.guard.service_faulted(self.root, service)
+        self.stack.kill(service)
+
+    def pause(self, service: str) -> None:
+        self.guard.service_faulted(self.root, service)
+        self.stack.pause(service)
+
+    def restart(self, service: str) -> None:
+        self.guard.service_faulted(self.root, service)
+        self.stack.restart(service)
+        self.guard.service_healed(self.root, service)
+
+    def start(self, service: str) -> None:
+        self.stack.start(service)
+        self.guard.service_healed(self.root, service)
+
+    def resume(self, service: str) -> None:
+        self.stack.resume(service)
+        self.guard.service_healed(self.root, service)
+
+    def __getattr__(self, attribute: str) -> Any:
+        return getattr(self.stack, attribute)
+
+
+# --- the janitor --------------------------------------------------------------------------
+
+def janitor(lease_file: Path, lifeline_fd: int = 0) -> int:
+    """Wait for end-of-file on the lifeline, then undo whatever the lease still holds."""
+    for signum in HANDLED_SIGNALS:
+        signal.signal(signum, signal.SIG_IGN)
+    while True:
+        try:
+            if not os.read(lifeline_fd, 4096):
+                break
+        except InterruptedError:
+            continue
+        except OSError:
+            break
+    lease = registry.read_lease(lease_file)
+    if lease is None:
+        return 0  # the harness finished and removed its lease: nothing to do
+    print(f"lifeline: the harness (pid {lease['owner']['pid']}) died; cleaning up", file=sys.stderr, flush=True)
+    done, settled = registry.heal_lease(lease, registry.live_claims(exclude=str(lease["id"])))
+    for line in done:
+        print(f"lifeline: {line}", file=sys.stderr, flush=True)
+    if settled:
+        registry.remove_lease(str(lease["id"]))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m harness.lifeline")
+    parser.add_argument("--lease", type=Path, required=True)
+    args = parser.parse_args(argv)
+    return janitor(args.lease)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

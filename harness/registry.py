@@ -1,0 +1,362 @@
+"""The registry: every stack and every set of faults this checkout started, on disk.
+
+One directory (`$HARNESS_REGISTRY`, else `.harness/registry` in the checkout that
+holds the `harness` package) with two kinds of small JSON files:
+
+- `stacks/<digest of root>.json`: one per stack, written by `start_stack` before the
+  supervisor starts and removed when the stack stops. `harness status --all` and
+  `harness down --all` read it; nothing scans processes by name.
+- `leases/<id>.json`: what one process changed on a Toxiproxy (or started) that must
+  not outlive it: proxies it created, toxics it added, proxies it disabled, process
+  groups it owns, and the run directory to mark if it dies. The owner is a pid plus
+  its start time (a reused pid is never mistaken for the owner). A lease whose owner
+  is gone is a leftover: `reclaim` (called by every up, run and down on that
+  Toxiproxy, and by the lifeline janitor at once) heals it and removes it.
+
+Writes are atomic (temp file + rename), so a reader never sees half a record.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote, urlsplit
+
+import requests
+
+REGISTRY_ENV = "HARNESS_REGISTRY"
+CHECKOUT = Path(__file__).resolve().parent.parent
+HTTP_TIMEOUT = 2.0
+RESULT_FILE = "result.json"
+INTERRUPTED_FILE = "interrupted.json"
+
+
+def registry_dir() -> Path:
+    """Where this checkout keeps its registry (read on every call: tests point it elsewhere)."""
+    configured = os.environ.get(REGISTRY_ENV)
+    return Path(configured).resolve() if configured else CHECKOUT / ".harness" / "registry"
+
+
+def digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _write_json(path: Path, data: Mapping[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(data, indent=2) + "\n")
+    os.replace(tmp, path)
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _unlink(path: Path) -> None:
+    try:
+        path.unlink()
+    except FileNotFoundError:
+        pass
+
+
+# --- process identity -----------------------------------------------------------------
+
+def process_start_time(pid: int) -> int | None:
+    """The process's start time in clock ticks since boot (/proc/PID/stat field 22)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as handle:
+            fields = handle.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    if fields[0] in ("Z", "X"):
+        return None
+    return int(fields[19])
+
+
+@dataclass(frozen=True)
+class Owner:
+    """A process as a (pid, start time) pair, so a recycled pid is someone else."""
+
+    pid: int
+    start: int | None
+
+    @classmethod
+    def current(cls) -> "Owner":
+        return cls.of(os.getpid())
+
+    @classmethod
+    def of(cls, pid: int) -> "Owner":
+        return cls(pid, process_start_time(pid))
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any] | None) -> "Owner":
+        data = data or {}
+        return cls(int(data.get("pid") or 0), data.get("start"))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"pid": self.pid, "start": self.start}
+
+    def alive(self) -> bool:
+        return self.pid > 0 and self.start is not None and process_start_time(self.pid) == self.start
+
+
+# --- stacks ---------------------------------------------------------------------------
+
+def _stack_path(root: Path) -> Path:
+    return registry_dir() / "stacks" / f"{digest(str(Path(root).resolve()))}.json"
+
+
+def register_stack(root: Path, *, owner: str, mode: str, run_dir: Path | None = None) -> None:
+    """Record a stack (owner: `up`, `run` or `foreground`) before it starts."""
+    _write_json(_stack_path(root), {
+        "root": str(Path(root).resolve()), "owner": owner, "mode": mode,
+        "owner_process": Owner.current().to_json(), "created_at": time.time(),
+        "run_dir": str(run_dir) if run_dir else None,
+    })
+
+
+def unregister_stack(root: Path) -> None:
+    _unlink(_stack_path(root))
+
+
+def registered_stacks() -> list[dict[str, Any]]:
+    """Every stack entry, oldest first."""
+    folder = registry_dir() / "stacks"
+    entries = [entry for path in sorted(folder.glob("*.json")) if (entry := _read_json(path))]
+    return sorted(entries, key=lambda entry: float(entry.get("created_at") or 0))
+
+
+# --- leases ---------------------------------------------------------------------------
+
+def normalize_url(url: str | None) -> str:
+    if not url:
+        return ""
+    parts = urlsplit(url if "://" in url else f"http://{url}")
+    host = "127.0.0.1" if parts.hostname in ("localhost", None) else parts.hostname
+    return f"http://{host}:{parts.port}"
+
+
+def lease_path(lease_id: str) -> Path:
+    return registry_dir() / "leases" / f"{lease_id}.json"
+
+
+def new_lease(kind: str, *, toxiproxy_url: str | None = None, toxiproxy_local: bool = False,
+              run_dir: Path | None = None, owner: Owner | None = None) -> dict[str, Any]:
+    owner = owner or Owner.current()
+    return {
+        "id": f"{kind}-{owner.pid}-{owner.start}-{digest(str(time.time_ns()))[:6]}",
+        "kind": kind, "owner": owner.to_json(), "created_at": time.time(),
+        "toxiproxy_url": normalize_url(toxiproxy_url),
+        # A Toxiproxy the stack started dies with it: unreachable then means healed.
+        "toxiproxy_local": toxiproxy_local,
+        "run_dir": str(Path(run_dir).resolve()) if run_dir else None,
+        "proxies": [], "toxics": [], "disabled": [], "processes": [], "services": [],
+    }
+
+
+def write_lease(lease: Mapping[str, Any]) -> None:
+    _write_json(lease_path(str(lease["id"])), lease)
+
+
+def remove_lease(lease_id: str) -> None:
+    _unlink(lease_path(lease_id))
+
+
+def read_lease(path: Path) -> dict[str, Any] | None:
+    return _read_json(path)
+
+
+def leases() -> Iterator[tuple[Path, dict[str, Any]]]:
+    for path in sorted((registry_dir() / "leases").glob("*.json")):
+        lease = _read_json(path)
+        if lease is not None:
+            yield path, lease
+
+
+def reclaim(toxiproxy_url: str | None = None) -> list[str]:
+    """Heal every lease whose owner is gone (only those on toxiproxy_url when given).
+
+    Returns one line per thing undone, for a log or a status line. A lease whose
+    external Toxiproxy cannot be reached is kept for the next try.
+    """
+    wanted = normalize_url(toxiproxy_url) if toxiproxy_url else None
+    done: list[str] = []
+    for path, lease in leases():
+        if Owner.from_json(lease.get("owner")).alive():
+            continue
+        if wanted is not None and lease.get("toxiproxy_url") not in (wanted, ""):
+            continue
+        lines, healed = heal_lease(lease, live_claims(exclude=str(lease.get("id"))))
+        done.extend(lines)
+        if healed:
+            _unlink(path)
+    return done
+
+
+def live_claims(exclude: str) -> set[tuple[str, str]]:
+    """(toxiproxy url, proxy name) pairs that live owners created: never deleted for a dead one."""
+    claims: set[tuple[str, str]] = set()
+    for _, lease in leases():
+        if lease.get("id") != exclude and Owner.from_json(lease.get("owner")).alive():
+            claims.update((str(lease.get("toxiproxy_url")), str(p["name"])) for p in lease.get("proxies", []))
+    return claims
+
+
+def heal_lease(lease: Mapping[str, Any], live_claims: set[tuple[str, str]] | None = None,
+               *, grace: float = 3.0) -> tuple[list[str], bool]:
+    """Undo one dead owner's lease: stop its processes, heal its faults, mark its run.
+
+    Returns (what was done, whether everything is settled so the lease can go).
+    """
+    done: list[str] = []
+    stopped = stop_processes(lease.get("processes", []), grace=grace)
+    done.extend(f"stopped {name}" for name in stopped)
+    url = str(lease.get("toxiproxy_url") or "")
+    settled = True
+    if url and (lease.get("toxics") or lease.get("disabled") or lease.get("proxies")):
+        try:
+            done.extend(_heal_toxiproxy(url, lease, live_claims or set()))
+        except requests.RequestException as error:
+            if not lease.get("toxiproxy_local"):
+                settled = False
+                done.append(f"toxiproxy {url} unreachable, leftovers kept for later: {error}")
+    for entry in lease.get("services", []):
+        done.append(_start_service(Path(entry["root"]), str(entry["service"])))
+    run_dir = lease.get("run_dir")
+    if run_dir and mark_interrupted(Path(run_dir), signal_name=None, by="lifeline"):
+        done.append(f"marked {run_dir} interrupted")
+    return done, settled
+
+
+def _heal_toxiproxy(url: str, lease: Mapping[str, Any], live_claims: set[tuple[str, str]]) -> list[str]:
+    done: list[str] = []
+    for toxic in lease.get("toxics", []):
+        proxy, name = quote(str(toxic["proxy"]), safe=""), quote(str(toxic["name"]), safe="")
+        response = requests.delete(f"{url}/proxies/{proxy}/toxics/{name}", timeout=HTTP_TIMEOUT)
+        if response.status_code < 300:
+            done.append(f"removed toxic {toxic['name']} from {toxic['proxy']} on {url}")
+    for proxy in lease.get("disabled", []):
+        response = requests.post(f"{url}/proxies/{quote(str(proxy), safe='')}", json={"enabled": True},
+                                 timeout=HTTP_TIMEOUT)
+        if response.status_code < 300:
+            done.append(f"enabled proxy {proxy} on {url}")
+    for proxy in lease.get("proxies", []):
+        if (url, str(proxy["name"])) in live_claims:
+            continue  # re-created since by a live stack: theirs now
+        path = f"{url}/proxies/{quote(str(proxy['name']), safe='')}"
+        current = requests.get(path, timeout=HTTP_TIMEOUT)
+        if current.status_code != 200:
+            continue
+        found = current.json()
+        # Delete only what is still ours: the same upstream as recorded.
+        if found.get("upstream") == proxy.get("upstream"):
+            requests.delete(path, timeout=HTTP_TIMEOUT)
+            done.append(f"deleted leftover proxy {proxy['name']} on {url}")
+    return done
+
+
+def _start_service(root: Path, service: str) -> str:
+    """Ask a stack's supervisor to start (or resume) a service a dead run left faulted."""
+    from harness.stack import StackError, open_stack  # the stack module imports this one
+
+    try:
+        stack = open_stack(root, reclaim=False)
+        if stack is None:
+            return f"{service}: its stack in {root} is gone"
+        stack.request_timeout = 30.0
+        stack.start(service)
+    except StackError as error:
+        return f"could not start {service} in {root}: {error}"
+    return f"started {service} again in {root}"
+
+
+def stop_processes(processes: list[Mapping[str, Any]], *, grace: float) -> list[str]:
+    """SIGTERM each recorded process group that is still the same process, then SIGKILL."""
+    targets = [(int(p["pid"]), str(p.get("name", p["pid"])), p.get("signal", "SIGTERM"))
+               for p in processes if Owner.from_json(p).alive()]
+    for pid, _, signame in targets:
+        _signal_group(pid, getattr(signal, str(signame), signal.SIGTERM))
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline and any(_group_alive(pid) for pid, _, _ in targets):
+        time.sleep(0.05)
+    for pid, _, _ in targets:
+        if _group_alive(pid):
+            _signal_group(pid, signal.SIGKILL)
+    return [name for _, name, _ in targets]
+
+
+def _signal_group(pgid: int, signum: int) -> None:
+    try:
+        os.killpg(pgid, signal.SIGCONT)
+        os.killpg(pgid, signum)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except (ProcessLookupError, PermissionError):
+        return False
+    # A group whose members are all zombies waiting for a dead parent counts as gone.
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as handle:
+                    fields = handle.read().rsplit(")", 1)[1].split()
+            except (OSError, IndexError):
+                continue
+            if fields[2] == str(pgid) and fields[0] not in ("Z", "X"):
+                return True
+    return False
+
+
+# --- interrupted runs -------------------------------------------------------------------
+
+def run_phase(run_dir: Path) -> str:
+    """How far a run got, read from the files it left (the harness may be dead)."""
+    if (run_dir / "export.ndjson").is_file():
+        return "check"
+    if (run_dir / "settings.json").is_file():
+        return "load or drain"
+    return "stack start"
+
+
+def mark_interrupted(run_dir: Path, *, signal_name: str | None, by: str, phase: str | None = None) -> bool:
+    """Mark a run that did not finish: `interrupted.json`, and a `result.json` that says so.
+
+    A run whose checker already wrote a verdict is left alone (it finished). Returns
+    True when a mark was written.
+    """
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        return False
+    result = _read_json(run_dir / RESULT_FILE)
+    if result is not None and result.get("valid") is not None:
+        return False
+    marker = {
+        "interrupted": True, "signal": signal_name, "phase": phase or run_phase(run_dir),
+        "at": time.time(), "by": by,
+        "checkable": (run_dir / "export.ndjson").is_file(),
+    }
+    if _read_json(run_dir / INTERRUPTED_FILE) is None:
+        _write_json(run_dir / INTERRUPTED_FILE, marker)
+    if result is None:
+        _write_json(run_dir / RESULT_FILE, {"valid": None, "interrupted": marker,
+                                            "run_dir": str(run_dir)})
+    return True
+
+
+def interrupted_marker(run_dir: Path) -> dict[str, Any] | None:
+    return _read_json(Path(run_dir) / INTERRUPTED_FILE)

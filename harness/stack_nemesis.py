@@ -1,0 +1,101 @@
+"""A stack's view of its Toxiproxy: its own proxies only, every change on record.
+
+A stack names its proxies `app` and `redis` (the names plans and `harness fault` use);
+on a shared Toxiproxy they carry a prefix (`--proxy-prefix ci-42-` → `ci-42-app`). The
+`StackNemesis` maps the plain names to the stack's real ones, and its `reset` heals
+only those proxies, so a run never touches another team's toxics. When a `RunGuard`
+is given, every toxic added and every proxy disabled is written to the run's lease
+*before* it is applied (a SIGKILL between the two leaves a harmless extra record,
+never an unrecorded fault) and struck off after it is healed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+from harness.nemesis import Nemesis, NemesisNotFound, NemesisVerifyError, ToxicInfo
+
+
+class FaultRecorder(Protocol):
+    def use_toxiproxy(self, url: str, *, local: bool) -> None: ...
+    def toxic_added(self, proxy: str, name: str) -> None: ...
+    def toxic_removed(self, proxy: str, name: str) -> None: ...
+    def proxy_disabled(self, proxy: str) -> None: ...
+    def proxy_enabled(self, proxy: str) -> None: ...
+    def cleared(self) -> None: ...
+
+
+class StackNemesis:
+    """The Nemesis calls a run makes, scoped to one stack's proxies."""
+
+    def __init__(self, inner: Nemesis, names: Mapping[str, str] | None = None, *,
+                 shared: bool = False, recorder: FaultRecorder | None = None) -> None:
+        self.inner = inner
+        self.names = dict(names or {})
+        self.shared = shared  # False: the Toxiproxy is the stack's own, a full reset is fine
+        self.recorder = recorder
+
+    def real(self, proxy: str) -> str:
+        return self.names.get(proxy, proxy)
+
+    def add_toxic(self, proxy: str, type: str, *, stream: str = "downstream",  # noqa: A002
+                  attributes: dict[str, int] | None = None, toxicity: float = 1.0,
+                  name: str | None = None) -> ToxicInfo:
+        real = self.real(proxy)
+        toxic_name = name or f"{type}_{stream}"
+        if self.recorder is not None:
+            self.recorder.toxic_added(real, toxic_name)
+        return self.inner.add_toxic(real, type, stream=stream, attributes=attributes,
+                                    toxicity=toxicity, name=toxic_name)
+
+    def remove_toxic(self, proxy: str, name: str) -> None:
+        real = self.real(proxy)
+        self.inner.remove_toxic(real, name)
+        if self.recorder is not None:
+            self.recorder.toxic_removed(real, name)
+
+    def disable_proxy(self, name: str) -> None:
+        if self.recorder is not None:
+            self.recorder.proxy_disabled(self.real(name))
+        self.inner.disable_proxy(self.real(name))
+
+    def enable_proxy(self, name: str) -> None:
+        self.inner.enable_proxy(self.real(name))
+        if self.recorder is not None:
+            self.recorder.proxy_enabled(self.real(name))
+
+    def reset(self) -> None:
+        """Every toxic of this stack's proxies removed and each of them enabled."""
+        if not self.shared or not self.names:
+            self.inner.reset()
+        else:
+            ours = set(self.names.values())
+            for toxic in self.inner.list_toxics():
+                if toxic.proxy in ours:
+                    try:
+                        self.inner.remove_toxic(toxic.proxy, toxic.name)
+                    except NemesisNotFound:
+                        pass
+            for name, info in self.inner.proxies().items():
+                if name in ours and not info.enabled:
+                    self.inner.enable_proxy(name)
+            left = [t.name for t in self.inner.list_toxics() if t.proxy in ours]
+            if left:
+                raise NemesisVerifyError(f"reset left toxics {left} on {sorted(ours)}")
+        if self.recorder is not None:
+            self.recorder.cleared()
+
+    def __getattr__(self, attribute: str) -> Any:
+        return getattr(self.inner, attribute)
+
+
+def stack_nemesis(state: Mapping[str, Any], recorder: FaultRecorder | None = None) -> StackNemesis:
+    """The nemesis for a stack's state (its proxy names, whether its Toxiproxy is shared)."""
+    url = str(state["toxiproxy_url"])
+    kind = state.get("toxiproxy_kind")
+    shared = kind == "external"
+    if recorder is not None:
+        # An external Toxiproxy outlives us; one the stack started dies with it.
+        recorder.use_toxiproxy(url, local=kind in ("embedded", "server"))
+    return StackNemesis(Nemesis(url), state.get("proxies") or {}, shared=shared, recorder=recorder)
