@@ -3,6 +3,7 @@ helpers to prove that nothing (process or listening port) outlives a stack."""
 
 from __future__ import annotations
 
+import os
 import time
 import uuid
 from collections.abc import Iterator
@@ -13,6 +14,7 @@ import pytest
 import requests
 
 from harness import services as svc
+from harness.registry import REGISTRY_ENV
 from harness.stack import RunningStack, StackSettings, start_stack
 
 ORDER = {"sku": "sku-1", "quantity": 1, "amount_cents": 1000, "currency": "EUR"}
@@ -45,6 +47,22 @@ def wait_until_gone(root: Path, ports: list[int], timeout: float = 15.0) -> tupl
 def create_order(base_url: str, key: str | None = None, timeout: float = 5.0) -> requests.Response:
     return requests.post(f"{base_url}/api/v1/orders", json=ORDER, timeout=timeout,
                          headers={"Idempotency-Key": key or f"k-{uuid.uuid4().hex}"})
+
+
+@pytest.fixture(scope="session", autouse=True)
+def private_registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """A registry of the tests' own: `down --all` here must never reach a stack that
+    another test session (or a person) started from this checkout."""
+    path = tmp_path_factory.mktemp("registry")
+    previous = os.environ.get(REGISTRY_ENV)
+    os.environ[REGISTRY_ENV] = str(path)
+    try:
+        yield path
+    finally:
+        if previous is None:
+            os.environ.pop(REGISTRY_ENV, None)
+        else:
+            os.environ[REGISTRY_ENV] = previous
 
 
 @pytest.fixture(scope="module")

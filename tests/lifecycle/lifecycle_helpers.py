@@ -1,0 +1,240 @@
+"""Driving `harness run` as a CI runner would, and proving what it left behind.
+
+Every harness process a test starts gets a registry of its own (`HARNESS_REGISTRY`
+in its environment). Every process the run starts inherits that environment (the
+janitor, the stack's supervisor and services, Locust), so "a process of this run"
+is exactly "a live process whose environment names this registry": no guessing by
+name, no confusion with the stacks of other tests running at the same time.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+from harness import services as svc
+from harness.registry import REGISTRY_ENV
+
+REPO = Path(__file__).resolve().parents[2]
+CLEAN_WITHIN = 10.0  # the issue's bound: seconds from the signal until nothing is left
+T = TypeVar("T")
+
+
+def wait_for(predicate: Callable[[], T], timeout: float, interval: float = 0.02) -> T | None:
+    """The first truthy value of predicate() within timeout, else None (bounded poll)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            return None
+        time.sleep(interval)
+
+
+def read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def processes_with_env(entry: str) -> list[int]:
+    """Live processes whose initial environment holds `entry` (e.g. HARNESS_REGISTRY=/x)."""
+    wanted = entry.encode()
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) == os.getpid():
+            continue
+        try:
+            environ = Path(f"/proc/{name}/environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if wanted in environ and svc.pid_alive(int(name)):
+            found.append(int(name))
+    return found
+
+
+def state_ports(state: dict[str, Any]) -> list[int]:
+    ports = [int(row["port"]) for row in state.get("services", []) if row.get("port")]
+    for key in ("app_url", "app_direct_url", "redis_proxy_url", "toxiproxy_url"):
+        if state.get(key):
+            ports.append(int(str(state[key]).rsplit(":", 1)[1].split("/")[0]))
+    return sorted(set(ports))
+
+
+@dataclass
+class HarnessRun:
+    """One `harness ...` process in its own registry, with what it showed while running."""
+
+    workdir: Path
+    args: list[str]
+    env: dict[str, str] = field(default_factory=dict)
+    process: subprocess.Popen | None = None
+    seen_ports: set[int] = field(default_factory=set)
+    seen_toxiproxies: set[str] = field(default_factory=set)
+
+    @property
+    def registry(self) -> Path:
+        return self.workdir / "registry"
+
+    @property
+    def runs(self) -> Path:
+        return self.workdir / "runs"
+
+    @property
+    def marker(self) -> str:
+        return f"{REGISTRY_ENV}={self.registry}"
+
+    def start(self) -> "HarnessRun":
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("TARGET_APP_", "HARNESS_"))}
+        env.pop("TOXIPROXY_URL", None)
+        env.update(self.env)
+        env[REGISTRY_ENV] = str(self.registry)
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        with open(self.workdir / "harness.out", "ab") as out:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "harness.cli", *self.args], cwd=REPO, env=env,
+                stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT)
+        return self
+
+    def output(self) -> str:
+        return (self.workdir / "harness.out").read_text(errors="replace")
+
+    def run_dir(self) -> Path | None:
+        found = sorted(self.runs.glob("*/")) if self.runs.is_dir() else []
+        return found[0] if found else None
+
+    def stack_state(self) -> dict[str, Any] | None:
+        run_dir = self.run_dir()
+        return read_json(run_dir / "stack" / "state.json") if run_dir else None
+
+    def lease(self) -> dict[str, Any] | None:
+        for path in sorted((self.registry / "leases").glob("run-*.json")):
+            lease = read_json(path)
+            if lease is not None:
+                return lease
+        return None
+
+    def observe(self) -> None:
+        """Remember the ports and Toxiproxy the run uses (read while it runs)."""
+        state = self.stack_state()
+        if state:
+            self.seen_ports.update(state_ports(state))
+            if state.get("toxiproxy_url"):
+                self.seen_toxiproxies.add(str(state["toxiproxy_url"]))
+
+    def wait_until(self, predicate: Callable[["HarnessRun"], bool], timeout: float) -> bool:
+        def check() -> bool:
+            self.observe()
+            assert self.process is not None
+            if self.process.poll() is not None:
+                raise AssertionError(f"the harness exited ({self.process.returncode}) before the moment:\n"
+                                     f"{self.output()[-3000:]}")
+            return predicate(self)
+
+        return bool(wait_for(check, timeout))
+
+    def signal(self, signum: int) -> float:
+        assert self.process is not None
+        self.observe()
+        self.process.send_signal(signum)
+        return time.monotonic()
+
+    def leftovers(self, since: float, within: float = CLEAN_WITHIN) -> dict[str, Any]:
+        """Wait (bounded) until no process of the run and none of its ports is left;
+        return what is left and how long it took."""
+        assert self.process is not None
+        deadline = since + within
+
+        def gone() -> bool:
+            return (self.process.poll() is not None and not processes_with_env(self.marker)
+                    and not [p for p in self.seen_ports if svc.port_listening(p)])
+
+        while not gone() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if self.process.poll() is None:
+            try:
+                self.process.wait(timeout=0.1)
+            except subprocess.TimeoutExpired:
+                pass
+        return {
+            "seconds": round(time.monotonic() - since, 2),
+            "harness_exit": self.process.poll(),
+            "processes": [_describe(pid) for pid in processes_with_env(self.marker)],
+            "ports": sorted(p for p in self.seen_ports if svc.port_listening(p)),
+        }
+
+    def kill_everything(self) -> None:
+        """Test teardown: whatever this test's harness left is SIGKILLed by pid."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(timeout=10)
+        for pid in processes_with_env(self.marker):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+def _describe(pid: int) -> str:
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        cmdline = "?"
+    return f"{pid}: {cmdline[:160]}"
+
+
+# The moments of a run, read from what it leaves on disk and in its lease.
+
+def stack_starting(run: HarnessRun) -> bool:
+    state = run.stack_state()
+    return bool(state and state.get("phase") == "starting" and any(r.get("pid") for r in state["services"]))
+
+
+def under_load(run: HarnessRun) -> bool:
+    lease = run.lease()
+    return bool(lease and any(p["name"] == "locust" for p in lease.get("processes", [])))
+
+
+def under_load_with_toxic(run: HarnessRun) -> bool:
+    lease = run.lease()
+    return under_load(run) and bool(lease and lease.get("toxics"))
+
+
+def draining(run: HarnessRun) -> bool:
+    run_dir = run.run_dir()
+    lease = run.lease()
+    return bool(run_dir and lease and (run_dir / "locust" / "stats_stats.csv").is_file()
+                and not lease.get("processes") and not (run_dir / "export.ndjson").exists())
+
+
+def checking(run: HarnessRun) -> bool:
+    run_dir = run.run_dir()
+    return bool(run_dir and (run_dir / "final_reads.ndjson").is_file()
+                and not (run_dir / "stack" / "state.json").exists()
+                and not (run_dir / "result.json").exists())
+
+
+def interrupted_mark(run_dir: Path) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    return read_json(run_dir / "interrupted.json"), read_json(run_dir / "result.json")
+
+
+def toxics_on(url: str) -> list[str] | None:
+    """Toxic names on a Toxiproxy, or None when it does not answer."""
+    import requests
+
+    try:
+        proxies = requests.get(f"{url}/proxies", timeout=2).json()
+    except (requests.RequestException, ValueError):
+        return None
+    return [f"{name}/{toxic['name']}" for name, proxy in proxies.items() for toxic in proxy.get("toxics") or []]
