@@ -1,0 +1,82 @@
+"""`harness probe` end to end: real services behind the embedded Toxiproxy, Locust
+duplicates under plans/probe.yaml, a verdict and a report directory.
+
+The probe must find the naive example's check-then-insert race and pass its fixed
+variant; pass the target app through its public API and fail each of its API-layer
+negative controls."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from harness.cli import main
+from harness.probe.config import load_config
+from harness.probe.runner import ProbeSpec, run_probe
+
+from conftest import PROBE_SECONDS, ROOT
+
+pytestmark = pytest.mark.slow
+
+
+def probe(config_path: Path, address: str, out: Path):
+    config = load_config(config_path)
+    config = replace(config, load=replace(config.load, duration=PROBE_SECONDS))
+    return run_probe(ProbeSpec(config=config, out_dir=out, upstream=address))
+
+
+def test_naive_example_race_is_found(example_service, tmp_path: Path) -> None:
+    service = example_service("naive")
+    result = probe(ROOT / "examples/payments_service.yaml", service.address, tmp_path / "naive")
+    assert result.verdict == "fail", result.summary()
+    failed = {inv.name for inv in result.check.invariants if not inv.passed}
+    assert "one_resource_per_key" in failed
+    # The naive layer refuses mismatches and missing keys correctly: only the race shows.
+    assert not failed & {"payload_mismatch_refused", "missing_key_refused"}
+    rows = {row.id: row.status for row in result.conformance}
+    assert rows["enforce-once"] == "fail"
+    # The service's own final answers show the second resource too, not only the clients.
+    searches = [json.loads(line) for line in (result.run_dir / "final-reads.jsonl").read_text().splitlines()]
+    assert any(len(record.get("found") or []) > 1 for record in searches)
+
+
+def test_fixed_example_passes_and_writes_the_report(example_service, tmp_path: Path) -> None:
+    service = example_service("fixed")
+    result = probe(ROOT / "examples/payments_service.yaml", service.address, tmp_path / "fixed")
+    assert result.verdict == "pass", result.summary() + json.dumps(result.violations[:2], default=str)
+    counts = result.check.counts
+    assert counts["kinds"].get("double_click") and counts["kinds"].get("payload_mismatch")
+    assert counts["final_reads"] > 0
+    assert {p.name for p in result.run_dir.iterdir()} >= {"result.json", "junit.xml", "report.html",
+                                                         "faults.jsonl", "history", "config.json"}
+    document = json.loads((result.run_dir / "result.json").read_text())
+    assert document["verdict"] == "pass" and document["faults"], "the plan's windows were applied"
+    rows = {row["id"]: row["status"] for row in document["conformance"]}
+    assert rows["mismatch-422"] == rows["missing-400"] == rows["enforce-once"] == "pass"
+    html = (result.run_dir / "report.html").read_text()
+    assert "Conformance" in html and "Error Scenarios" in html and "PASS" in html
+    assert 'failures="0"' in (result.run_dir / "junit.xml").read_text()
+
+
+def test_target_app_passes_through_its_public_api(target_app, tmp_path: Path,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    service = target_app("")
+    out = tmp_path / "correct"
+    code = main(["probe", "--config", str(ROOT / "examples/target_app_probe.yaml"), "--upstream",
+                 service.address, "--out", str(out), "--duration", f"{PROBE_SECONDS}s"])
+    assert code == 0, capsys.readouterr().out
+    assert capsys.readouterr().out.startswith("PASS: all 7 probe invariants held")
+
+
+@pytest.mark.parametrize("control, caught_by", [
+    ("api", "one_resource_per_key"),
+    ("api-fingerprint", "payload_mismatch_refused"),
+])
+def test_target_app_negative_controls_fail(target_app, tmp_path: Path, control: str, caught_by: str) -> None:
+    service = target_app(control)
+    result = probe(ROOT / "examples/target_app_probe.yaml", service.address, tmp_path / control)
+    assert result.verdict == "fail", result.summary()
+    assert caught_by in {inv.name for inv in result.check.invariants if not inv.passed}
