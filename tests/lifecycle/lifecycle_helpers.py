@@ -66,7 +66,10 @@ def processes_with_env(entry: str) -> list[int]:
 
 def state_ports(state: dict[str, Any]) -> list[int]:
     ports = [int(row["port"]) for row in state.get("services", []) if row.get("port")]
-    for key in ("app_url", "app_direct_url", "redis_proxy_url", "toxiproxy_url"):
+    keys = ["app_url", "app_direct_url", "redis_proxy_url"]
+    if state.get("toxiproxy_kind") != "external":  # a shared Toxiproxy is not the run's to stop
+        keys.append("toxiproxy_url")
+    for key in keys:
         if state.get(key):
             ports.append(int(str(state[key]).rsplit(":", 1)[1].split("/")[0]))
     return sorted(set(ports))
