@@ -1,13 +1,16 @@
-"""Embedded Toxiproxy: proxied (no toxics) versus direct and a naive forwarder, side by side in one run.
+"""Embedded Toxiproxy: proxied (no toxics) versus direct, a naive forwarder and, when
+installed, the real Go toxiproxy-server, side by side in one run.
 
     .venv/bin/python benchmarks/bench_toxiproxy.py [--duration 5] [--bulk-mib 256]
 
 Starts, each in its own process: a tiny uvloop HTTP responder, a raw TCP byte
-sink, the embedded Toxiproxy (`python -m harness.toxiproxy`, as users run it), and
-a naive 40-line asyncio forwarder, once on uvloop and once on asyncio's own loop.
-wrk measures small (/small) and 64 KiB (/big) responses; the bulk figure is a
-raw TCP transfer sender -> sink. Then the same again with toxics present but not
-firing (toxicity 0, and another stream). Prints Markdown tables.
+sink, the embedded Toxiproxy (`python -m harness.toxiproxy`, as users run it), a
+naive 40-line asyncio forwarder, once on uvloop and once on asyncio's own loop,
+and `toxiproxy-server` when it is on PATH (otherwise that column is left out and
+the run says so). wrk measures small (/small) and 64 KiB (/big) responses; the
+bulk figure is a raw TCP transfer sender -> sink. Then the same again with toxics
+present but not firing (toxicity 0, and another stream) on the embedded server.
+All targets alternate within every round. Prints Markdown tables.
 
 Why the naive forwarder: the goal's reference figures (issue 3) were measured with
 a slower backend, so a ratio to our direct baseline is not comparable to them. The
@@ -172,6 +175,38 @@ def bulk(port: int, mib: int) -> float:
     return (mib << 20) / elapsed / 1e6
 
 
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def start_go_server() -> tuple[subprocess.Popen[str], int] | None:
+    """The real toxiproxy-server on a free loopback port, or None when it is not
+    installed. It logs no port of its own choosing, so the port is picked here."""
+    binary = shutil.which("toxiproxy-server")
+    if binary is None:
+        return None
+    port = free_port()
+    process = subprocess.Popen(
+        [binary, "-host", "127.0.0.1", "-port", str(port)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, text=True,
+    )
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        try:
+            if requests.get(f"http://127.0.0.1:{port}/version", timeout=1).ok:
+                return process, port
+        except requests.RequestException:
+            pass
+        if process.poll() is not None:
+            break
+        time.sleep(0.05)
+    process.terminate()
+    process.wait(timeout=10)
+    raise RuntimeError(f"{binary} did not answer on port {port}")
+
+
 def proxy(api: str, name: str, upstream: int) -> int:
     body = {"name": name, "listen": "127.0.0.1:0", "upstream": f"127.0.0.1:{upstream}"}
     response = requests.post(f"{api}/proxies", json=body, timeout=5)
@@ -212,7 +247,13 @@ def main() -> None:
     try:
         http_port = launch([sys.executable, "-c", HTTP_RESPONDER])
         sink_port = launch([sys.executable, "-c", BYTE_SINK])
-        api_port = launch([sys.executable, "-m", "harness.toxiproxy", "--port", "0"])
+        api_port = launch([sys.executable, "-m", "harness.toxiproxy", "-port", "0"])
+        go = start_go_server()
+        go_http = go_sink = None
+        if go is not None:
+            processes.append(go[0])
+            go_api = f"http://127.0.0.1:{go[1]}"
+            go_http, go_sink = proxy(go_api, "http", http_port), proxy(go_api, "sink", sink_port)
         # One forwarder process per upstream and loop, like one Go proxy per upstream.
         naive_http = {loop: launch([sys.executable, "-c", NAIVE_FORWARDER, str(http_port), loop]) for loop in NAIVE_LOOPS}
         naive_sink = {loop: launch([sys.executable, "-c", NAIVE_FORWARDER, str(sink_port), loop]) for loop in NAIVE_LOOPS}
@@ -233,6 +274,8 @@ def main() -> None:
 
         # All targets alternate within each round, so a noisy neighbour hurts them alike.
         http_targets = {"direct": http_port, "embedded": http_proxy} | {f"naive {loop}": naive_http[loop] for loop in NAIVE_LOOPS}
+        if go_http is not None:
+            http_targets["go"] = go_http
         rows: list[tuple[str, dict[str, dict[str, float]]]] = []
         for label, path, conns in WORKLOADS:
             targets = dict(http_targets)
@@ -246,13 +289,20 @@ def main() -> None:
 
         sink_targets = {"direct": sink_port, "embedded": sink_proxy, "idle toxics": sink_idle, "other stream": sink_other}
         sink_targets |= {f"naive {loop}": naive_sink[loop] for loop in NAIVE_LOOPS}
+        if go_sink is not None:
+            sink_targets["go"] = go_sink
         bulk_runs: dict[str, list[float]] = {name: [] for name in sink_targets}
         for _ in range(args.repeats):
             for name, port in sink_targets.items():
                 bulk_runs[name].append(bulk(port, args.bulk_mib))
         rates = {name: statistics.median(r) for name, r in bulk_runs.items()}
 
-        naive = [f"naive {loop}" for loop in NAIVE_LOOPS]
+        # The references the embedded server is compared with: the naive forwarders
+        # and, when installed, the Go server itself.
+        naive = [f"naive {loop}" for loop in NAIVE_LOOPS] + (["go"] if go is not None else [])
+        print("toxiproxy-server: " + ("on PATH, measured as `go`" if go is not None
+                                      else "not on PATH, no Go column (install it to compare)"))
+        print()
         print(
             "| workload | direct req/s | embedded req/s | " + " | ".join(f"{n} req/s" for n in naive)
             + " | embedded/direct | " + " | ".join(f"{n}/direct" for n in naive)
@@ -291,9 +341,9 @@ def main() -> None:
             ("embedded", "embedded, no toxics"),
             ("idle toxics", "embedded, toxicity-0 toxics on both streams"),
             ("other stream", "embedded, firing latency on the other stream"),
-            *((n, f"{n} forwarder") for n in naive),
+            *((n, "Go toxiproxy-server" if n == "go" else f"{n} forwarder") for n in naive),
         ]:
-            versus = f"{rates['embedded'] / rates[name]:.2f}×" if name.startswith("naive") else "–"
+            versus = f"{rates['embedded'] / rates[name]:.2f}×" if name in naive else "–"
             print(f"| {label} | {rates[name]:,.0f} | {rates[name] / rates['direct']:.0%} | {versus} |")
     finally:
         for process in processes:
