@@ -46,6 +46,18 @@ def run_locust(locustfile: str, host: str, env: dict[str, str], *, users: int = 
     return sum(int(entry["num_requests"]) for entry in stats)
 
 
+def load_env(state: dict[str, Any], history: Path) -> dict[str, str]:
+    """The load's environment for a stack started by a test (two SKUs, seed 3)."""
+    return {
+        "HARNESS_HISTORY_DIR": str(history),
+        "HARNESS_REDIS_URL": state["redis_url"],
+        "HARNESS_STREAM": state["stream"],
+        "TARGET_APP_WEBHOOK_SECRET": state["webhook_secret"],
+        "HARNESS_SEED": "3",
+        "HARNESS_SKUS": "sku-1,sku-2",
+    }
+
+
 def records(history_dir: Path) -> list[dict[str, Any]]:
     return [record for path in history_files(history_dir) for record in iter_records(path)]
 

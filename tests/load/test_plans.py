@@ -1,9 +1,11 @@
 """The shipped fault plans provoke the paths they claim, against a real stack.
 
-`flaky-network` claims, within the first 8 s (a smoke run), lost replies after the
-create script ran (the API layer's recovery point) and request bodies cut in
-transit (the app's incomplete-body refusal, and the client's retry of the whole
-body). Measured from the app's own counters and from the history.
+`flaky-network` claims (and promises), within the first 8 s (a smoke run), lost
+replies after the create script ran (the API layer's recovery point) and request
+bodies cut in transit (the app's incomplete-body refusal, and the client's retry of
+the whole body). `consumer-crashes` claims reclaims by another consumer when the
+reclaim time is short (TARGET_APP_RECLAIM_IDLE_MS <= 1500). Measured from the app's
+own counters and from the history.
 """
 
 from __future__ import annotations
@@ -17,31 +19,42 @@ from harness.drain import iter_export, wait_for_drain
 from harness.faults import NemesisRunner, load_plan, schedule
 from harness.nemesis import Nemesis
 from harness.stack import RunningStack, StackSettings, start_stack
-from tests.load.locust_run import completions, expect_counts, records, run_locust
-from tests.load.test_scenarios import load_env
+from tests.load.locust_run import completions, expect_counts, load_env, records, run_locust
 
 PLANS = Path(__file__).resolve().parents[2] / "plans"
 SMOKE_SECONDS = 8
 
 
-@pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningStack]:
-    root = tmp_path_factory.mktemp("stack")
-    settings = StackSettings(root=root, app_workers=2, consumers=2,
-                             env={"TARGET_APP_INVENTORY": "sku-1=1000000,sku-2=1000000"})
+INVENTORY = {"TARGET_APP_INVENTORY": "sku-1=1000000,sku-2=1000000"}
+# The short reclaim time consumer-crashes asks for, and the smoke job's handler delay.
+RECLAIM_ENV = {"TARGET_APP_RECLAIM_IDLE_MS": "1000", "TARGET_APP_HANDLER_DELAY_MS": "50"}
+
+
+def _stack(tmp_path_factory: pytest.TempPathFactory, env: dict[str, str]) -> Iterator[RunningStack]:
+    settings = StackSettings(root=tmp_path_factory.mktemp("stack"), app_workers=2, consumers=2,
+                             env={**INVENTORY, **env})
     with start_stack(settings) as running:
         yield running
 
 
-@pytest.mark.slow
-def test_flaky_network_reaches_the_recovery_point_and_cuts_bodies(stack: RunningStack,
-                                                                   tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningStack]:
+    yield from _stack(tmp_path_factory, {})
+
+
+@pytest.fixture(scope="module")
+def reclaiming_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningStack]:
+    yield from _stack(tmp_path_factory, RECLAIM_ENV)
+
+
+def run_under_plan(stack: RunningStack, plan: str, locustfile: str, history: Path, *,
+                   users: int, log: Path) -> dict[str, int]:
+    """Run the load with the plan's nemesis beside it; the app's counters afterwards."""
     state = stack.state
-    history = tmp_path / "histories"
-    runner = NemesisRunner(Nemesis(state["toxiproxy_url"]), stack, tmp_path / "faults.jsonl")
-    runner.start(schedule(load_plan(PLANS / "flaky-network.yaml"), float(SMOKE_SECONDS)))
+    runner = NemesisRunner(Nemesis(state["toxiproxy_url"]), stack, log)
+    runner.start(schedule(load_plan(PLANS / f"{plan}.yaml"), float(SMOKE_SECONDS)))
     try:
-        run_locust("timeout_replay.py", state["app_url"], load_env(state, history), users=10,
+        run_locust(locustfile, state["app_url"], load_env(state, history), users=users,
                    seconds=SMOKE_SECONDS, timeout=120)
     finally:
         runner.stop()
@@ -49,6 +62,15 @@ def test_flaky_network_reaches_the_recovery_point_and_cuts_bodies(stack: Running
     wait_for_drain(state, timeout=30)
     (counters,) = [line for line in iter_export(state["app_direct_url"], token=state.get("internal_token"))
                    if line["kind"] == "counters"]
+    return counters
+
+
+@pytest.mark.slow
+def test_flaky_network_reaches_the_recovery_point_and_cuts_bodies(stack: RunningStack,
+                                                                   tmp_path: Path) -> None:
+    history = tmp_path / "histories"
+    counters = run_under_plan(stack, "flaky-network", "timeout_replay.py", history, users=10,
+                              log=tmp_path / "faults.jsonl")
     assert counters["api_recovered"] > 0, counters
     assert counters["api_incomplete_bodies"] > 0, counters
 
@@ -62,3 +84,14 @@ def test_flaky_network_reaches_the_recovery_point_and_cuts_bodies(stack: Running
                and r["op"] == "create_order" and (c := done.get(r["op_id"])) is not None]
     assert any(c["type"] == "ok" for c in retried)
     assert not any(c.get("problem_type") == "/problems/idempotency-key-mismatch" for c in retried)
+
+
+@pytest.mark.slow
+def test_consumer_crashes_make_another_consumer_reclaim(reclaiming_stack: RunningStack,
+                                                        tmp_path: Path) -> None:
+    history = tmp_path / "histories"
+    counters = run_under_plan(reclaiming_stack, "consumer-crashes", "redelivered_messages.py",
+                              history, users=2, log=tmp_path / "faults.jsonl")
+    assert counters["messages_reclaimed"] > 0, counters
+    # Reclaims and crashes never park a payment: the messages are all valid.
+    assert counters["messages_dead_lettered"] == 0, counters

@@ -124,6 +124,13 @@ def test_a_process_never_invokes_again_after_info(stub_url: str, tmp_path: Path)
             retired.add(process)
     incarnations = {r["process"].rsplit("-p", 1)[1] for r in recorded}
     assert len(incarnations) > 1, "no user ever continued as a new process"
+    # Every invoke names its tenant; every ok answer is summarised (null where the
+    # stub's body says nothing), and the stub's plain-JSON 503 is no problem answer.
+    assert all(r["tenant"] for r in recorded if r["type"] == "invoke")
+    oks = [r for r in recorded if r["type"] == "ok"]
+    assert oks and all(isinstance(r["answer"], dict) for r in oks)
+    assert all(r["answer"]["order_id"] == r["order_id"] for r in oks if r["op"] == "create_order")
+    assert not any("problem_type" in r for r in infos)
     # Retries after info reuse the key and body, so the fingerprint repeats.
     retries = [r for r in recorded if r.get("expect") == "retry_after_timeout"]
     assert retries

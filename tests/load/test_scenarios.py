@@ -15,7 +15,7 @@ import pytest
 
 from harness.history import ORDER_ANSWER_FIELDS, PAYMENT_ANSWER_FIELDS, REJECT_STATUS
 from harness.stack import RunningStack, StackSettings, start_stack
-from tests.load.locust_run import completions, expect_counts, records, run_locust
+from tests.load.locust_run import completions, expect_counts, load_env, records, run_locust
 
 TENANT_ATTEMPTS = {"shared_key", "cross_tenant_read", "cross_tenant_pay"}
 PROMISES = {
@@ -38,17 +38,6 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningStack]:
                              env={"TARGET_APP_INVENTORY": "sku-1=1000000,sku-2=1000000"})
     with start_stack(settings) as running:
         yield running
-
-
-def load_env(state: dict[str, Any], history: Path) -> dict[str, str]:
-    return {
-        "HARNESS_HISTORY_DIR": str(history),
-        "HARNESS_REDIS_URL": state["redis_url"],
-        "HARNESS_STREAM": state["stream"],
-        "TARGET_APP_WEBHOOK_SECRET": state["webhook_secret"],
-        "HARNESS_SEED": "3",
-        "HARNESS_SKUS": "sku-1,sku-2",
-    }
 
 
 def operations(recorded: list[dict[str, Any]]) -> list[tuple[dict[str, Any], dict[str, Any]]]:
