@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/bench_checker.py            # the full table
     .venv/bin/python benchmarks/bench_checker.py --quick    # small sizes, a smoke run
+    .venv/bin/python benchmarks/bench_checker.py --row 100000,1,0,0 --repeat 1   # one row
 
 Each row generates a run directory on disk (history files of 8 load processes and
 the matching export of a correct app), then checks it in a fresh subprocess so the
@@ -35,7 +36,7 @@ def _digest(text: str) -> str:
 
 
 class Writer:
-    """Writes invoke/completion pairs the way HistoryWriter would, but in big batches."""
+    """Writes invoke/completion pairs the way the load records them, but in big batches."""
 
     def __init__(self, directory: Path, worker: int) -> None:
         self.handle = open(directory / f"w{worker}-1.jsonl", "wb")
@@ -50,11 +51,15 @@ class Writer:
         op_id = f"{self.process}:{self.counter}"
         self.clock += 0.01
         self.buffer.append(orjson.dumps(
-            {"type": "invoke", "op_id": op_id, "time": self.clock, "process": self.process,
-             "op": op, "tenant": "default", **invoke}, option=DUMP))
+            {"type": "invoke", "op_id": op_id, "op": op, "tenant": "default", "expect": None,
+             **invoke, "time": self.clock, "process": self.process}, option=DUMP))
+        if op != "publish":
+            # what the HTTP client writes on every completion (docs/internals.md)
+            completion = {"status": None, "body_digest": None, "replayed": False, "error": None,
+                          "toxic_hit": None, **completion}
         self.buffer.append(orjson.dumps(
-            {"type": kind, "op_id": op_id, "time": self.clock + 0.005, "process": self.process,
-             "op": op, **completion}, option=DUMP))
+            {"type": kind, "op_id": op_id, "op": op, **completion, "time": self.clock + 0.005,
+             "process": self.process}, option=DUMP))
         if kind == "info":
             self.incarnation += 1
             self.process = f"{self.process.rsplit('-p', 1)[0]}-p{self.incarnation}"
@@ -70,9 +75,18 @@ class Writer:
         self.handle.close()
 
 
+def _must_reject(expect: str, status: int) -> dict:
+    return {"expect": expect, "must_reject": True, "reject_status": status}
+
+
 def generate(run_dir: Path, *, orders: int, rounds: int, duplicates: int = 0, lost: int = 0) -> int:
     """A correct app's run: 7 operations per order plus 4 per duplicate round.
 
+    Records carry what the load records (docs/internals.md): tenant, expect,
+    fingerprints, `answer` summaries of ok bodies, `problem_type` of refusals,
+    `must_reject` on deliberate refusals. The run directory also gets
+    `final_reads.ndjson` (one read per order, agreeing with the export) and one
+    invalid dead letter per 1,000 orders, so every invariant has input.
     `duplicates` orders get a second payment the way the domain mutant makes one
     (a webhook with another provider_ref, accepted); `lost` orders lose their
     acknowledged payment. The first fails an export-only invariant, the second
@@ -82,69 +96,103 @@ def generate(run_dir: Path, *, orders: int, rounds: int, duplicates: int = 0, lo
     histories.mkdir(parents=True)
     writers = [Writer(histories, worker) for worker in range(WORKERS)]
     export = open(run_dir / "export.ndjson", "wb")
+    reads = open(run_dir / "final_reads.ndjson", "wb")
     effects: list[bytes] = []
+    dead_letters: list[bytes] = []
     operations = 0
     for number in range(orders):
         w = writers[number % WORKERS]
         order_id, ref, message = f"ord_{number:08d}", f"pr_{number}", f"msg_{number}"
         created, paid = _digest(f"created {order_id}"), _digest(f"paid {order_id}")
         create = {"idempotency_key": f"ck-{number}", "sku": "sku-1", "quantity": 1,
-                  "amount_cents": 1000, "fingerprint": created}
+                  "amount_cents": 1000, "fingerprint": _digest(f"create {number}")}
         pay = {"idempotency_key": f"pk-{number}", "order_id": order_id, "provider_ref": ref,
-               "amount_cents": 1000, "fingerprint": paid}
+               "amount_cents": 1000, "fingerprint": _digest(f"pay {number}")}
         webhook = {"order_id": order_id, "provider_ref": ref, "event_id": f"ev-{number}",
-                   "amount_cents": 1000}
+                   "amount_cents": 1000, "fingerprint": _digest(f"webhook {number}")}
         publish = {"order_id": order_id, "provider_ref": ref, "message_id": message,
                    "amount_cents": 1000}
+        order_answer = {"order_id": order_id, "tenant": "default", "sku": "sku-1", "quantity": 1,
+                        "amount_cents": 1000, "status": "INVENTORY_RESERVED",
+                        "idempotency_key": f"ck-{number}", "provider_ref": None}
+        paid_answer = {"order_id": order_id, "tenant": "default", "status": "PAID", "provider_ref": ref,
+                       "amount_cents": 1000, "already_paid": False}
+        again_answer = {**paid_answer, "already_paid": True}
         w.op("create_order", "ok", create,
-             {"status": 201, "order_id": order_id, "body_digest": created, "replayed": False})
+             {"status": 201, "order_id": order_id, "body_digest": created, "answer": order_answer})
         w.op("pay", "info", pay, {"error": "ReadTimeout"})
-        w.op("pay", "ok", {**pay, "expect": "duplicate"},
-             {"status": 201, "body_digest": paid, "replayed": True})
-        w.op("pay", "ok", {**pay, "idempotency_key": f"pk2-{number}", "expect": "same_fact_new_id"},
-             {"status": 200, "body_digest": paid, "replayed": False})
+        w.op("pay", "ok", {**pay, "expect": "retry_after_timeout"},
+             {"status": 201, "body_digest": paid, "replayed": True, "answer": paid_answer})
+        w.op("pay", "ok", {**pay, "idempotency_key": f"pk2-{number}", "expect": "same_fact_new_id",
+                           "fingerprint": _digest(f"pay2 {number}")},
+             {"status": 200, "body_digest": paid, "answer": again_answer})
         w.op("pay", "fail", {**pay, "idempotency_key": f"pk3-{number}", "provider_ref": f"px_{number}",
-                             "expect": "conflict"}, {"status": 409, "body_digest": _digest("conflict")})
-        w.op("webhook", "fail", {**webhook, "expect": "bad_signature"}, {"status": 401})
+                             "fingerprint": _digest(f"pay3 {number}"), **_must_reject("conflicting_ref", 409)},
+             {"status": 409, "body_digest": _digest("conflict"), "problem_type": "/problems/payment-conflict"})
+        w.op("webhook", "fail", {**webhook, **_must_reject("tampered_signature", 401)},
+             {"status": 401, "body_digest": _digest("signature"),
+              "problem_type": "/problems/invalid-signature"})
         w.op("publish", "ok", publish, {})
         operations += 7
         for _ in range(rounds):
             w.op("create_order", "ok", {**create, "expect": "double_click"},
-                 {"status": 201, "order_id": order_id, "body_digest": created, "replayed": True})
-            w.op("pay", "ok", {**pay, "expect": "duplicate"},
-                 {"status": 201, "body_digest": paid, "replayed": True})
-            w.op("webhook", "ok", {**webhook, "expect": "duplicate"}, {"status": 200})
+                 {"status": 201, "order_id": order_id, "body_digest": created, "replayed": True,
+                  "answer": order_answer})
+            w.op("pay", "ok", {**pay, "expect": "retry_after_timeout"},
+                 {"status": 201, "body_digest": paid, "replayed": True, "answer": paid_answer})
+            w.op("webhook", "ok", {**webhook, "expect": "webhook_burst"},
+                 {"status": 200, "body_digest": paid, "answer": again_answer})
             w.op("publish", "ok", {**publish, "expect": "producer_duplicate"}, {})
             operations += 4
-        export.write(orjson.dumps(
-            {"kind": "order", "id": order_id, "tenant": "default", "idempotency_key": f"ck-{number}",
-             "sku": "sku-1", "quantity": 1, "amount_cents": 1000, "currency": "EUR", "status": "PAID",
-             "created_at": 1.0}, option=DUMP))
+        order = {"id": order_id, "tenant": "default", "idempotency_key": f"ck-{number}",
+                 "sku": "sku-1", "quantity": 1, "amount_cents": 1000, "currency": "EUR", "status": "PAID",
+                 "created_at": 1.0}
+        held = []
+        export.write(orjson.dumps({"kind": "order", **order}, option=DUMP))
         if number >= lost:
-            export.write(orjson.dumps(
-                {"kind": "payment", "order_id": order_id, "provider_ref": ref, "amount_cents": 1000,
-                 "source": "api", "source_id": f"pk-{number}", "applied_at": 2.0}, option=DUMP))
+            payment = {"order_id": order_id, "provider_ref": ref, "amount_cents": 1000,
+                       "source": "api", "source_id": f"pk-{number}", "applied_at": 2.0}
+            held.append(payment)
+            export.write(orjson.dumps({"kind": "payment", **payment}, option=DUMP))
         if number < duplicates:
             w.op("webhook", "ok", {**webhook, "provider_ref": f"px_{number}", "event_id": f"ev2-{number}"},
-                 {"status": 200})
+                 {"status": 200, "body_digest": paid, "answer": again_answer})
             operations += 1
-            export.write(orjson.dumps(
-                {"kind": "payment", "order_id": order_id, "provider_ref": f"px_{number}",
-                 "amount_cents": 1000, "source": "webhook", "source_id": f"ev2-{number}",
-                 "applied_at": 3.0}, option=DUMP))
+            payment = {"order_id": order_id, "provider_ref": f"px_{number}", "amount_cents": 1000,
+                       "source": "webhook", "source_id": f"ev2-{number}", "applied_at": 3.0}
+            held.append(payment)
+            export.write(orjson.dumps({"kind": "payment", **payment}, option=DUMP))
+        reads.write(orjson.dumps({"order_id": order_id, "tenant": "default", "status_code": 200,
+                                  "order": {**order, "provider_ref": ref, "payments": held}}, option=DUMP))
         effects.append(orjson.dumps(
             {"kind": "message_effect", "message_id": message, "order_id": order_id,
              "provider_ref": ref, "outcome": "already_paid", "at": 3.0}, option=DUMP))
+        if number % 1000 == 0:
+            dead_letters.append(orjson.dumps(
+                {"kind": "dead_letter", "message_id": f"poison-{number}", "entry_id": f"{number}-0",
+                 "deliveries": 1, "reason": "no message_id", "order_id": None, "provider_ref": None,
+                 "amount_cents": None, "valid": False}, option=DUMP))
     for writer in writers:
         writer.close()
+    reads.close()
     export.write(b"".join(effects))
     export.write(orjson.dumps({"kind": "inventory", "sku": "sku-1", "available": 10 * orders,
                                "added_total": 11 * orders}, option=DUMP))
-    export.write(orjson.dumps({"kind": "counters", "api_replays": orders * (1 + rounds)}, option=DUMP))
+    export.write(b"".join(dead_letters))
+    export.write(orjson.dumps(
+        {"kind": "counters", "api_replays": orders * (1 + rounds), "api_fingerprint_conflicts": 0,
+         "api_inflight_conflicts": 0, "api_recovered": 0, "api_incomplete_bodies": 0,
+         "domain_already_paid": orders * (1 + rounds), "domain_conflicts": orders,
+         "domain_amount_mismatches": 0, "tenant_refusals": 0, "inbox_duplicates_skipped": orders * rounds,
+         "messages_dead_lettered": len(dead_letters), "messages_reclaimed": 0,
+         "webhook_bad_signatures": orders}, option=DUMP))
     export.close()
     (run_dir / "faults.jsonl").write_bytes(orjson.dumps(
         {"name": "latency", "kind": "toxic", "target": "app", "start": 1_700_000_000.0,
          "end": 1_700_000_100.0, "error": None}, option=DUMP))
+    (run_dir / "settings.json").write_bytes(orjson.dumps(
+        {"scenario": "mixed", "promised_paths": ["replay", "already_paid", "signature_refusal",
+                                                 "inbox_skip"], "min_acknowledged": 1}))
     return operations
 
 
@@ -165,7 +213,8 @@ def measure(run_dir: Path) -> dict:
         "seconds, cpu = time.perf_counter() - start, time.process_time() - cpu\n"
         "peak = hwm()\n"
         "print(json.dumps({'seconds': seconds, 'cpu': cpu, 'peak_mib': peak / 1024, 'base_mib': base / 1024,\n"
-        "                  'valid': result.valid, 'operations': result.counts['operations'],\n"
+        "                  'valid': result.valid, 'verdict': result.verdict,\n"
+        "                  'operations': result.counts['operations'],\n"
         "                  'violations': sum(i.violation_count for i in result.invariants)}))\n"
     )
     output = subprocess.run([sys.executable, "-c", code, str(run_dir)], check=True,
@@ -179,15 +228,19 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3,
                         help="checks per row; the best wall and CPU time are shown, because "
                              "other work on a shared machine only ever adds time")
+    parser.add_argument("--row", metavar="ORDERS,ROUNDS,SECOND,LOST",
+                        help="one row only, e.g. 100000,1,0,0 (for iterating on the checker)")
     args = parser.parse_args()
     # (orders, duplicate rounds, second payments, lost payments)
-    if args.quick:
+    if args.row:
+        rows = [tuple(int(part) for part in args.row.split(","))]
+    elif args.quick:
         rows = [(2_000, 1, 0, 0), (4_000, 1, 0, 0), (2_000, 4, 0, 0), (4_000, 1, 40, 0), (4_000, 1, 0, 40)]
     else:
         rows = [(25_000, 1, 0, 0), (50_000, 1, 0, 0), (100_000, 1, 0, 0), (25_000, 7, 0, 0),
                 (100_000, 1, 1_000, 0), (100_000, 1, 0, 1_000)]
     print("| orders | operations | injected | check wall s | check CPU s | peak RSS MiB "
-          "| RSS above start MiB | valid |")
+          "| RSS above start MiB | verdict |")
     print("|---:|---:|---|---:|---:|---:|---:|:---:|")
     for orders, rounds, duplicates, lost in rows:
         injected = (f"{duplicates:,} second payments" if duplicates else
@@ -204,7 +257,7 @@ def main() -> None:
         assert figures["operations"] == operations, figures
         print(f"| {orders:,} | {operations:,} | {injected} | {figures['seconds']:.2f} | {figures['cpu']:.2f} "
               f"| {figures['peak_mib']:.0f} | {figures['peak_mib'] - figures['base_mib']:.0f} "
-              f"| {figures['valid']} |", flush=True)
+              f"| {figures['verdict']} |", flush=True)
         walls = ", ".join(f"{figure['seconds']:.2f}" for figure in runs)
         print(f"<!-- generated in {generated:.1f} s; violations {figures['violations']}; "
               f"wall of each check {walls} s -->", flush=True)

@@ -2,45 +2,83 @@
 
 `check` is pure (no I/O); `check_run` reads a run directory (docs/internals.md) and
 calls it. This module holds the inputs and outputs: the export reduced to compact
-tuples (`ExportState`), the result types and the evidence; the history index and
-the invariants themselves live in harness.invariants. The history is read in one
-streaming pass; when something failed, a second pass picks out the operations that
-touched the failing subjects, so evidence never needs the whole history in memory.
+tuples (`ExportState`), the result types, the verdict and the evidence; the
+history index and the invariants themselves live in harness.invariants. The
+history is read in one streaming pass; when something failed, a second pass picks
+out the operations that touched the failing subjects, so evidence never needs the
+whole history in memory.
+
+Verdict: `fail` when an invariant failed; otherwise `inconclusive` when a promised
+protective path was exercised zero times or fewer than `min_acknowledged`
+operations were answered ok; otherwise `pass`. `CheckResult.valid` is True only
+for `pass`.
 """
 
 from __future__ import annotations
 
+import gc
 import heapq
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import orjson
 
 from harness.errors import HarnessError
-from harness.history import HistoryError, history_files, iter_operations
+from harness.history import HistoryError, history_files
+from harness.invariants import (INVARIANTS, PAID_OUTCOMES, Finding, Findings, HistoryIndex,
+                                evaluate_export, evaluate_history, jepsen_counts, scope_key)
 from harness.run_scope import scoped_export
-from harness.invariants import (INVARIANTS, Finding, Findings, HistoryIndex, evaluate_export,
-                                evaluate_history, jepsen_counts, scope_key)
 
-__all__ = ["CheckResult", "CheckerError", "ExportState", "HistoryFiles", "InvariantResult",
-           "Violation", "check", "check_run", "load_export", "read_export"]
+__all__ = ["DEFAULT_MIN_ACKNOWLEDGED", "PATHS", "VERDICTS", "CheckResult", "CheckerError",
+           "ExportState", "HistoryFiles", "InvariantResult", "Violation", "check", "check_run",
+           "load_export", "read_export", "read_final_reads"]
 
 VIOLATION_CAP = 50
 EVIDENCE_OPERATIONS = 20
 EVIDENCE_FAULTS = 20
 EVIDENCE_PAYMENTS = 20
+DEAD_LETTERS_LISTED = 20
+# A run with nothing acknowledged proves nothing; one ok operation is the least
+# that does not depend on the run's length. Runners set more in settings.json.
+DEFAULT_MIN_ACKNOWLEDGED = 1
+VERDICTS = ("pass", "fail", "inconclusive")
+# Bytes read per block from a history or export file.
+_BLOCK = 1 << 22
 
 _LAYER_COUNTERS = {
     "api": {"replays": "api_replays", "fingerprint_conflicts": "api_fingerprint_conflicts",
-            "inflight_conflicts": "api_inflight_conflicts"},
+            "inflight_conflicts": "api_inflight_conflicts", "recovered": "api_recovered",
+            "incomplete_bodies": "api_incomplete_bodies"},
     "domain": {"already_paid": "domain_already_paid", "conflicts": "domain_conflicts",
-               "amount_mismatches": "domain_amount_mismatches"},
+               "amount_mismatches": "domain_amount_mismatches", "tenant_refusals": "tenant_refusals"},
     "inbox": {"duplicates_skipped": "inbox_duplicates_skipped",
-              "dead_lettered": "messages_dead_lettered"},
+              "dead_lettered": "messages_dead_lettered", "reclaimed": "messages_reclaimed"},
     "webhook": {"bad_signatures": "webhook_bad_signatures"},
 }
+
+# Protective path -> (the app counter that counts it, the problem type a client
+# sees when it is taken, or None). A path counts the larger of the two: the
+# counter is the app's own word, the history what clients saw of it.
+PATHS: dict[str, tuple[str, str | None]] = {
+    "replay": ("api_replays", None),
+    "fingerprint_refusal": ("api_fingerprint_conflicts", "/problems/idempotency-key-mismatch"),
+    "inflight_refusal": ("api_inflight_conflicts", "/problems/idempotency-key-in-flight"),
+    "recovery_point": ("api_recovered", None),
+    "incomplete_body": ("api_incomplete_bodies", "/problems/incomplete-body"),
+    "already_paid": ("domain_already_paid", None),
+    "conflict": ("domain_conflicts", "/problems/payment-conflict"),
+    "amount_refusal": ("domain_amount_mismatches", "/problems/amount-mismatch"),
+    "signature_refusal": ("webhook_bad_signatures", "/problems/invalid-signature"),
+    "tenant_refusal": ("tenant_refusals", None),
+    "inbox_skip": ("inbox_duplicates_skipped", None),
+    "reclaim": ("messages_reclaimed", None),
+    "dead_letter": ("messages_dead_lettered", None),
+}
+
+_COMPLETIONS = frozenset({"ok", "fail", "info"})
 
 
 class CheckerError(HarnessError):
@@ -51,6 +89,10 @@ class CheckerError(HarnessError):
 Payment = tuple[str, Any, Any, Any, Any]
 # A message effect as kept: (message_id, order_id, outcome).
 Effect = tuple[str, Any, Any]
+# An exported order (harness.invariants.O_*): (id, scope, status, tenant, sku, quantity, amount).
+OrderRow = tuple[str, str, Any, Any, Any, Any, Any]
+# A valid dead-lettered payment message: (message_id, order_id, provider_ref, reason).
+DeadPayment = tuple[Any, Any, Any, str]
 
 
 class ExportState:
@@ -58,20 +100,29 @@ class ExportState:
     at 10^5 orders, dicts per line would be most of the checker's memory."""
 
     def __init__(self) -> None:
-        # order id -> (the id itself, "tenant␟key" scope or "", status)
-        self.orders: dict[str, tuple[str, str, Any]] = {}
+        self.orders: dict[str, OrderRow] = {}
+        self.broken: list[str] = []
         self.order_by_scope: dict[str, str] = {}
         self.extra_orders_by_scope: dict[str, list[str]] = {}
         self.reserved: dict[str, int] = {}
         self.payments: dict[str, list[Payment]] = {}
         self.payment_count = 0
         self.effects: dict[str, list[Effect]] = {}
+        # message ids whose handler said paid / already_paid: the app acknowledged them
+        self.paid_messages: set[str] = set()
         self.inventory: dict[str, dict[str, Any]] = {}
         self.dead_letters: set[str] = set()
+        self.dead_letter_count = 0
+        self.dead_letter_reasons: dict[str, int] = {}
+        self.dead_letters_listed: list[dict[str, Any]] = []
+        self.valid_dead_letters: list[DeadPayment] = []
         self.counters: dict[str, int] = {}
 
     def holds(self, order_id: str, provider_ref: str) -> bool:
-        return any(payment[0] == provider_ref for payment in self.payments.get(order_id, ()))
+        for payment in self.payments.get(order_id, ()):
+            if payment[0] == provider_ref:
+                return True
+        return False
 
     def payments_of(self, order_ids: Iterable[str]) -> list[dict[str, Any]]:
         """The export lines of these orders' payments, for evidence."""
@@ -79,6 +130,12 @@ class ExportState:
                  "source": source, "source_id": source_id, "applied_at": applied}
                 for order_id in order_ids
                 for ref, source, source_id, amount, applied in self.payments.get(order_id, ())]
+
+    def dead_letter_summary(self) -> dict[str, Any]:
+        """The result's `dead_letters`: how many, per reason, and the first ones as exported."""
+        return {"count": self.dead_letter_count,
+                "reasons": dict(sorted(self.dead_letter_reasons.items())),
+                "first": list(self.dead_letters_listed)}
 
 
 def _require(record: dict[str, Any], *names: str) -> None:
@@ -89,55 +146,86 @@ def _require(record: dict[str, Any], *names: str) -> None:
 
 def load_export(records: Iterable[dict[str, Any]]) -> ExportState:
     state = ExportState()
-    # Few distinct tenants, statuses, sources, outcomes: share one string object each.
+    # Few distinct tenants, statuses, skus, sources, outcomes: share one string object each.
     shared: dict[Any, Any] = {}
+    share = shared.setdefault
+    orders = state.orders
+    payments = state.payments
     for record in records:
         if not isinstance(record, dict):
             raise CheckerError(f"export line is not an object: {record!r}")
-        kind = record.get("kind")
+        get = record.get
+        kind = get("kind")
         if kind == "order":
-            _require(record, "id")
-            order_id = record["id"]
-            key = record.get("idempotency_key")
-            scope = scope_key(record.get("tenant") or "default", key) if key is not None else ""
-            status = record.get("status")
-            state.orders[order_id] = (order_id, scope, shared.setdefault(status, status))
-            if key is not None:
+            order_id = get("id")
+            if order_id is None:
+                _require(record, "id")
+            if get("broken") is True:
+                state.broken.append(order_id)
+                continue
+            key = get("idempotency_key")
+            tenant = share(get("tenant") or "default", get("tenant") or "default")
+            scope = scope_key(tenant, key) if key else ""
+            status, sku, quantity = get("status"), get("sku"), get("quantity")
+            orders[order_id] = (order_id, scope, share(status, status), tenant, share(sku, sku),
+                                quantity, get("amount_cents"))
+            if key:
                 first = state.order_by_scope.setdefault(scope, order_id)
                 if first != order_id:
                     state.extra_orders_by_scope.setdefault(scope, []).append(order_id)
-            sku = record.get("sku")
             if sku is not None:
-                state.reserved[sku] = state.reserved.get(sku, 0) + int(record.get("quantity") or 0)
+                state.reserved[sku] = state.reserved.get(sku, 0) + int(quantity or 0)
         elif kind == "payment":
-            _require(record, "order_id", "provider_ref")
-            order = state.orders.get(record["order_id"])
-            order_id = order[0] if order is not None else record["order_id"]
-            source = record.get("source")
-            state.payments.setdefault(order_id, []).append(
-                (record["provider_ref"], shared.setdefault(source, source), record.get("source_id"),
-                 record.get("amount_cents"), record.get("applied_at")))
+            order_id, provider_ref = get("order_id"), get("provider_ref")
+            if order_id is None or provider_ref is None:
+                _require(record, "order_id", "provider_ref")
+            order = orders.get(order_id)
+            if order is not None:
+                order_id = order[0]
+            source = get("source")
+            held = payments.get(order_id)
+            payment = (provider_ref, share(source, source), get("source_id"), get("amount_cents"),
+                       get("applied_at"))
+            if held is None:
+                payments[order_id] = [payment]
+            else:
+                held.append(payment)
             state.payment_count += 1
         elif kind == "message_effect":
             _require(record, "message_id")
             message_id = record["message_id"]
-            order = state.orders.get(record.get("order_id"))
-            outcome = record.get("outcome")
+            order = orders.get(get("order_id"))
+            outcome = get("outcome")
             state.effects.setdefault(message_id, []).append(
-                (message_id, order[0] if order is not None else record.get("order_id"),
-                 shared.setdefault(outcome, outcome)))
+                (message_id, order[0] if order is not None else get("order_id"),
+                 share(outcome, outcome)))
+            if outcome in PAID_OUTCOMES:
+                state.paid_messages.add(message_id)
         elif kind == "inventory":
             _require(record, "sku", "available")
             state.inventory[record["sku"]] = record
         elif kind == "dead_letter":
-            if record.get("message_id") is not None:
-                state.dead_letters.add(record["message_id"])
+            _dead_letter(state, record)
         elif kind == "counters":
             state.counters = {name: value for name, value in record.items() if name != "kind"}
         elif kind is None:
             raise CheckerError(f"export line has no kind: {record}")
         # Unknown kinds are newer export content this checker does not judge.
     return state
+
+
+def _dead_letter(state: ExportState, record: dict[str, Any]) -> None:
+    message_id = record.get("message_id")
+    if message_id is not None:
+        state.dead_letters.add(message_id)
+    reason = str(record.get("reason") or "unknown")
+    state.dead_letter_count += 1
+    state.dead_letter_reasons[reason] = state.dead_letter_reasons.get(reason, 0) + 1
+    if len(state.dead_letters_listed) < DEAD_LETTERS_LISTED:
+        state.dead_letters_listed.append(dict(record))
+    if record.get("valid") is True:
+        state.valid_dead_letters.append(
+            (message_id, record.get("order_id"), record.get("provider_ref"), reason))
 
 
 @dataclass
@@ -184,6 +272,13 @@ class InvariantResult:
 
 @dataclass
 class CheckResult:
+    """A run's verdict (`pass` / `fail` / `inconclusive`) with everything it rests on.
+
+    `valid` is True only for `pass`. `inconclusive_reasons` lists what would make
+    (or made) the run inconclusive: it is filled whatever the verdict, so a run
+    that failed also shows which promised path it never reached.
+    """
+
     valid: bool
     invariants: list[InvariantResult]
     run_id: str = ""
@@ -194,6 +289,17 @@ class CheckResult:
     layers: dict[str, dict[str, int]] = field(default_factory=dict)
     duplicates: dict[str, int] = field(default_factory=dict)
     counts: dict[str, int] = field(default_factory=dict)
+    verdict: str = ""
+    inconclusive_reasons: list[str] = field(default_factory=list)
+    paths: dict[str, int] = field(default_factory=dict)
+    promised_paths: list[str] = field(default_factory=list)
+    min_acknowledged: int = DEFAULT_MIN_ACKNOWLEDGED
+    dead_letters: dict[str, Any] = field(default_factory=lambda: {"count": 0, "reasons": {}, "first": []})
+
+    def __post_init__(self) -> None:
+        # A result built the old way (valid only) still has a verdict.
+        if not self.verdict:
+            self.verdict = "pass" if self.valid else "fail"
 
     def invariant(self, name: str) -> InvariantResult:
         for result in self.invariants:
@@ -206,21 +312,114 @@ class CheckResult:
         return [result.name for result in self.invariants if not result.passed]
 
     def to_dict(self) -> dict[str, Any]:
-        return {"valid": self.valid, "run_id": self.run_id, "scenario": self.scenario,
+        return {"verdict": self.verdict, "valid": self.valid,
+                "inconclusive_reasons": list(self.inconclusive_reasons),
+                "run_id": self.run_id, "scenario": self.scenario,
                 "unsafe_disable": list(self.unsafe_disable),
+                "promised_paths": list(self.promised_paths), "min_acknowledged": self.min_acknowledged,
                 "invariants": [result.to_dict() for result in self.invariants],
+                "paths": self.paths, "dead_letters": self.dead_letters,
                 "outcomes": self.outcomes, "jepsen": self.jepsen, "layers": self.layers,
                 "duplicates": self.duplicates, "counts": self.counts}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> CheckResult:
+        """A result.json back; one written before verdicts gets `pass`/`fail` from `valid`."""
         return cls(valid=data["valid"],
                    invariants=[InvariantResult.from_dict(r) for r in data["invariants"]],
                    run_id=data.get("run_id", ""), scenario=data.get("scenario", ""),
                    unsafe_disable=list(data.get("unsafe_disable", [])),
                    outcomes=data.get("outcomes", {}), jepsen=data.get("jepsen", {}),
                    layers=data.get("layers", {}), duplicates=data.get("duplicates", {}),
-                   counts=data.get("counts", {}))
+                   counts=data.get("counts", {}), verdict=data.get("verdict") or "",
+                   inconclusive_reasons=list(data.get("inconclusive_reasons", [])),
+                   paths=data.get("paths", {}), promised_paths=list(data.get("promised_paths", [])),
+                   min_acknowledged=int(data.get("min_acknowledged", DEFAULT_MIN_ACKNOWLEDGED)),
+                   dead_letters=data.get("dead_letters") or {"count": 0, "reasons": {}, "first": []})
+
+
+def _blocks(handle: BinaryIO) -> Iterator[tuple[list[bytes], bool]]:
+    """The file's lines in big blocks (one read and one split per block, not per line).
+
+    Yields (lines, last): `last` marks the final piece of a file that does not end
+    with a newline, which a killed writer may have left half written.
+    """
+    rest = b""
+    while True:
+        block = handle.read(_BLOCK)
+        if not block:
+            if rest:
+                yield [rest], True
+            return
+        if rest:
+            block = rest + block
+        cut = block.rfind(b"\n")
+        if cut < 0:
+            rest = block
+            continue
+        rest = block[cut + 1:]
+        yield block[:cut].split(b"\n"), False
+
+
+def read_operations(paths: Iterable[Path]) -> Iterator[dict[str, Any]]:
+    """Completed operations of history files, as `harness.history.iter_operations` yields them.
+
+    The same records and errors, built for the checker's million-operation pass:
+    each completion is merged into its invoke's own dict (both were just parsed
+    and are not shared) instead of into a copy.
+    """
+    loads = orjson.loads
+    decode_error = orjson.JSONDecodeError
+    completions = _COMPLETIONS
+    for path in paths:
+        pending: dict[Any, dict[str, Any]] = {}
+        pop = pending.pop
+        number = 0
+        try:
+            handle = open(path, "rb")
+        except OSError as error:
+            raise HistoryError(f"{path} is unreadable: {error}") from error
+        with handle:
+            # Line by line: the file iterator reuses its buffer, which here is
+            # faster than splitting big blocks into lists of lines.
+            for line in handle:
+                number += 1
+                try:
+                    record = loads(line)
+                except decode_error as error:
+                    if not line.strip() or not line.endswith(b"\n"):
+                        continue  # a blank line, or a killed writer's torn last line
+                    raise HistoryError(f"{path}:{number}: not a JSON record: {error}") from error
+                if type(record) is not dict:
+                    raise HistoryError(f"{path}:{number}: not a JSON object")
+                kind = record.get("type")
+                if kind == "invoke":
+                    pending[record.get("op_id")] = record
+                    continue
+                if kind not in completions:
+                    raise HistoryError(f"{path}: unknown record type {kind!r}")
+                invoke = pop(record.get("op_id"), None)
+                if invoke is None:
+                    raise HistoryError(f"{path}: completion {record.get('op_id')!r} without invoke")
+                invoked = invoke.get("time")
+                if None in record.values():
+                    # a null in the completion does not erase what the invoke said
+                    for name, value in record.items():
+                        if value is not None or invoke.get(name) is None:
+                            invoke[name] = value
+                else:
+                    invoke.update(record)
+                invoke["invoke_time"] = invoked
+                invoke["complete_time"] = record.get("time", invoked)
+                invoke["time"] = invoked
+                yield invoke
+        for invoke in pending.values():
+            invoked = invoke.get("time")
+            invoke["type"] = "info"
+            invoke["error"] = "no completion recorded"
+            invoke["invoke_time"] = invoked
+            invoke["complete_time"] = invoked
+            yield invoke
 
 
 class HistoryFiles:
@@ -230,7 +429,7 @@ class HistoryFiles:
         self.paths = list(paths)
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
-        return iter_operations(self.paths)
+        return read_operations(self.paths)
 
 
 def check(
@@ -241,24 +440,72 @@ def check(
     run_id: str = "",
     scenario: str = "",
     unsafe_disable: Sequence[str] = (),
+    final_reads: Iterable[dict[str, Any]] = (),
+    promised_paths: Sequence[str] = (),
+    min_acknowledged: int = DEFAULT_MIN_ACKNOWLEDGED,
 ) -> CheckResult:
     """Judge a run.
 
     `operations` is read a second time, for evidence, when an invariant that needs
     the history failed; a one-shot iterator is therefore buffered first, while a
     re-iterable (a list, `HistoryFiles`) keeps memory proportional to orders.
+    `final_reads` are the public API's answers for the run's orders after healing
+    (`{"order_id", "tenant", "status_code", "order"}` each). `promised_paths`
+    names paths of `PATHS` the scenario promises to exercise; an unknown name is
+    a CheckerError (a typo would otherwise make every run inconclusive).
     """
+    with _cyclic_gc_paused():
+        return _check(operations, export, faults, run_id=run_id, scenario=scenario,
+                      unsafe_disable=unsafe_disable, final_reads=final_reads,
+                      promised_paths=promised_paths, min_acknowledged=min_acknowledged)
+
+
+@contextmanager
+def _cyclic_gc_paused() -> Iterator[None]:
+    """Pause Python's cyclic garbage collector while the checker runs.
+
+    The checker allocates millions of short-lived dicts (one per history record)
+    while it holds a few million long-lived tuples; every collection would walk
+    them all, for nothing: none of them forms a cycle. Reference counting still
+    frees everything; the collector's previous state is restored afterwards.
+    """
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _check(
+    operations: Iterable[dict[str, Any]],
+    export: Iterable[dict[str, Any]],
+    faults: Sequence[dict[str, Any]],
+    *,
+    run_id: str,
+    scenario: str,
+    unsafe_disable: Sequence[str],
+    final_reads: Iterable[dict[str, Any]],
+    promised_paths: Sequence[str],
+    min_acknowledged: int,
+) -> CheckResult:
+    unknown = [name for name in promised_paths if name not in PATHS]
+    if unknown:
+        raise CheckerError(f"unknown promised path(s) {', '.join(map(repr, unknown))}; "
+                           f"known: {', '.join(PATHS)}")
     if isinstance(operations, Iterator):
         operations = list(operations)
+    reads = _final_reads(final_reads)
     state = load_export(export)
     findings = Findings(VIOLATION_CAP)
     # What the export alone proves wrong is known now: collect its evidence while
     # the history streams by, so a run that fails only there is read once.
     evaluate_export(state, findings)
     early = EvidenceCollector(_kept(findings))
-    index = HistoryIndex(state)
+    index = HistoryIndex(state, findings)
     index.consume(operations, observe=early.offer if early.findings else None)
-    evaluate_history(state, index, findings)
+    evaluate_history(state, index, findings, reads)
     late = EvidenceCollector([f for f in _kept(findings) if id(f) not in early.evidence_ids])
     if late.findings:
         for sequence, op in enumerate(operations, start=1):
@@ -276,23 +523,71 @@ def check(
         invariants.append(InvariantResult(name=name, title=title, passed=count == 0,
                                           checked=findings.checked[name], violation_count=count,
                                           violations=violations))
+    paths = _paths(state, index)
+    acknowledged = index.acknowledged
+    reasons = [f"promised path {name} was exercised 0 times" for name in promised_paths
+               if paths[name] == 0]
+    if acknowledged < min_acknowledged:
+        reasons.append(f"{acknowledged} operation(s) were acknowledged (ok), "
+                       f"fewer than the {min_acknowledged} required")
+    passed = all(result.passed for result in invariants)
+    verdict = "fail" if not passed else "inconclusive" if reasons else "pass"
     return CheckResult(
-        valid=all(result.passed for result in invariants),
+        valid=verdict == "pass",
+        verdict=verdict,
+        inconclusive_reasons=reasons,
         invariants=invariants,
         run_id=run_id,
         scenario=scenario,
         unsafe_disable=list(unsafe_disable),
+        promised_paths=list(promised_paths),
+        min_acknowledged=min_acknowledged,
+        paths=paths,
+        dead_letters=state.dead_letter_summary(),
         outcomes=index.outcomes,
         jepsen=jepsen_counts(state, index, findings),
         layers=_layers(state.counters, index),
         duplicates=dict(sorted(index.duplicates.items())),
-        counts={"operations": index.operations, "orders": len(state.orders),
-                "payments": state.payment_count, "faults": len(faults)},
+        counts={"operations": index.operations, "acknowledged": acknowledged,
+                "orders": len(state.orders), "payments": state.payment_count,
+                "faults": len(faults), "final_reads": len(reads),
+                "dead_letters": state.dead_letter_count},
     )
 
 
+def _final_reads(reads: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    kept = []
+    for read in reads:
+        if not isinstance(read, dict) or "order_id" not in read:
+            raise CheckerError(f"a final read is not an object with an order_id: {read!r}")
+        kept.append(read)
+    return kept
+
+
+def _paths(state: ExportState, index: HistoryIndex) -> dict[str, int]:
+    """How often each protective path ran: the app's counter or what clients saw, the larger."""
+    seen = dict(index.problem_types)
+    counters = state.counters
+    history = {"replay": index.replays_seen, "already_paid": index.already_paid_seen,
+               "tenant_refusal": index.cross_tenant_refused, "dead_letter": state.dead_letter_count}
+    paths = {}
+    for name, (counter, problem) in PATHS.items():
+        observed = history.get(name, 0)
+        if problem is not None:
+            observed = max(observed, seen.get(problem, 0))
+        paths[name] = max(_int(counters.get(counter)), observed)
+    return paths
+
+
+def _int(value: Any) -> int:
+    try:
+        return int(value or 0)
+    except (TypeError, ValueError):
+        return 0
+
+
 def _layers(counters: dict[str, int], index: HistoryIndex) -> dict[str, dict[str, int]]:
-    layers = {layer: {label: int(counters.get(counter, 0)) for label, counter in names.items()}
+    layers = {layer: {label: _int(counters.get(counter)) for label, counter in names.items()}
               for layer, names in _LAYER_COUNTERS.items()}
     # What the clients saw, to set beside the app's own counters.
     layers["history"] = {"replays_seen": index.replays_seen,
@@ -395,23 +690,37 @@ def _active_faults(ops: list[dict[str, Any]], faults: Sequence[dict[str, Any]]) 
     return active
 
 
-def read_export(path: Path) -> Iterator[dict[str, Any]]:
-    """The export's lines, streamed; a missing file or a bad line is a CheckerError."""
+def _read_ndjson(path: Path, what: str) -> Iterator[dict[str, Any]]:
+    """The objects of an NDJSON file, streamed; a missing file or a bad line is a CheckerError."""
     try:
         handle = open(path, "rb")
     except OSError as error:
-        raise CheckerError(f"state export {path} is missing or unreadable: {error}") from error
+        raise CheckerError(f"{what} {path} is missing or unreadable: {error}") from error
+    loads = orjson.loads
+    number = 0
     with handle:
-        for number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            try:
-                record = orjson.loads(line)
-            except orjson.JSONDecodeError as error:
-                raise CheckerError(f"{path}:{number}: state export line is not JSON: {error}") from error
-            if not isinstance(record, dict):
-                raise CheckerError(f"{path}:{number}: state export line is not an object")
-            yield record
+        for lines, _last in _blocks(handle):
+            for line in lines:
+                number += 1
+                try:
+                    record = loads(line)
+                except orjson.JSONDecodeError as error:
+                    if not line.strip():
+                        continue
+                    raise CheckerError(f"{path}:{number}: {what} line is not JSON: {error}") from error
+                if type(record) is not dict:
+                    raise CheckerError(f"{path}:{number}: {what} line is not an object")
+                yield record
+
+
+def read_export(path: Path) -> Iterator[dict[str, Any]]:
+    """The export's lines, streamed; a missing file or a bad line is a CheckerError."""
+    return _read_ndjson(path, "state export")
+
+
+def read_final_reads(path: Path) -> list[dict[str, Any]]:
+    """`final_reads.ndjson`: one `{"order_id", "tenant", "status_code", "order"}` per line."""
+    return _final_reads(_read_ndjson(path, "final reads"))
 
 
 def _read_jsonl(path: Path) -> list[dict[str, Any]]:
@@ -432,8 +741,35 @@ def _settings(path: Path) -> dict[str, Any]:
     return settings if isinstance(settings, dict) else {}
 
 
+def _judging_settings(settings: Mapping[str, Any]) -> tuple[list[str], int]:
+    """`promised_paths` (a list of path names) and `min_acknowledged` (an int >= 0) of settings.json."""
+    promised = settings.get("promised_paths") or []
+    if not isinstance(promised, list) or not all(isinstance(name, str) for name in promised):
+        raise CheckerError(f"settings.json: promised_paths must be a list of path names, not {promised!r}")
+    minimum = settings.get("min_acknowledged", DEFAULT_MIN_ACKNOWLEDGED)
+    if minimum is None:
+        minimum = DEFAULT_MIN_ACKNOWLEDGED
+    if isinstance(minimum, bool) or not isinstance(minimum, int) or minimum < 0:
+        raise CheckerError(f"settings.json: min_acknowledged must be an int >= 0, not {minimum!r}")
+    return promised, minimum
+
+
+def _scoped(run_dir: Path, export: Iterator[dict[str, Any]],
+            scope: Any) -> Iterable[dict[str, Any]]:
+    """The export narrowed to this run on a reused stack (harness.run_scope)."""
+    if not scope:
+        return export
+    if not isinstance(scope, dict) or not scope.get("baseline"):
+        raise CheckerError(
+            f"{run_dir}/settings.json has a scope without a baseline ({scope!r}): runs on a reused "
+            "stack are scoped by the export saved before the load, not by clocks; re-run it")
+    baseline = list(_read_ndjson(run_dir / str(scope["baseline"]), "baseline export"))
+    return scoped_export(export, baseline, counters_before=scope.get("counters_before"))
+
+
 def check_run(run_dir: Path) -> CheckResult:
-    """Check a run directory: histories/*.jsonl, export.ndjson, faults.jsonl, settings.json."""
+    """Check a run directory: histories/*.jsonl, export.ndjson, faults.jsonl, settings.json,
+    final_reads.ndjson and, on a reused stack, the baseline export settings.json names."""
     run_dir = Path(run_dir)
     export_path = run_dir / "export.ndjson"
     if not export_path.is_file():
@@ -443,15 +779,20 @@ def check_run(run_dir: Path) -> CheckResult:
         raise CheckerError(f"{run_dir} has no histories/ directory")
     faults_path = run_dir / "faults.jsonl"
     faults = _read_jsonl(faults_path) if faults_path.exists() else []
+    reads_path = run_dir / "final_reads.ndjson"
+    with _cyclic_gc_paused():
+        reads = read_final_reads(reads_path) if reads_path.exists() else []
     settings = _settings(run_dir / "settings.json")
     unsafe = settings.get("unsafe_disable") or []
     if isinstance(unsafe, str):
         unsafe = [part.strip() for part in unsafe.split(",") if part.strip()]
+    promised, minimum = _judging_settings(settings)
     try:
-        export = scoped_export(read_export(export_path), settings.get("scope"))
+        export = _scoped(run_dir, read_export(export_path), settings.get("scope"))
         return check(HistoryFiles(history_files(histories)), export, faults,
                      run_id=str(settings.get("run_id") or run_dir.name),
                      scenario=str(settings.get("scenario") or ""),
-                     unsafe_disable=list(unsafe))
+                     unsafe_disable=list(unsafe), final_reads=reads,
+                     promised_paths=promised, min_acknowledged=minimum)
     except HistoryError as error:
         raise CheckerError(f"history of {run_dir} is unreadable: {error}") from error

@@ -1,12 +1,24 @@
-"""What one run may judge on a stack that earlier runs used too.
+"""What one run may judge on a stack that earlier runs used too: scoping by a baseline.
 
 `harness run` against a stack left by `harness up` exports state that includes
-every earlier run's orders. The checker must judge only this run, so the export
-is narrowed to what happened since the run started: older orders with their
-payments and message effects drop out, each SKU's `added_total` drops by the
-stock those older orders took (so conservation still balances), and the layer
-counters become deltas. The export lists each order's payments right after it and
-inventory after all orders, so one pass suffices.
+every earlier run's orders. Before the load the runner saves the whole export as
+`baseline.ndjson`; after it, `scoped_export(export, baseline)` keeps everything
+the run may have caused and drops only what is provably older and untouched:
+
+- every order absent from the baseline (created during the run, by whoever: one
+  the run never asked for is then judged as unexpected);
+- every baseline order whose status or payments changed, with all its payments,
+  so a second payment on an old order is caught;
+- every payment, message_effect and dead_letter line not in the baseline
+  (whole lines compared), and any line of a kind this module does not know;
+- inventory lines with `added_total` lowered by the quantity of the dropped
+  orders, so conservation still balances;
+- the counters line as deltas against the baseline's counters line (or, without
+  one, against `counters_before`).
+
+No clock is read: a backlog an aborted run left behind and this run touched is
+judged, whatever the app's and the harness's clocks say. The export is held in
+memory while it is scoped (only runs on a reused stack are scoped).
 """
 
 from __future__ import annotations
@@ -14,36 +26,88 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
+import orjson
 
-def scoped_export(records: Iterable[dict[str, Any]], scope: Mapping[str, Any] | None) -> Iterator[dict[str, Any]]:
-    if not scope:
+# Lines compared whole: a baseline line that is still there unchanged is older than the run.
+_COMPARED_KINDS = frozenset({"payment", "message_effect", "dead_letter"})
+
+
+def _line_key(record: Mapping[str, Any]) -> bytes:
+    """A line's identity, independent of key order."""
+    return orjson.dumps(record, option=orjson.OPT_SORT_KEYS)
+
+
+def scoped_export(records: Iterable[dict[str, Any]], baseline: Iterable[dict[str, Any]] | None,
+                  *, counters_before: Mapping[str, Any] | None = None) -> Iterator[dict[str, Any]]:
+    """The export narrowed to what the run may have caused; `baseline=None` keeps it whole."""
+    if baseline is None:
         yield from records
         return
-    since = float(scope["since"])
-    counters_before: Mapping[str, Any] = scope.get("counters_before") or {}
-    older_orders: set[str] = set()
-    older_stock: dict[str, int] = {}
-    for record in records:
+    old_status: dict[Any, Any] = {}
+    old_payments: dict[Any, list[bytes]] = {}
+    old_lines: set[bytes] = set()
+    old_counters: Mapping[str, Any] | None = None
+    for record in baseline:
         kind = record.get("kind")
-        if kind == "order" and float(record.get("created_at") or 0) < since:
-            older_orders.add(str(record.get("id")))
-            sku = str(record.get("sku"))
-            older_stock[sku] = older_stock.get(sku, 0) + int(record.get("quantity") or 0)
-            continue
-        if kind == "payment" and str(record.get("order_id")) in older_orders:
-            continue
-        if kind == "message_effect" and (
-            str(record.get("order_id")) in older_orders or float(record.get("at") or 0) < since
-        ):
-            continue
-        if kind == "inventory":
-            record = {**record, "added_total": int(record.get("added_total") or 0)
-                      - older_stock.get(str(record.get("sku")), 0)}
+        if kind == "order":
+            old_status[record.get("id")] = (record.get("status"), record.get("broken"))
+        elif kind in _COMPARED_KINDS:
+            line = _line_key(record)
+            old_lines.add(line)
+            if kind == "payment":
+                old_payments.setdefault(record.get("order_id"), []).append(line)
         elif kind == "counters":
-            record = {key: (value - int(counters_before.get(key, 0))
-                            if isinstance(value, int) and key != "kind" else value)
+            old_counters = record
+    if old_counters is None:
+        old_counters = counters_before or {}
+
+    current = list(records)
+    new_payments: dict[Any, list[bytes]] = {}
+    for record in current:
+        if record.get("kind") == "payment":
+            new_payments.setdefault(record.get("order_id"), []).append(_line_key(record))
+    dropped: set[Any] = set()
+    dropped_stock: dict[str, int] = {}
+    for record in current:
+        if record.get("kind") != "order":
+            continue
+        order_id = record.get("id")
+        if order_id not in old_status:
+            continue
+        unchanged = (old_status[order_id] == (record.get("status"), record.get("broken"))
+                     and sorted(old_payments.get(order_id, ())) == sorted(new_payments.get(order_id, ())))
+        if unchanged:
+            dropped.add(order_id)
+            sku = str(record.get("sku"))
+            dropped_stock[sku] = dropped_stock.get(sku, 0) + int(record.get("quantity") or 0)
+
+    for record in current:
+        kind = record.get("kind")
+        if kind == "order":
+            if record.get("id") in dropped:
+                continue
+        elif kind == "payment":
+            # a kept order keeps all its payments, old ones included
+            if record.get("order_id") in dropped:
+                continue
+            if record.get("order_id") not in old_status and _line_key(record) in old_lines:
+                continue  # an old payment of an order the baseline did not list: older than the run
+        elif kind in _COMPARED_KINDS:
+            if _line_key(record) in old_lines:
+                continue
+        elif kind == "inventory":
+            record = {**record, "added_total": int(record.get("added_total") or 0)
+                      - dropped_stock.get(str(record.get("sku")), 0)}
+        elif kind == "counters":
+            record = {key: (value - _int(old_counters.get(key))
+                            if isinstance(value, int) and not isinstance(value, bool) and key != "kind"
+                            else value)
                       for key, value in record.items()}
         yield record
+
+
+def _int(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
 def counters_of(records: Iterable[dict[str, Any]]) -> dict[str, Any]:

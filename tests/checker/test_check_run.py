@@ -62,7 +62,9 @@ def test_check_run_reads_a_whole_run_directory(tmp_path: Path) -> None:
     result = check_run(make_run(tmp_path))
     assert result.valid, result.to_dict()
     assert (result.run_id, result.scenario, result.unsafe_disable) == ("r-1", "mixed", ["domain", "api"])
-    assert result.counts == {"operations": 8, "orders": 2, "payments": 2, "faults": 1}
+    assert result.counts == {"operations": 8, "acknowledged": 4, "orders": 2, "payments": 2,
+                             "faults": 1, "final_reads": 0, "dead_letters": 0}
+    assert result.verdict == "pass" and result.inconclusive_reasons == []
     assert result.outcomes["webhook"] == {"ok": 0, "fail": 0, "info": 2}
     assert result.jepsen["acknowledged"] == 2 and result.jepsen["lost"] == 0
     assert result.layers["api"]["replays"] == 2

@@ -73,13 +73,15 @@ def test_outcomes_duplicates_and_layers_are_tallied() -> None:
                                "webhook": {"ok": 0, "fail": 0, "info": 1}}
     assert result.duplicates == {"conflict": 1, "double_click": 1, "duplicate": 1}
     assert result.layers == {
-        "api": {"replays": 1, "fingerprint_conflicts": 2, "inflight_conflicts": 3},
-        "domain": {"already_paid": 4, "conflicts": 5, "amount_mismatches": 6},
-        "inbox": {"duplicates_skipped": 7, "dead_lettered": 9},
+        "api": {"replays": 1, "fingerprint_conflicts": 2, "inflight_conflicts": 3, "recovered": 0,
+                "incomplete_bodies": 0},
+        "domain": {"already_paid": 4, "conflicts": 5, "amount_mismatches": 6, "tenant_refusals": 0},
+        "inbox": {"duplicates_skipped": 7, "dead_lettered": 9, "reclaimed": 0},
         "webhook": {"bad_signatures": 8},
         "history": {"replays_seen": 1, "conflicts_409": 1, "rejections_4xx": 1},
     }
-    assert result.counts == {"operations": 5, "orders": 1, "payments": 1, "faults": 0}
+    assert result.counts == {"operations": 5, "acknowledged": 3, "orders": 1, "payments": 1,
+                             "faults": 0, "final_reads": 0, "dead_letters": 0}
 
 
 def test_to_dict_has_the_documented_shape_and_round_trips() -> None:
@@ -87,8 +89,11 @@ def test_to_dict_has_the_documented_shape_and_round_trips() -> None:
     run.fault(run.operations[1]["invoke_time"], None)
     result = run.check(run_id="r1", scenario="mixed", unsafe_disable=["domain"])
     data = orjson.loads(orjson.dumps(result.to_dict()))
-    assert list(data) == ["valid", "run_id", "scenario", "unsafe_disable", "invariants",
-                          "outcomes", "jepsen", "layers", "duplicates", "counts"]
+    assert list(data) == ["verdict", "valid", "inconclusive_reasons", "run_id", "scenario",
+                          "unsafe_disable", "promised_paths", "min_acknowledged", "invariants",
+                          "paths", "dead_letters", "outcomes", "jepsen", "layers", "duplicates",
+                          "counts"]
+    assert data["verdict"] == "fail"
     assert [item["name"] for item in data["invariants"]] == [name for name, _ in INVARIANTS]
     assert data["valid"] is False and data["unsafe_disable"] == ["domain"]
     violation = data["invariants"][1]["violations"][0]
@@ -109,10 +114,14 @@ def test_a_one_shot_iterator_still_gets_evidence() -> None:
     assert result.counts["operations"] == 2
 
 
-def test_empty_run_is_valid() -> None:
+def test_empty_run_passes_every_invariant_but_is_inconclusive() -> None:
     result = check([], [])
-    assert result.valid
+    assert result.failed == []
     assert all(item.checked == 0 for item in result.invariants)
+    assert result.verdict == "inconclusive" and not result.valid
+    assert result.inconclusive_reasons == [
+        "0 operation(s) were acknowledged (ok), fewer than the 1 required"]
+    assert check([], [], min_acknowledged=0).verdict == "pass"
 
 
 def test_unknown_export_kinds_are_ignored_but_a_line_without_kind_is_an_error() -> None:
