@@ -167,9 +167,9 @@ class HistoryIndex:
         #              they differ (a stored record expired and the key ran again)
         #   replays: (answer code or set of codes, order id) of replayed answers
         #   failed_5xx: body hashes of 5xx answers
-        #   firsts: (invoke time, answer time or inf, fingerprint hash, earliest
-        #            invoke time of a request with another fingerprint) of the
-        #            earliest request, to tell an honest retry from a reused key
+        #   firsts: (invoke time, time of its ok answer or inf, fingerprint hash,
+        #            earliest invoke time of a request with another fingerprint) of
+        #            the earliest request, to tell an honest retry from a reused key
         self.originals: dict[str, dict[str, int | set[int]]] = {"create_order": {}, "pay": {}}
         self.replays: dict[str, dict[str, tuple[int | set[int], str | None]]] = {
             "create_order": {}, "pay": {}}
@@ -310,19 +310,19 @@ class HistoryIndex:
                 first = firsts.get(scope)
                 if first is None:
                     invoked = get("invoke_time") or 0.0
-                    firsts[scope] = (invoked, _NEVER if status is None else get("complete_time") or invoked,
+                    firsts[scope] = (invoked, (get("complete_time") or invoked) if kind == "ok" else _NEVER,
                                      print_hash, _NEVER)
                 elif print_hash == first[2]:
                     invoked = get("invoke_time") or 0.0
                     if invoked < first[0]:
-                        firsts[scope] = (invoked, _NEVER if status is None else
-                                         get("complete_time") or invoked, print_hash, first[3])
+                        firsts[scope] = (invoked, (get("complete_time") or invoked) if kind == "ok"
+                                         else _NEVER, print_hash, first[3])
                 else:
                     invoked = get("invoke_time") or 0.0
                     if invoked < first[0]:
                         # the old first is now the earliest request with another fingerprint
-                        firsts[scope] = (invoked, _NEVER if status is None else
-                                         get("complete_time") or invoked, print_hash, first[0])
+                        firsts[scope] = (invoked, (get("complete_time") or invoked) if kind == "ok"
+                                         else _NEVER, print_hash, first[0])
                     elif invoked < first[3]:
                         firsts[scope] = (first[0], first[1], first[2], invoked)
                 if kind == "fail" and tally[5] == KEY_MISMATCH:
@@ -758,8 +758,10 @@ def honest_retries_accepted(index: HistoryIndex, findings: Findings) -> None:
 
     The app keeps the fingerprint of the first request that ran under a key. A
     refusal is wrong when the refused request carries the fingerprint of the
-    key's earliest request and that request was answered before any request with
-    another body was sent (otherwise the other body may have reached the app first).
+    key's earliest request and either no other body was ever sent under the key,
+    or that earliest request was answered ok (so it was stored) before any request
+    with another body was sent. When the first request failed or timed out, a
+    later body may rightly own the key, so nothing is concluded.
     """
     name = "answers_match_requests"
     findings.checked[name] += sum(len(firsts) for firsts in index.firsts.values())
