@@ -6,7 +6,9 @@ Three pieces:
   raises `Interrupted` (a `KeyboardInterrupt`, so every `finally` that already heals
   faults and stops processes on Ctrl-C runs); later ones are ignored so the bounded
   cleanup is not cut short. The CLI exits with 128 + the signal number (143 for
-  SIGTERM, 130 for SIGINT, 129 for SIGHUP).
+  SIGTERM, 130 for SIGINT, 129 for SIGHUP). Runs on other threads (the smoke job runs
+  two side by side) are interrupted too: a signal reaches only the main thread, so
+  the handler raises `Interrupted` asynchronously in every thread inside a `RunGuard`.
 - `Lifeline`: a pipe whose write end only this process holds. A child given the read
   end (the stack's supervisor) sees end-of-file the moment this process dies, however
   it dies, and shuts down.
@@ -22,10 +24,12 @@ Three pieces:
 from __future__ import annotations
 
 import argparse
+import ctypes
 import os
 import signal
 import subprocess
 import sys
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -37,10 +41,16 @@ from harness import registry
 HANDLED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
+GUARD_ATTRIBUTE = "harness_run_guard"  # set on a thread while it runs inside a RunGuard
+
+
 class Interrupted(KeyboardInterrupt):
     """The harness was asked to stop by a signal; carries the signal."""
 
-    def __init__(self, signum: int) -> None:
+    default_signum = signal.SIGINT  # subclasses raised in other threads carry theirs here
+
+    def __init__(self, signum: int | None = None) -> None:
+        signum = self.default_signum if signum is None else signum
         super().__init__(signal.Signals(signum).name)
         self.signum = signum
 
@@ -72,6 +82,7 @@ def interrupt_signals(out: Any = sys.stderr) -> Iterator[None]:
                   f"{signal.Signals(fired[0]).name}; still cleaning up", file=out, flush=True)
             return
         fired.append(signum)
+        interrupt_run_threads(signum)
         raise Interrupted(signum)
 
     previous = {signum: signal.getsignal(signum) for signum in HANDLED_SIGNALS}
@@ -82,6 +93,22 @@ def interrupt_signals(out: Any = sys.stderr) -> Iterator[None]:
     finally:
         for signum, old in previous.items():
             signal.signal(signum, old if old is not None else signal.SIG_DFL)
+
+
+def interrupt_run_threads(signum: int) -> list[str]:
+    """Raise `Interrupted` in every other thread that is running a run; their names."""
+    # The interpreter raises an exception *class* in the target thread, so the signal
+    # travels as a class attribute.
+    kind = type(f"Interrupted{signal.Signals(signum).name}", (Interrupted,), {"default_signum": signum})
+    names = []
+    for thread in threading.enumerate():
+        if thread is threading.current_thread() or thread.ident is None:
+            continue
+        if getattr(thread, GUARD_ATTRIBUTE, None) is None:
+            continue
+        ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread.ident), ctypes.py_object(kind))
+        names.append(thread.name)
+    return names
 
 
 # --- the pipe ---------------------------------------------------------------------------
@@ -132,6 +159,7 @@ class RunGuard:
     # lifecycle
 
     def __enter__(self) -> "RunGuard":
+        setattr(threading.current_thread(), GUARD_ATTRIBUTE, self)
         registry.write_lease(self.lease)
         if self._want_janitor:
             self._janitor = subprocess.Popen(
@@ -148,6 +176,7 @@ class RunGuard:
             registry.mark_interrupted(self.run_dir, signal_name=signal_name(value), by="harness",
                                       phase=self._phase)
         # Still alive: whatever the run started has been stopped by its own `finally`s.
+        setattr(threading.current_thread(), GUARD_ATTRIBUTE, None)
         registry.remove_lease(self.lease["id"])
         self.lifeline.close()
         if self._janitor is not None:
