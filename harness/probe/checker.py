@@ -9,7 +9,8 @@ Invariants (each with its evidence when violated):
 - `one_resource_per_key`: every 2xx answer for one key names the same resource, and
   a search by key (when configured) finds at most one resource.
 - `replay_fidelity`: every 2xx answer to one key and one payload has the same status
-  and the same body (canonical JSON); an answer marked as a replay is never a 5xx.
+  and the same body (canonical JSON); a retry sent after the client saw the request
+  succeed is not refused; an answer marked as a replay is never a 5xx.
 - `payload_mismatch_refused`: a key reused with another payload is never accepted.
 - `in_flight_refused_or_waited`: a concurrent duplicate is either answered with the
   first request's result or refused with the in-flight status, never another 4xx.
@@ -191,6 +192,14 @@ def _check_key(key: str, ops: list[Mapping[str, Any]], endpoint: Endpoint,
         if len(shapes) > 1:
             fidelity.violate(f"{endpoint.name}: key {key!r} with one payload got {len(shapes)} different answers",
                              key=key, answers=[_evidence(op) for op in answers])
+    if oks:
+        for op in ops:
+            # Sent after this client saw the request succeed: nothing is in flight, so a
+            # refusal (e.g. the stored answer re-labelled 409) withholds the result.
+            if op.get("expect") == "replay" and op["type"] == "fail":
+                fidelity.violate(f"{endpoint.name}: key {key!r}: the retry of a completed request was refused "
+                                 f"with {op.get('status')} instead of getting the stored answer",
+                                 key=key, operation=_evidence(op), first=_evidence(oks[0]))
     for op in ops:
         if op.get("replayed") and isinstance(op.get("status"), int) and op["status"] >= 500:
             fidelity.violate(f"{endpoint.name}: key {key!r}: a {op['status']} was replayed",

@@ -149,6 +149,9 @@ def run_probe(spec: ProbeSpec) -> ProbeResult:
     plan_path = spec.plan or config.plan
     plan = load_plan(plan_path) if plan_path is not None else None
     run_dir = Path(spec.out_dir)
+    if (run_dir / "history").exists() or (run_dir / "result.json").exists():
+        # Two runs' histories in one directory would be judged as one run.
+        raise ProbeError(f"{run_dir} already holds a probe run; give another --out")
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "config.json").write_bytes(orjson.dumps(config.to_dict(), option=orjson.OPT_INDENT_2))
     if plan_path is not None:

@@ -106,6 +106,12 @@ def test_an_unfaithful_replay_is_caught() -> None:
     assert failed(history.check()) == {"replay_fidelity"}
 
 
+def test_a_refused_replay_of_a_completed_request_is_caught() -> None:
+    history = good_history()
+    history.send("k1", "replay", "fail", status=409)
+    assert failed(history.check()) == {"replay_fidelity"}
+
+
 def test_a_replayed_5xx_is_caught() -> None:
     history = good_history()
     history.send("k2", "replay", "info", status=503, replayed=True)

@@ -143,3 +143,22 @@ def test_process_faults_and_foreign_proxies_are_refused(tmp_path: Path) -> None:
     probe_plan = parse_plan(__import__("yaml").safe_load((ROOT / "plans/probe.yaml").read_text()))
     windows = plan_windows(probe_plan, 10, "probe_1_ab")
     assert windows and {w.fault.proxy for w in windows} == {"probe_1_ab"}
+
+
+def test_a_run_directory_is_never_reused(tmp_path: Path) -> None:
+    from harness.probe.runner import ProbeError, ProbeSpec, run_probe
+
+    (tmp_path / "history").mkdir()
+    config = parse_config({**MINIMAL, "upstream": "127.0.0.1:9"})
+    with pytest.raises(ProbeError, match="already holds a probe run"):
+        run_probe(ProbeSpec(config=config, out_dir=tmp_path))
+
+
+def test_an_unreachable_upstream_is_a_harness_failure(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from harness.ports import free_port
+
+    upstream = f"127.0.0.1:{free_port()}"
+    code = main(["probe", "--upstream", upstream, "--path", "/p", "--body", '{"a": "{uuid}"}',
+                 "--out", str(tmp_path / "run")])
+    assert code == 2
+    assert f"upstream {upstream} does not accept connections" in capsys.readouterr().err

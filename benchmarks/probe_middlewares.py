@@ -1,0 +1,259 @@
+"""Probe real Idempotency-Key middlewares from PyPI under one plan; publish the table.
+
+Each middleware runs in the smallest app its README describes (benchmarks/middleware_apps/),
+each in its own throwaway virtualenv, so none of them becomes a dependency of this
+project. The probe (this project's venv) puts the embedded Toxiproxy in front of each
+app and runs the same load and fault plan; the results go to
+benchmarks/results/probe_middlewares.md (and each run directory under --out).
+
+Install the virtualenvs once (ordinary pip, from PyPI), then run:
+
+    .venv/bin/python benchmarks/probe_middlewares.py --install     # creates --venvs/<name>
+    .venv/bin/python benchmarks/probe_middlewares.py               # probes, writes the table
+
+By hand, per middleware (what --install does):
+
+    python3 -m venv /tmp/harness-probe-middlewares/fastapi-idempotency-key
+    /tmp/harness-probe-middlewares/fastapi-idempotency-key/bin/pip install fastapi-idempotency-key fastapi uvicorn
+    python3 -m venv /tmp/harness-probe-middlewares/fastapi-idempotency
+    /tmp/harness-probe-middlewares/fastapi-idempotency/bin/pip install fastapi-idempotency fastapi uvicorn
+    python3 -m venv /tmp/harness-probe-middlewares/django-idempotency-key
+    /tmp/harness-probe-middlewares/django-idempotency-key/bin/pip install django-idempotency-key
+    python3 -m venv /tmp/harness-probe-middlewares/flask-idempotent
+    /tmp/harness-probe-middlewares/flask-idempotent/bin/pip install flask-idempotent 'flask<2.3' 'werkzeug<2.3' 'jinja2<3.1' six
+
+This is a benchmark, not a test: it reports what these packages do today, and
+their behaviour may change with any release.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import requests
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from harness.history import history_files, iter_operations  # noqa: E402
+from harness.ports import free_port  # noqa: E402
+from harness.probe.config import parse_config  # noqa: E402
+from harness.probe.conformance import REQUIREMENTS  # noqa: E402
+from harness.probe.runner import ProbeResult, ProbeSpec, run_probe  # noqa: E402
+from harness.redis_server import RedisServer  # noqa: E402
+
+APPS = Path(__file__).resolve().parent / "middleware_apps"
+
+
+@dataclass(frozen=True)
+class Middleware:
+    name: str
+    framework: str
+    app: str
+    packages: tuple[str, ...]
+    key_header: str = "Idempotency-Key"
+    requires_key: bool = True
+    needs_redis: bool = False
+    notes: str = ""
+
+
+MIDDLEWARES = (
+    Middleware("fastapi-idempotency-key", "FastAPI", "fastapi_idempotency_key_app.py",
+               ("fastapi-idempotency-key", "fastapi", "uvicorn"),
+               notes="memory backend, `required=True`"),
+    Middleware("fastapi-idempotency", "FastAPI / Starlette", "fastapi_idempotency_app.py",
+               ("fastapi-idempotency", "fastapi", "uvicorn"), requires_key=False,
+               notes="default in-memory store; the key is optional"),
+    Middleware("django-idempotency-key", "Django", "django_idempotency_key_app.py",
+               ("django-idempotency-key",), notes="IdempotencyKeyMiddleware, default settings"),
+    Middleware("flask-idempotent", "Flask", "flask_idempotent_app.py",
+               ("flask-idempotent", "flask<2.3", "werkzeug<2.3", "jinja2<3.1", "six"),
+               key_header="X-Idempotent-Key", requires_key=False, needs_redis=True,
+               notes="Redis lock and store; header `X-Idempotent-Key`; the key is optional"),
+)
+
+
+@dataclass
+class Outcome:
+    middleware: Middleware
+    version: str
+    result: ProbeResult | None = None
+    error: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def install(venvs: Path) -> None:
+    for middleware in MIDDLEWARES:
+        venv = venvs / middleware.name
+        if not (venv / "bin" / "python").exists():
+            subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+        subprocess.run([str(venv / "bin" / "pip"), "install", "-q", *middleware.packages], check=True)
+
+
+def version_of(venv: Path, package: str) -> str:
+    done = subprocess.run([str(venv / "bin" / "pip"), "show", package], capture_output=True, text=True)
+    for line in done.stdout.splitlines():
+        if line.startswith("Version:"):
+            return line.split(":", 1)[1].strip()
+    return "?"
+
+
+def probe_config(middleware: Middleware, args: argparse.Namespace):
+    return parse_config({
+        "profile": "ietf",
+        "key_header": middleware.key_header,
+        "endpoints": [{
+            "name": "create-payment", "path": "/payments",
+            "body": {"amount": "{int:100-99999}", "reference": "{uuid}"}, "mutate": "amount",
+            "id": {"pointer": "/id"}, "read": {"path": "/payments/{id}"},
+            "requires_key": middleware.requires_key,
+        }],
+        "load": {"users": args.users, "duration": args.duration, "seed": args.seed, "client_timeout": "1s"},
+    }, source=middleware.name)
+
+
+def wait_healthy(address: str, process: subprocess.Popen, log: Path, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and process.poll() is None:
+        try:
+            if requests.get(f"http://{address}/healthz", timeout=1).status_code == 200:
+                return
+        except requests.RequestException:
+            time.sleep(0.2)
+    raise RuntimeError(f"the app did not come up:\n{log.read_text(errors='replace')[-1500:]}")
+
+
+def probe_one(middleware: Middleware, args: argparse.Namespace, work: Path) -> Outcome:
+    venv = args.venvs / middleware.name
+    python = venv / "bin" / "python"
+    if not python.exists():
+        return Outcome(middleware, "-", error=f"no venv at {venv}: run with --install (see --help)")
+    outcome = Outcome(middleware, version_of(venv, middleware.name))
+    redis = None
+    port = free_port()
+    command = [str(python), str(APPS / middleware.app), str(port)]
+    if middleware.needs_redis:
+        redis = RedisServer(data_dir=work / f"redis-{middleware.name}", appendonly=False)
+        redis.start()
+        command.append(redis.url)
+    log = work / f"{middleware.name}.log"
+    with open(log, "wb") as handle:
+        process = subprocess.Popen(command, stdout=handle, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        wait_healthy(f"127.0.0.1:{port}", process, log)
+        outcome.result = run_probe(ProbeSpec(config=probe_config(middleware, args),
+                                             out_dir=args.out / middleware.name, upstream=f"127.0.0.1:{port}",
+                                             plan=args.plan))
+    except Exception as error:  # noqa: BLE001 - one broken package must not hide the others
+        outcome.error = f"{type(error).__name__}: {str(error).splitlines()[0]}"
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        if redis is not None:
+            redis.stop()
+    return outcome
+
+
+def keys_with_two_resources(run_dir: Path) -> int:
+    """Keys whose same-payload requests named more than one resource: a concurrency
+    bug, told apart from a reuse with another payload that created a second one."""
+    ids: dict[str, set[str]] = {}
+    for op in iter_operations(history_files(run_dir / "history")):
+        if op["type"] == "ok" and op.get("expect") != "payload_mismatch" and op.get("idempotency_key"):
+            ids.setdefault(op["idempotency_key"], set()).add(str(op.get("resource_id")))
+    return sum(1 for found in ids.values() if len(found) > 1)
+
+
+def markdown(outcomes: list[Outcome], args: argparse.Namespace) -> str:
+    lines = [
+        "# Idempotency-Key middlewares from PyPI under `harness probe`",
+        "",
+        f"Command: `.venv/bin/python benchmarks/probe_middlewares.py --duration {args.duration:g}s "
+        f"--users {args.users} --seed {args.seed}` (plan `{args.plan.relative_to(ROOT) if args.plan.is_relative_to(ROOT) else args.plan}`), "
+        f"{time.strftime('%Y-%m-%d')}. Each package in the smallest app its README describes "
+        "(benchmarks/middleware_apps/), a handler that takes 30 ms, probed with the same load and plan. "
+        "A snapshot of these releases, not a verdict on their future ones.",
+        "",
+        "| requirement | " + " | ".join(f"{o.middleware.name} {o.version} ({o.middleware.framework})"
+                                       for o in outcomes) + " |",
+        "|---|" + "---|" * len(outcomes),
+    ]
+    verdicts = ["**" + (o.result.verdict.upper() if o.result else "not run") + "**" for o in outcomes]
+    lines.append("| verdict (all invariants) | " + " | ".join(verdicts) + " |")
+    for req in REQUIREMENTS:
+        cells = []
+        for outcome in outcomes:
+            if outcome.result is None:
+                cells.append("–")
+                continue
+            row = next(r for r in outcome.result.conformance if r.id == req.id)
+            cells.append(row.status)
+        label = f"{req.text} ({req.level}{'' if req.section == 'practice' else ', ' + req.section})"
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    lines += ["", "## Evidence", ""]
+    for outcome in outcomes:
+        middleware = outcome.middleware
+        lines.append(f"### {middleware.name} {outcome.version} ({middleware.framework}; {middleware.notes})")
+        lines.append("")
+        if outcome.result is None:
+            lines += [f"Not run: {outcome.error}", ""]
+            continue
+        lines.append(f"`{outcome.result.summary().split(' — report:')[0]}`")
+        lines.append("")
+        raced = keys_with_two_resources(outcome.result.run_dir)
+        lines.append(f"- keys whose *same* payload got two or more resources (the race, apart from "
+                     f"payload mismatches): {raced}")
+        for row in outcome.result.conformance:
+            lines.append(f"- **{row.status}** — {row.requirement}: {row.evidence}")
+        failed = [inv for inv in outcome.result.check.invariants if not inv.passed]
+        for inv in failed:
+            first = inv.violations[0]["message"] if inv.violations else ""
+            lines.append(f"- invariant `{inv.name}` violated {inv.violation_count}×, e.g. {first}")
+        lines.append("")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    parser.add_argument("--venvs", type=Path, default=Path(tempfile.gettempdir()) / "harness-probe-middlewares",
+                        help="where the throwaway virtualenvs are (default /tmp/harness-probe-middlewares)")
+    parser.add_argument("--install", action="store_true", help="create the virtualenvs and pip install first")
+    parser.add_argument("--only", action="append", help="probe only this middleware (repeatable)")
+    parser.add_argument("--duration", type=float, default=8.0, help="seconds of load per middleware (default 8)")
+    parser.add_argument("--users", type=int, default=8)
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--plan", type=Path, default=ROOT / "plans" / "probe.yaml")
+    parser.add_argument("--out", type=Path, default=ROOT / "runs" / f"middlewares-{time.strftime('%Y%m%d-%H%M%S')}",
+                        help="run directories go here, one per middleware (default runs/middlewares-<time>)")
+    parser.add_argument("--results", type=Path, default=ROOT / "benchmarks" / "results" / "probe_middlewares.md")
+    args = parser.parse_args(argv)
+    if args.install:
+        install(args.venvs)
+    selected = [m for m in MIDDLEWARES if not args.only or m.name in args.only]
+    outcomes = []
+    with tempfile.TemporaryDirectory(prefix="probe-middlewares-") as work:
+        for middleware in selected:
+            outcome = probe_one(middleware, args, Path(work))
+            print(f"{middleware.name}: {outcome.result.summary() if outcome.result else outcome.error}", flush=True)
+            outcomes.append(outcome)
+    text = markdown(outcomes, args)
+    args.results.parent.mkdir(parents=True, exist_ok=True)
+    args.results.write_text(text)
+    print(f"table written to {args.results}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
