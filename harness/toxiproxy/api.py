@@ -23,7 +23,7 @@ import struct
 import time
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import unquote
+from urllib.parse import quote, unquote
 
 from harness.toxiproxy import gojson
 from harness.toxiproxy.errors import (
@@ -50,6 +50,7 @@ class Request:
     body: bytes = b""
     user_agent: str = ""
     accept_encoding: str = ""
+    query: str = ""
 
 
 @dataclass
@@ -93,6 +94,24 @@ _ROUTES: list[tuple[re.Pattern[str], dict[str, str]]] = [
     (re.compile(r"/version"), {"GET": "version"}),
 ]
 _METRICS_ROUTE = (re.compile(r"/metrics"), {_ANY: "metrics"})
+
+
+def clean_path(path: str) -> str:
+    """The canonical form gorilla/mux redirects to: Go's path.Clean (no empty or
+    "." segments, ".." resolved), keeping a trailing slash."""
+    segments: list[str] = []
+    for segment in path.split("/"):
+        if segment in ("", "."):
+            continue
+        if segment == "..":
+            if segments:
+                segments.pop()
+            continue
+        segments.append(segment)
+    cleaned = "/" + "/".join(segments)
+    if path.endswith("/") and cleaned != "/":
+        cleaned += "/"
+    return cleaned
 
 
 class RequestIds:
@@ -152,6 +171,12 @@ class ToxiproxyApi:
 
     async def handle(self, request: Request) -> Response:
         path = unquote(request.path)  # Go's router matches the decoded path
+        cleaned = clean_path(path)
+        if cleaned != path:
+            # gorilla/mux answers an unclean path (`//proxies`, `/a/../proxies`)
+            # with a redirect to its clean form, before any route or middleware.
+            location = quote(cleaned, safe="/$&+,:;=@") + (f"?{request.query}" if request.query else "")
+            return Response(301, b"", None, (("Location", location),))
         for pattern, methods in self._routes:
             match = pattern.fullmatch(path)
             if match is None:

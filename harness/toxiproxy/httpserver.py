@@ -45,6 +45,16 @@ def render(response: Response, *, keep_alive: bool, date: bool = True) -> bytes:
     return head + (response.body if response.status != 204 else b"")
 
 
+def _split_target(target: str) -> tuple[str, str]:
+    """(path, query) of a request target. An origin-form target is split by hand:
+    urlsplit would read `//proxies` as a host name."""
+    if target.startswith("/"):
+        path, _, query = target.partition("?")
+        return path, query.partition("#")[0]
+    url = urlsplit(target)  # absolute-form, as a proxy-style client sends it
+    return url.path or "/", url.query
+
+
 async def _read_line(reader: asyncio.StreamReader) -> bytes:
     try:
         line = await reader.readuntil(b"\n")
@@ -114,8 +124,7 @@ async def _read_request(
         if length < 0 or length > _MAX_BODY:
             raise BadRequest("bad content-length")
         body = await reader.readexactly(length) if length else b""
-    path = urlsplit(target).path or "/"
-    return method, path, headers, body, keep_alive
+    return method, target, headers, body, keep_alive
 
 
 async def serve_connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, handler: Handler) -> None:
@@ -132,9 +141,10 @@ async def serve_connection(reader: asyncio.StreamReader, writer: asyncio.StreamW
                 return
             if request is None:
                 return
-            method, path, headers, body, keep_alive = request
+            method, target, headers, body, keep_alive = request
+            path, query = _split_target(target)
             response = await handler(
-                Request(method, path, body, headers.get("user-agent", ""), headers.get("accept-encoding", ""))
+                Request(method, path, body, headers.get("user-agent", ""), headers.get("accept-encoding", ""), query)
             )
             writer.write(render(response, keep_alive=keep_alive))
             await writer.drain()

@@ -83,12 +83,9 @@ class _ProxyCollector:
         totals = self._counters.totals()
         if not totals:
             return  # Go's registry prints a counter vector only once it has a series
-        received = CounterMetricFamily(
-            "toxiproxy_proxy_received_bytes", "Bytes the proxy read, per proxy and direction.", labels=LABELS
-        )
-        sent = CounterMetricFamily(
-            "toxiproxy_proxy_sent_bytes", "Bytes the proxy wrote on, per proxy and direction.", labels=LABELS
-        )
+        # Toxiproxy registers these counters without help text; so does this.
+        received = CounterMetricFamily("toxiproxy_proxy_received_bytes", "", labels=LABELS)
+        sent = CounterMetricFamily("toxiproxy_proxy_sent_bytes", "", labels=LABELS)
         for key in sorted(totals):
             received.add_metric(key, totals[key][0])
             sent.add_metric(key, totals[key][1])

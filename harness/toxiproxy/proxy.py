@@ -204,6 +204,9 @@ class Proxy:
             "listen": self.listen,
             "upstream": self.upstream,
             "enabled": self.enabled,
+            # Toxiproxy's Proxy struct exports its zerolog Logger without a JSON tag,
+            # and a Logger has no exported fields: every proxy it prints has this.
+            "Logger": {},
             "toxics": [toxic.to_json() for toxic in self.toxics.all()],
         }
 

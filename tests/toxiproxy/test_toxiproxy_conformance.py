@@ -141,7 +141,7 @@ def test_json_is_compact_like_gos_encoder(tp_server: EmbeddedToxiproxy, echo: Ec
     listen = json.loads(raw)["listen"]
     assert raw == (
         b'{"name":"db","listen":"' + listen.encode() + b'","upstream":"' + echo.address.encode()
-        + b'","enabled":true,"toxics":[]}'
+        + b'","enabled":true,"Logger":{},"toxics":[]}'
     )
     toxic = b'{"type": "latency", "attributes": {"latency": 5}}'
     status, _, raw = request(tp_server, "POST", "/proxies/db/toxics", toxic)
@@ -329,3 +329,16 @@ def test_populate_defaults_to_enabled_and_honours_disabled(tp_server: EmbeddedTo
     assert off["listen"] == "127.0.0.1:0"  # not started: kept as sent
     with connect(port_of(on["listen"])) as sock:
         assert ping(sock) == b"ping"
+
+
+def test_unclean_paths_are_redirected_to_their_clean_form(tp_server: EmbeddedToxiproxy) -> None:
+    # gorilla/mux redirects before routing, so no route or middleware sees these.
+    for path, location in [
+        ("//proxies", "/proxies"),
+        ("/proxies/../version", "/version"),
+        ("/./version?x=1", "/version?x=1"),
+        ("/proxies/a//toxics/", "/proxies/a/toxics/"),
+    ]:
+        status, headers, body = request(tp_server, "GET", path)
+        assert (status, headers.get("location"), body) == (301, location, b""), path
+        assert "x-toxiproxy-request-id" not in headers
