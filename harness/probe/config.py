@@ -131,6 +131,7 @@ class ProbeConfig:
         """A plain form that `parse_config` reads back (the Locust processes get it)."""
         raw = asdict(self)
         raw["plan"] = str(self.plan) if self.plan is not None else None
+        raw["endpoints"] = list(raw["endpoints"])
         for endpoint in raw["endpoints"]:
             endpoint["id"] = {k: v for k, v in endpoint["id"].items() if v is not None}
             endpoint["expect"]["created"] = list(endpoint["expect"]["created"])
