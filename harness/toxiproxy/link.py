@@ -21,7 +21,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from harness.toxiproxy.toxics import Behaviour, Toxic, new_behaviour
+from harness.toxiproxy.toxics import Behaviour, Timing, Toxic, new_behaviour
 
 if TYPE_CHECKING:
     from harness.toxiproxy.proxy import Proxy
@@ -211,22 +211,22 @@ class Direction:
                 self.queued -= len(data)
                 if self.queued <= _QUEUE_HIGH // 2:
                     self.resume("queue")
-                await self._through(list(self.active), 0, data, arrived)
+                await self._through(list(self.active), 0, data, Timing(arrived, arrived))
         except asyncio.CancelledError:
             pass
         finally:
             self.runner = None
             self.sync_fast_path()
 
-    async def _through(self, chain: list[Behaviour], index: int, data: bytes, stamp: float) -> None:
+    async def _through(self, chain: list[Behaviour], index: int, data: bytes, timing: Timing) -> None:
         if index == len(chain):
             await self._write(data)
             return
 
-        async def emit(piece: bytes, piece_stamp: float) -> None:
-            await self._through(chain, index + 1, piece, piece_stamp)
+        async def emit(piece: bytes, piece_timing: Timing) -> None:
+            await self._through(chain, index + 1, piece, piece_timing)
 
-        await chain[index].chunk(data, stamp, emit)
+        await chain[index].chunk(data, timing, emit)
 
     async def _write(self, data: bytes) -> None:
         if self.done or self.sink.is_closing():

@@ -13,7 +13,7 @@ import random
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from harness.toxiproxy.errors import (
     INVALID_STREAM,
@@ -178,9 +178,22 @@ def parse_update(toxic: Toxic, body: Any) -> tuple[dict[str, int], float]:
 
 # --- behaviour on a connection ------------------------------------------------
 
-# Passes a piece of data on to the next toxic, with the chunk's timestamp: when it
-# arrived, moved on by every latency toxic it went through.
-Emit = Callable[[bytes, float], Awaitable[None]]
+class Timing(NamedTuple):
+    """When a chunk is, as Toxiproxy's pipeline of toxics would see it.
+
+    Toxiproxy runs each toxic as its own goroutine, so a toxic takes the next chunk
+    as soon as it let the previous one go; here one task takes each chunk through
+    the whole chain, and `ready` keeps the pipeline's clock: the moment the chunk
+    reached the current toxic (its arrival, for the first). `stamp` is Toxiproxy's
+    chunk timestamp: its arrival, moved on by every latency toxic it went through.
+    """
+
+    stamp: float
+    ready: float
+
+
+# Passes a piece of data on to the next toxic.
+Emit = Callable[[bytes, Timing], Awaitable[None]]
 
 
 class LinkControl(Protocol):
@@ -239,51 +252,61 @@ class Behaviour:
     def removed(self) -> None:
         """Called once the toxic was deleted from the proxy (after stop)."""
 
-    async def chunk(self, data: bytes, stamp: float, emit: Emit) -> None:
-        await emit(data, stamp)
+    async def chunk(self, data: bytes, timing: Timing, emit: Emit) -> None:
+        await emit(data, timing)
 
     async def before_close(self) -> None:
         """Runs when the source closed, before the close is passed on."""
 
 
 class _Latency(Behaviour):
-    async def chunk(self, data: bytes, stamp: float, emit: Emit) -> None:
+    """Toxiproxy's latency toxic, to the millisecond: it takes a chunk once it let
+    the previous one go, sleeps `latency +- jitter` minus the time since the chunk's
+    timestamp, and moves the timestamp on by that sleep, so the next latency toxic
+    counts from there. Stacked toxics therefore add up for a chunk that did not
+    queue (two of 100 ms: 200 ms per round trip); in a steady stream the second one
+    lets chunks through early, as it does in Toxiproxy (chunks 20 ms apart through
+    two of 100 ms arrive 120 ms after they were sent once the stream flows)."""
+
+    def __init__(self, toxic: Toxic, link: LinkControl) -> None:
+        super().__init__(toxic, link)
+        self._free_at = 0.0  # pipeline time at which this toxic let its last chunk go
+
+    async def chunk(self, data: bytes, timing: Timing, emit: Emit) -> None:
         attrs = self.toxic.attributes
         delay = attrs["latency"]
         jitter = attrs["jitter"]
         if jitter > 0:
             delay += random.randrange(-jitter, jitter)  # Go: Int63n(2*jitter) - jitter
-        # The delay counts from the chunk's timestamp, so a stream of chunks is
-        # delayed once overall rather than once per chunk in sequence.
-        due = stamp + delay / 1000.0
-        remaining = due - time.monotonic()
-        if remaining > 0:
-            if not await self._sleep(remaining):
-                # Cut short (removed or updated): let it go at once, with the
-                # timestamp it had, as Toxiproxy's interrupt does.
-                await emit(data, stamp)
-                return
-        # The chunk leaves stamped with its due time, so the next latency toxic in
-        # the chain counts from there: stacked latencies add up. (Toxiproxy moves
-        # the stamp on by the time it slept; for a chunk that did not queue
-        # behind another that is the same, and for one that did, this keeps a
-        # stream delayed by the full sum.)
-        await emit(data, due)
+        taken = max(timing.ready, self._free_at)
+        sleep = delay / 1000.0 - (taken - timing.stamp)  # may be negative, as in Go
+        leaves = taken + max(sleep, 0.0)
+        self._free_at = leaves
+        remaining = leaves - time.monotonic()
+        if remaining > 0 and not await self._sleep(remaining):
+            # Cut short (removed or updated): let it go at once with the timestamp
+            # it had, as Toxiproxy's interrupt does.
+            self._free_at = time.monotonic()
+            await emit(data, Timing(timing.stamp, self._free_at))
+            return
+        await emit(data, Timing(timing.stamp + sleep, leaves))
 
 
 class _Bandwidth(Behaviour):
-    async def chunk(self, data: bytes, stamp: float, emit: Emit) -> None:
+    async def chunk(self, data: bytes, timing: Timing, emit: Emit) -> None:
         view = memoryview(data)
         while view:
             rate = self.toxic.attributes["rate"]  # KB/s; read live so updates apply
             if rate <= 0:
-                await emit(bytes(view), stamp)
+                await emit(bytes(view), timing)
                 return
             # Send at most 100 ms worth at a time, then wait that long.
             step = max(1, rate * 100)
             piece, view = view[:step], view[step:]
             await self._sleep(len(piece) / (rate * 1000.0))
-            await emit(bytes(piece), stamp)
+            # It really waited: the next toxic gets the piece now.
+            timing = Timing(timing.stamp, max(timing.ready, time.monotonic()))
+            await emit(bytes(piece), timing)
 
 
 class _SlowClose(Behaviour):
@@ -324,7 +347,7 @@ class _Timeout(Behaviour):
         if timeout > 0:  # 0 holds the connection open forever
             self._handle = asyncio.get_running_loop().call_later(timeout / 1000.0, self.link.close_connection)
 
-    async def chunk(self, data: bytes, stamp: float, emit: Emit) -> None:
+    async def chunk(self, data: bytes, timing: Timing, emit: Emit) -> None:
         self._arm()  # the data itself is dropped
 
 
@@ -359,7 +382,7 @@ class _ResetPeer(Behaviour):
         self._fired.set()
         self.link.reset_connection()
 
-    async def chunk(self, data: bytes, stamp: float, emit: Emit) -> None:
+    async def chunk(self, data: bytes, timing: Timing, emit: Emit) -> None:
         self._trigger()
 
     async def before_close(self) -> None:
@@ -367,13 +390,13 @@ class _ResetPeer(Behaviour):
 
 
 class _Slicer(Behaviour):
-    async def chunk(self, data: bytes, stamp: float, emit: Emit) -> None:
+    async def chunk(self, data: bytes, timing: Timing, emit: Emit) -> None:
         attrs = self.toxic.attributes
         average = attrs["average_size"]
         variation = attrs["size_variation"]
         delay = attrs["delay"] / 1_000_000.0
         if average <= 0:
-            await emit(data, stamp)
+            await emit(data, timing)
             return
         offset = 0
         while offset < len(data):
@@ -381,10 +404,11 @@ class _Slicer(Behaviour):
             if variation > 0:
                 size += random.randint(-variation, variation)
             size = max(1, size)
-            await emit(data[offset : offset + size], stamp)
+            await emit(data[offset : offset + size], timing)
             offset += size
             if delay > 0 and offset < len(data):
                 await self._sleep(delay)
+                timing = Timing(timing.stamp, max(timing.ready, time.monotonic()))
 
 
 class _LimitData(Behaviour):
@@ -392,12 +416,12 @@ class _LimitData(Behaviour):
         super().__init__(toxic, link)
         self.passed = 0  # survives updates, as Toxiproxy keeps the toxic's state
 
-    async def chunk(self, data: bytes, stamp: float, emit: Emit) -> None:
+    async def chunk(self, data: bytes, timing: Timing, emit: Emit) -> None:
         allowed = self.toxic.attributes["bytes"] - self.passed
         if allowed > 0:
             piece = data[:allowed]
             self.passed += len(piece)
-            await emit(piece, stamp)
+            await emit(piece, timing)
         if self.passed >= self.toxic.attributes["bytes"]:
             self.link.end_direction()
 
