@@ -17,7 +17,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from harness.argtypes import duration, non_negative_int, positive_int
-from harness.probe.config import PROFILES, ProbeConfigError, load_config, parse_upstream, simple_config
+from harness.probe.config import PROFILES, ProbeConfig, ProbeConfigError, load_config, parse_upstream, simple_config
 from harness.probe.checker import DEFAULT_MIN_ACKNOWLEDGED
 from harness.probe.runner import ProbeSpec, run_probe
 
@@ -65,7 +65,7 @@ def handle_probe(args: argparse.Namespace) -> int:
     return result.exit_code
 
 
-def _config(args: argparse.Namespace):  # -> ProbeConfig
+def _config(args: argparse.Namespace) -> ProbeConfig:
     if args.upstream is not None:
         args.upstream = parse_upstream(args.upstream)
     if args.config is not None:

@@ -192,3 +192,18 @@ def test_conformance_rows_cover_the_draft_with_evidence() -> None:
                                                read_back=False)}
     assert rows["mismatch-422"].status == "fail" and "409×1" in rows["mismatch-422"].evidence
     assert rows["error-doc"].status == "fail" and rows["read-back"].status == "not checkable"
+
+
+def test_the_report_escapes_what_the_service_sent() -> None:
+    from harness.probe.report import render_report
+
+    history = good_history()
+    history.send("k1", "replay", rid="r1", digest="other", evidence="<script>alert(1)</script>")
+    result = history.check()
+    rows = conformance(result, history.ops, requires_key=True, read_back=True)
+    document = {"upstream": "127.0.0.1:1", "run_id": "r", "started": 0.0, "draft": "d",
+                "endpoints": [{"method": "POST", "path": "/p"}], "faults": [],
+                "conformance": [row.__dict__ for row in rows], **result.to_dict()}
+    html = render_report(document)
+    assert "<script>alert" not in html and "&lt;script&gt;" in html
+    assert "FAIL" in html and "replay_fidelity" in html and "Error Scenarios" in html

@@ -17,7 +17,7 @@ from harness.cli import main
 from harness.probe.config import load_config
 from harness.probe.runner import ProbeSpec, run_probe
 
-from conftest import PROBE_SECONDS, ROOT
+from probe_helpers import PROBE_SECONDS, ROOT
 
 pytestmark = pytest.mark.slow
 

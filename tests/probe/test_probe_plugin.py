@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT
+from probe_helpers import ROOT
 
 pytest_plugins = ["pytester"]
 pytestmark = pytest.mark.slow
