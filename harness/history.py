@@ -19,8 +19,9 @@ from __future__ import annotations
 import hashlib
 import os
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import orjson
@@ -33,7 +34,7 @@ DEFAULT_TENANT = "default"
 
 # The refusal the app documents for each `expect` that must be refused. An invoke
 # with one of these carries `must_reject: true` and `reject_status`.
-REJECT_STATUS: dict[str, int] = {
+REJECT_STATUS: Mapping[str, int] = MappingProxyType({
     "stale_signature": 401,
     "future_signature": 401,
     "tampered_signature": 401,
@@ -43,7 +44,7 @@ REJECT_STATUS: dict[str, int] = {
     "fingerprint_mismatch": 409,
     "cross_tenant_read": 404,
     "cross_tenant_pay": 404,
-}
+})
 
 # The fields of `answer` per operation (docs/internals.md). An order document
 # names its id `id`; the summary calls it `order_id` like every other record.
