@@ -2,8 +2,10 @@
 a conflicting provider_ref, a wrong amount, and stale/future/tampered/missing signatures.
 
 Run by hand: locust -f locustfiles/duplicate_webhooks.py --host http://127.0.0.1:PORT
-(TARGET_APP_WEBHOOK_SECRET must match the app's). Catches the `domain` mutant
-without faults (concurrent copies and the conflicting ref become second payments).
+(TARGET_APP_WEBHOOK_SECRET must match the app's; the load signs with its own code,
+harness/loadgen/signing.py). Catches the `domain` mutant without faults (concurrent
+copies and the conflicting ref become second payments), and the `domain-amount` and
+`webhook-signature` controls (a wrong amount or a bad signature answered ok).
 """
 
 from locust import events, task

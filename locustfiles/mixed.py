@@ -1,5 +1,6 @@
 """Every duplicate source at once, plus one payment sent through the API, the webhook
-and the stream at the same time (`cross_channel`).
+and the stream at the same time (`cross_channel`). The tenant attempts (`shared_key`,
+`cross_tenant_read`, `cross_tenant_pay`) come with its timeout_replay rounds.
 
 Run by hand: locust -f locustfiles/mixed.py --host http://127.0.0.1:PORT
 """

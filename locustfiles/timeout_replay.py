@@ -1,10 +1,15 @@
-"""API clients that retry after timeouts, double-click, and reuse keys with another body.
+"""API clients that retry after timeouts, double-click, reuse keys with another body,
+and share key spaces across tenants on purpose: every tenant creating with one
+Idempotency-Key at once (`shared_key`), another tenant reading or paying a user's
+order (`cross_tenant_read`, `cross_tenant_pay`: 404).
 
 Run by hand against a running stack (settings from `harness status --env`):
     locust -f locustfiles/timeout_replay.py --host http://127.0.0.1:PORT
-Catches the `api` mutant without faults (double clicks and fingerprint mismatches
-create second orders for one key); with plans/flaky-network.yaml it also replays
-requests whose responses were lost after the server committed.
+Catches the `api`, `api-fingerprint`, `api-tenant` and `order-tenant` controls
+without faults; with plans/flaky-network.yaml it also replays requests whose
+responses were lost after the server committed, reaches the API layer's recovery
+point (Redis replies lost after the create script ran) and retries bodies cut in
+transit (the `incomplete-body` control; plans/cut-bodies.yaml too).
 """
 
 from locust import events, task

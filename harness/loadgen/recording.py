@@ -3,8 +3,9 @@
 A locustfile calls `install(events)` once at import (that is how Locust wires
 listeners). At `init` every process that runs users (a standalone runner or a
 worker, never the master) gets a `LoadProcess`: its settings, its history writer,
-a timer greenlet that flushes the writer while the load idles, and the counters that
-hand out user numbers and ids. Users reach it through `load_process(environment)`.
+a timer greenlet that flushes the writer while the load idles, the counters that
+hand out user numbers and ids, and the token of the run's shared key pool (the same
+in every process of a run, so tenants in different processes collide on purpose). Users reach it through `load_process(environment)`.
 The writer is closed at `test_stop` and `quitting`, so nothing is lost at stop, and
 reopened (appending to the same file) if the test is started again from the web UI.
 """
