@@ -161,7 +161,9 @@ class Sender:
         self.events.request.fire(
             request_type=endpoint.method, name=f"{endpoint.name} [{kind}]",
             response_time=(time.perf_counter() - started) * 1000.0, response_length=0,
-            exception=error if reply.completion == "info" and error else None, context={})
+            # An indeterminate answer is a Locust failure, so its statistics mean something.
+            exception=(error or RuntimeError(f"HTTP {reply.status}")) if reply.completion == "info" else None,
+            context={})
         return reply
 
     def _complete(self, operation: Any, endpoint: Endpoint, response: requests.Response,
