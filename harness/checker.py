@@ -361,12 +361,13 @@ def _blocks(handle: BinaryIO) -> Iterator[tuple[list[bytes], bool]]:
         yield block[:cut].split(b"\n"), False
 
 
-def read_operations(paths: Iterable[Path]) -> Iterator[dict[str, Any]]:
-    """Completed operations of history files, as `harness.history.iter_operations` yields them.
+def read_pairs(paths: Iterable[Path]) -> Iterator[tuple[dict[str, Any], dict[str, Any]]]:
+    """Each operation of history files as its (invoke, completion) records, unmerged.
 
-    The same records and errors, built for the checker's million-operation pass:
-    each completion is merged into its invoke's own dict (both were just parsed
-    and are not shared) instead of into a copy.
+    The records and errors of `harness.history.iter_operations`, built for the
+    checker's million-operation pass, which reads each field from the record that
+    carries it and so needs no merged copy. An invoke without a completion (its
+    process died) is paired with an `info` completion.
     """
     loads = orjson.loads
     decode_error = orjson.JSONDecodeError
@@ -401,25 +402,33 @@ def read_operations(paths: Iterable[Path]) -> Iterator[dict[str, Any]]:
                 invoke = pop(record.get("op_id"), None)
                 if invoke is None:
                     raise HistoryError(f"{path}: completion {record.get('op_id')!r} without invoke")
-                invoked = invoke.get("time")
-                if None in record.values():
-                    # a null in the completion does not erase what the invoke said
-                    for name, value in record.items():
-                        if value is not None or invoke.get(name) is None:
-                            invoke[name] = value
-                else:
-                    invoke.update(record)
-                invoke["invoke_time"] = invoked
-                invoke["complete_time"] = record.get("time", invoked)
-                invoke["time"] = invoked
-                yield invoke
+                yield invoke, record
         for invoke in pending.values():
-            invoked = invoke.get("time")
-            invoke["type"] = "info"
-            invoke["error"] = "no completion recorded"
-            invoke["invoke_time"] = invoked
-            invoke["complete_time"] = invoked
-            yield invoke
+            yield invoke, {"type": "info", "op_id": invoke.get("op_id"), "op": invoke.get("op"),
+                           "error": "no completion recorded", "time": invoke.get("time")}
+
+
+def merge_operation(invoke: dict[str, Any], completion: dict[str, Any]) -> dict[str, Any]:
+    """One operation from its two records, as `harness.history.iter_operations` merges them:
+    the completion's fields over the invoke's (a null does not erase a value), with
+    `invoke_time`, `complete_time` and `time` (= the invoke's time). Reuses the invoke's dict."""
+    invoked = invoke.get("time")
+    if None in completion.values():
+        for name, value in completion.items():
+            if value is not None or invoke.get(name) is None:
+                invoke[name] = value
+    else:
+        invoke.update(completion)
+    invoke["invoke_time"] = invoked
+    invoke["complete_time"] = completion.get("time", invoked)
+    invoke["time"] = invoked
+    return invoke
+
+
+def read_operations(paths: Iterable[Path]) -> Iterator[dict[str, Any]]:
+    """Completed operations of history files, as `harness.history.iter_operations` yields them."""
+    for invoke, completion in read_pairs(paths):
+        yield merge_operation(invoke, completion)
 
 
 class HistoryFiles:
@@ -430,6 +439,10 @@ class HistoryFiles:
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         return read_operations(self.paths)
+
+    def pairs(self) -> Iterator[tuple[dict[str, Any], dict[str, Any]]]:
+        """The (invoke, completion) records, unmerged: the checker's first pass."""
+        return read_pairs(self.paths)
 
 
 def check(
@@ -504,7 +517,11 @@ def _check(
     evaluate_export(state, findings)
     early = EvidenceCollector(_kept(findings))
     index = HistoryIndex(state, findings)
-    index.consume(operations, observe=early.offer if early.findings else None)
+    observe = early.offer if early.findings else None
+    if isinstance(operations, HistoryFiles):
+        index.consume_pairs(operations.pairs(), observe=observe, merge=merge_operation)
+    else:
+        index.consume(operations, observe=observe)
     evaluate_history(state, index, findings, reads)
     late = EvidenceCollector([f for f in _kept(findings) if id(f) not in early.evidence_ids])
     if late.findings:

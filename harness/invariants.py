@@ -187,7 +187,20 @@ class HistoryIndex:
 
     def consume(self, operations: Iterable[dict[str, Any]],
                 observe: Callable[[int, dict[str, Any]], None] | None = None) -> None:
-        """Fold the operations in; `observe(sequence, op)` sees each one (for evidence).
+        """Fold merged operations in; `observe(sequence, op)` sees each one (for evidence)."""
+        self.consume_pairs(((op, op) for op in operations), observe)
+
+    def consume_pairs(self, operations: Iterable[tuple[dict[str, Any], dict[str, Any]]],
+                      observe: Callable[[int, dict[str, Any]], None] | None = None,
+                      merge: Callable[[dict[str, Any], dict[str, Any]], dict[str, Any]] | None = None,
+                      ) -> None:
+        """Fold (invoke, completion) records in, as the history files hold them.
+
+        A merged operation is the pair (op, op). Each field is read from the
+        record that carries it (docs/internals.md): what was asked from the
+        invoke, what was answered from the completion; so the history reader
+        need not merge a million pairs. `observe` sees `merge(invoke, completion)`
+        (or the invoke itself when no `merge` is given, for merged operations).
 
         The hot loop of the checker (a million iterations): locals instead of
         attributes, no call for the common cases, one tally per combination of
@@ -207,27 +220,30 @@ class HistoryIndex:
         cross_tenant = CROSS_TENANT
         sequence = self.operations
         already_paid = 0
-        for op in operations:
+        for invoke, done in operations:
             if observe is not None:
                 sequence += 1
-                observe(sequence, op)
-            get = op.get
+                observe(sequence, invoke if merge is None else merge(invoke, done))
+            get = invoke.get
+            answered = done.get
             name = get("op")
-            kind = get("type")
+            kind = answered("type")
             expect = get("expect")
-            status = get("status")
-            replayed = get("replayed")
+            status = answered("status")
+            replayed = answered("replayed")
             if kind == "ok":
                 tally = (name, kind, expect, status, replayed, None)
-                answer = get("answer")
+                answer = answered("answer")
                 if expect is not None and (get("must_reject") or expect in cross_tenant):
-                    self._accepted_refusal(op)
+                    self._accepted_refusal(_merged(invoke, done))
             else:
                 tally = (name, kind, expect, status, replayed,
-                         get("problem_type") if kind == "fail" else None)
+                         answered("problem_type") if kind == "fail" else None)
                 answer = None
             tallies[tally] = tallies.get(tally, 0) + 1
             order_id = get("order_id")
+            if order_id is None:
+                order_id = answered("order_id")  # a create learns its order from the answer
 
             if name == "publish":
                 provider_ref = get("provider_ref")
@@ -282,19 +298,19 @@ class HistoryIndex:
                             and (exported is None or (answer.get("amount_cents") == exported[6]
                                                       and (name != "pay" or exported[3] == tenant)))
                             and (name != "pay" or answer.get("tenant") == tenant)):
-                        self._payment_answer(op, answer, exported, tenant)
+                        self._payment_answer(_merged(invoke, done), answer, exported, tenant)
                 if name == "webhook":
                     continue
             elif name == "create_order":
                 if kind == "ok" and order_id is not None:
-                    self._created(op, order_id, get("tenant") or DEFAULT_TENANT, answer)
+                    self._created(invoke, order_id, get("tenant") or DEFAULT_TENANT, answer)
             else:
                 if answer is not None and name == "read_order":
                     exported = orders.get(order_id)
                     tenant = get("tenant") or DEFAULT_TENANT
                     if (answer.get("order_id") != order_id or answer.get("tenant") != tenant
                             or (exported is not None and exported[3] != tenant)):
-                        self._read_answer(op, answer, exported, tenant)
+                        self._read_answer(_merged(invoke, done), answer, exported, tenant)
                 continue
 
             # pay and create_order: what the API layer did with the key
@@ -309,27 +325,27 @@ class HistoryIndex:
                 print_hash = hash(fingerprint)
                 first = firsts.get(scope)
                 if first is None:
-                    invoked = get("invoke_time") or 0.0
-                    firsts[scope] = (invoked, (get("complete_time") or invoked) if kind == "ok" else _NEVER,
+                    invoked = (get("time") or 0.0)
+                    firsts[scope] = (invoked, (answered("complete_time") or answered("time") or invoked) if kind == "ok" else _NEVER,
                                      print_hash, _NEVER)
                 elif print_hash == first[2]:
-                    invoked = get("invoke_time") or 0.0
+                    invoked = (get("time") or 0.0)
                     if invoked < first[0]:
-                        firsts[scope] = (invoked, (get("complete_time") or invoked) if kind == "ok"
+                        firsts[scope] = (invoked, (answered("complete_time") or answered("time") or invoked) if kind == "ok"
                                          else _NEVER, print_hash, first[3])
                 else:
-                    invoked = get("invoke_time") or 0.0
+                    invoked = (get("time") or 0.0)
                     if invoked < first[0]:
                         # the old first is now the earliest request with another fingerprint
-                        firsts[scope] = (invoked, (get("complete_time") or invoked) if kind == "ok"
+                        firsts[scope] = (invoked, (answered("complete_time") or answered("time") or invoked) if kind == "ok"
                                          else _NEVER, print_hash, first[0])
                     elif invoked < first[3]:
                         firsts[scope] = (first[0], first[1], first[2], invoked)
                 if kind == "fail" and tally[5] == KEY_MISMATCH:
-                    self.refusals.append(Refusal(name, scope, print_hash, order_id, get("op_id")))
+                    self.refusals.append(Refusal(name, scope, print_hash, order_id, answered("op_id")))
             if status is None:
                 continue  # no answer: nothing to compare
-            digest = get("body_digest")
+            digest = answered("body_digest")
             if replayed is True and status >= 500:
                 self._replayed_5xx(name, scope, status, order_id, tenant, key)
             if digest is None:
@@ -461,7 +477,7 @@ class HistoryIndex:
         if name == "pay":
             self._tenant_answer(op, answer, exported, tenant)
 
-    def _create_answer(self, op: dict[str, Any], answer: dict[str, Any]) -> None:
+    def _create_answer(self, op: dict[str, Any], answer: dict[str, Any], order_id: str) -> None:
         wrong = [f"{name} {answer.get(name)!r} instead of {op.get(name)!r}"
                  for name in _CREATE_FIELDS
                  if op.get(name) is not None and answer.get(name) != op.get(name)]
@@ -469,7 +485,7 @@ class HistoryIndex:
             self.findings.add(Finding(
                 "answers_match_requests",
                 f"ok create_order with key {op.get('idempotency_key')!r} answered {'; '.join(wrong)}",
-                order_ids=_maybe(op.get("order_id")), key=_key_of(op),
+                order_ids=(order_id,), key=_key_of(op),
                 details={"op": "create_order", "op_id": op.get("op_id"), "answer": answer}))
 
     def _read_answer(self, op: dict[str, Any], answer: dict[str, Any],
@@ -484,10 +500,10 @@ class HistoryIndex:
         self._tenant_answer(op, answer, exported, tenant)
 
     def _tenant_answer(self, op: dict[str, Any], answer: dict[str, Any] | None,
-                       exported: tuple[Any, ...] | None, tenant: str) -> None:
+                       exported: tuple[Any, ...] | None, tenant: str, order_id: Any = None) -> None:
         """An ok answer must name an order of the requesting tenant, in the answer and the export."""
         name = op.get("op")
-        order_id = (answer or {}).get("order_id") or op.get("order_id")
+        order_id = order_id or (answer or {}).get("order_id") or op.get("order_id")
         owners = []
         if answer is not None and answer.get("tenant") != tenant:
             owners.append(f"the answer names tenant {answer.get('tenant')!r}")
@@ -528,10 +544,10 @@ class HistoryIndex:
                 or answer.get("idempotency_key") != op.get("idempotency_key")
                 or (op.get("amount_cents") is not None
                     and answer.get("amount_cents") != op.get("amount_cents"))):
-            self._create_answer(op, answer)
+            self._create_answer(op, answer, order_id)
         if ((answer is not None and answer.get("tenant") != tenant)
                 or (exported is not None and exported[O_TENANT] != tenant)):
-            self._tenant_answer(op, answer, exported, tenant)
+            self._tenant_answer(op, answer, exported, tenant, order_id)
         key = op.get("idempotency_key")
         if key is None:
             return
@@ -555,6 +571,20 @@ class HistoryIndex:
                 f"which the export files under key {owner_key!r} (tenant {owner_tenant})",
                 order_ids=(order_id,), key=(tenant, key),
                 details={"tenant": tenant, "idempotency_key": key}))
+
+
+def _merged(invoke: dict[str, Any], done: dict[str, Any]) -> dict[str, Any]:
+    """The merged operation of a pair, for the rare findings that quote it."""
+    if invoke is done:
+        return invoke
+    merged = dict(invoke)
+    for name, value in done.items():
+        if value is not None or merged.get(name) is None:
+            merged[name] = value
+    merged["invoke_time"] = invoke.get("time")
+    merged["complete_time"] = done.get("time", invoke.get("time"))
+    merged["time"] = merged["invoke_time"]
+    return merged
 
 
 def _maybe(order_id: str | None) -> tuple[str, ...]:
