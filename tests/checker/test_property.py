@@ -7,15 +7,17 @@ as its own property over the correct app's random histories.
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from checker_builders import digest
 from checker_model import CorrectApp, play
-from harness.checker import check
+from harness.checker import HistoryFiles, check
 
 MODES = st.sampled_from(["ok", "ok", "ok", "info_applied", "info_lost", "5xx"])
 ORDER = st.integers(0, 9)
@@ -212,3 +214,48 @@ def test_the_model_exercises_what_the_new_invariants_judge() -> None:
         "fingerprint_refusal", "amount_refusal", "signature_refusal", "tenant_refusal", "dead_letter"}
     assert result.invariant("final_reads_agree").checked == 4
     assert result.dead_letters["reasons"] == {"no message_id": 1}
+
+
+# Fields a completion record carries (docs/internals.md); the rest is the invoke's.
+COMPLETION_FIELDS = ("status", "body_digest", "replayed", "error", "toxic_hit", "answer", "problem_type")
+
+
+def write_history(app: CorrectApp, path: Path) -> None:
+    """The model's operations as invoke and completion records, the way the load writes them."""
+    lines = []
+    for op in app.run.operations:
+        invoke = {name: value for name, value in op.items()
+                  if name not in COMPLETION_FIELDS and name not in ("type", "invoke_time", "complete_time")}
+        completion = {name: op.get(name) for name in COMPLETION_FIELDS}
+        if op["op"] == "create_order":
+            invoke.pop("order_id")
+            completion["order_id"] = op.get("order_id")
+        invoke.update(type="invoke", time=op["invoke_time"])
+        completion.update(type=op["type"], op_id=op["op_id"], op=op["op"], time=op["complete_time"])
+        lines += [orjson.dumps(invoke), orjson.dumps(completion)]
+    path.write_bytes(b"\n".join(lines) + b"\n")
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                 HealthCheck.function_scoped_fixture])
+@given(HISTORIES, st.sampled_from([None, *INJECTIONS]))
+def test_history_files_and_merged_operations_give_the_same_result(
+    tmp_path: Path, actions: list[tuple[Any, ...]], inject: Callable[[CorrectApp], str] | None
+) -> None:
+    """The checker's file pass (unmerged pairs) judges exactly like the in-memory one."""
+    app = play(actions)
+    if inject is not None:
+        inject(app)
+    path = tmp_path / "history.jsonl"
+    write_history(app, path)
+    from_files = check(HistoryFiles([path]), app.run.export, final_reads=app.run.final_reads)
+    assert comparable(from_files) == comparable(judge(app))
+
+
+def comparable(result: Any) -> dict[str, Any]:
+    """The result with evidence operations as their ids (the file pass quotes merged records)."""
+    data = result.to_dict()
+    for outcome in data["invariants"]:
+        for violation in outcome["violations"]:
+            violation["evidence"]["operations"] = [op["op_id"] for op in violation["evidence"]["operations"]]
+    return data
