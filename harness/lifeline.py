@@ -162,12 +162,13 @@ class RunGuard:
         setattr(threading.current_thread(), GUARD_ATTRIBUTE, self)
         registry.write_lease(self.lease)
         if self._want_janitor:
-            self._janitor = subprocess.Popen(
-                [sys.executable, "-m", "harness.lifeline", "--lease", str(registry.lease_path(self.lease["id"]))],
-                stdin=self.lifeline.read_fd, stdout=subprocess.DEVNULL,
-                stderr=open(self.run_dir / "lifeline.log", "ab"),  # noqa: SIM115 - the child keeps it
-                start_new_session=True,  # a Ctrl-C to our process group must not reach it
-            )
+            with open(self.run_dir / "lifeline.log", "ab") as log:
+                self._janitor = subprocess.Popen(
+                    [sys.executable, "-m", "harness.lifeline", "--lease",
+                     str(registry.lease_path(self.lease["id"]))],
+                    stdin=self.lifeline.read_fd, stdout=subprocess.DEVNULL, stderr=log,
+                    start_new_session=True,  # a Ctrl-C to our process group must not reach it
+                )
         return self
 
     def __exit__(self, kind: type[BaseException] | None, value: BaseException | None,
@@ -185,8 +186,6 @@ class RunGuard:
             except subprocess.TimeoutExpired:
                 self._janitor.kill()
                 self._janitor.wait()
-            if self._janitor.stderr is not None:
-                self._janitor.stderr.close()
 
     def on_interrupt(self, *actions: Callable[[], object]) -> Callable[..., bool]:
         """An ExitStack `push` callback: run each action in turn, each one best effort

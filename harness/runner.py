@@ -53,7 +53,7 @@ BASELINE_FILE = "baseline.ndjson"
 # After the drain, a request that a client gave up on may still be finishing in the
 # app; this long a pause lets it land before the state is read.
 SETTLE_SECONDS = 0.5
-INTERRUPT_DRAIN_SECONDS = 3.0
+INTERRUPT_DRAIN_SECONDS = 2.0
 
 
 @dataclass(frozen=True)

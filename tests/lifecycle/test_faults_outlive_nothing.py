@@ -140,7 +140,9 @@ def test_leftovers_of_a_run_killed_whole_are_reclaimed_by_the_next_up(
     plan.write_text(PLAN)
     run = run_on_shared(tmp_path / "w", shared_toxiproxy, plan)
     runs.append(run.start())
-    assert run.wait_until(under_load_with_toxic, 60), run.output()[-3000:]
+    # The lease records a toxic just before it is applied: wait until the server has it.
+    assert run.wait_until(lambda r: under_load_with_toxic(r) and bool(toxics_on(shared_toxiproxy)), 60), \
+        run.output()[-3000:]
     # As a cgroup kill would: every process of the run at once, nobody cleans up.
     for pid in [*processes_with_env(run.marker)]:
         try:
