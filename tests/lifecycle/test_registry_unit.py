@@ -1,0 +1,107 @@
+"""The registry's rules, without a stack: owners, marks, and what `reclaim` may touch."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from harness import registry
+from harness.lifeline import Interrupted, exit_code_for, interrupt_signals
+from harness.nemesis import Nemesis
+from harness.toxiproxy.server import EmbeddedToxiproxy
+
+
+def dead_owner() -> registry.Owner:
+    process = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    owner = registry.Owner.of(process.pid)
+    process.kill()
+    process.wait()
+    return owner
+
+
+def test_an_owner_is_a_pid_and_its_start_time() -> None:
+    me = registry.Owner.current()
+    assert me.alive()
+    assert not registry.Owner(me.pid, (me.start or 0) + 1).alive()  # same pid, another process
+    assert not dead_owner().alive()
+    assert not registry.Owner.from_json(None).alive()
+
+
+def test_a_finished_run_is_never_marked_and_an_unfinished_one_once(tmp_path: Path) -> None:
+    done = tmp_path / "done"
+    done.mkdir()
+    (done / "result.json").write_text(json.dumps({"valid": True}))
+    assert not registry.mark_interrupted(done, signal_name="SIGTERM", by="harness")
+    assert not (done / "interrupted.json").exists()
+
+    cut = tmp_path / "cut"
+    cut.mkdir()
+    (cut / "settings.json").write_text("{}")
+    assert registry.mark_interrupted(cut, signal_name="SIGTERM", by="harness")
+    assert registry.mark_interrupted(cut, signal_name=None, by="lifeline")  # still unjudged
+    marker = registry.interrupted_marker(cut)
+    assert marker is not None and marker["signal"] == "SIGTERM" and marker["phase"] == "load or drain"
+    assert json.loads((cut / "result.json").read_text())["valid"] is None
+
+
+@pytest.fixture
+def toxiproxy() -> Iterator[str]:
+    with EmbeddedToxiproxy() as server:
+        yield server.url
+
+
+def test_reclaim_heals_only_dead_owners_on_that_toxiproxy(tmp_path: Path, toxiproxy: str) -> None:
+    nemesis = Nemesis(toxiproxy)
+    for name, upstream in (("dead-app", "127.0.0.1:9"), ("moved", "127.0.0.1:9"), ("live-app", "127.0.0.1:9")):
+        nemesis._request("POST", "/proxies", "setup", {"name": name, "listen": "127.0.0.1:0", "upstream": upstream})
+    nemesis.add_toxic("live-app", "latency", attributes={"latency": 1}, name="live")
+    nemesis.add_toxic("live-app", "latency", attributes={"latency": 1}, name="dead")
+    nemesis.disable_proxy("live-app")
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+
+    dead = registry.new_lease("run", toxiproxy_url=toxiproxy, run_dir=run_dir, owner=dead_owner())
+    dead["toxics"] = [{"proxy": "live-app", "name": "dead"}]
+    dead["disabled"] = ["live-app"]
+    dead["proxies"] = [{"name": "dead-app", "listen": "x", "upstream": "127.0.0.1:9"},
+                       {"name": "moved", "listen": "x", "upstream": "127.0.0.1:1"}]  # since re-pointed
+    registry.write_lease(dead)
+    live = registry.new_lease("run", toxiproxy_url=toxiproxy)
+    live["toxics"] = [{"proxy": "live-app", "name": "live"}]
+    registry.write_lease(live)
+    elsewhere = registry.new_lease("run", toxiproxy_url="http://127.0.0.1:1", owner=dead_owner())
+    elsewhere["toxics"] = [{"proxy": "x", "name": "y"}]
+    registry.write_lease(elsewhere)
+
+    done = registry.reclaim(toxiproxy)
+    assert any("removed toxic dead" in line for line in done), done
+    assert set(nemesis.proxies()) == {"moved", "live-app"}
+    assert [t.name for t in nemesis.list_toxics()] == ["live"]
+    assert nemesis.proxies()["live-app"].enabled
+    assert registry.interrupted_marker(run_dir) is not None
+    remaining = {lease["id"] for _, lease in registry.leases()}
+    assert dead["id"] not in remaining and live["id"] in remaining and elsewhere["id"] in remaining
+
+    # An external Toxiproxy that does not answer keeps its lease for the next try.
+    assert any("unreachable" in line for line in registry.reclaim("http://127.0.0.1:1"))
+    assert elsewhere["id"] in {lease["id"] for _, lease in registry.leases()}
+    registry.remove_lease(elsewhere["id"])
+    registry.remove_lease(live["id"])
+
+
+def test_signals_map_to_exit_codes() -> None:
+    import signal
+
+    assert exit_code_for(Interrupted(signal.SIGTERM)) == 143
+    assert exit_code_for(Interrupted(signal.SIGHUP)) == 129
+    assert exit_code_for(KeyboardInterrupt()) == 130
+    before = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(Interrupted) as caught, interrupt_signals():
+        signal.raise_signal(signal.SIGTERM)
+    assert caught.value.signum == signal.SIGTERM
+    assert signal.getsignal(signal.SIGTERM) == before
