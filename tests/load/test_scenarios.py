@@ -58,15 +58,18 @@ def test_scenario_provokes_every_promised_duplicate(stack: RunningStack, tmp_pat
     assert not missing, f"{locustfile} provoked {dict(counts)}, nothing of {sorted(missing)}"
 
     pairs = operations(recorded)
+    refused: Counter[str] = Counter()
     for invoke, completion in pairs:
         wanted = REJECT_STATUS.get(invoke.get("expect"))
-        if wanted is None:
-            continue
+        if wanted is None or completion["type"] == "info":
+            continue  # an answer lost to a slow machine says nothing about the app
+        refused[invoke["expect"]] += 1
         # A healthy app under no faults refuses each with exactly the documented status.
         assert (completion["type"], completion["status"]) == ("fail", wanted), (
             f"{invoke['expect']} answered {completion['type']} {completion['status']}")
         assert invoke["must_reject"] is True and invoke["reject_status"] == wanted
         assert isinstance(completion["problem_type"], str)
+    assert set(refused) == PROMISES[locustfile] & set(REJECT_STATUS), dict(refused)
     created = [c for i, c in pairs if i["op"] == "create_order" and c["type"] == "ok"]
     assert created and all(c["order_id"] for c in created)
     assert_records_carry_the_contract_fields(recorded)
@@ -130,7 +133,7 @@ def test_ten_users_for_eight_seconds_make_several_of_each_tenant_attempt(
     assert all(counts[kind] >= 3 for kind in TENANT_ATTEMPTS), dict(counts)
     pairs = operations(recorded)
     for invoke, completion in pairs:
-        if invoke.get("expect") in ("cross_tenant_read", "cross_tenant_pay"):
+        if invoke.get("expect") in ("cross_tenant_read", "cross_tenant_pay") and completion["type"] != "info":
             assert (completion["status"], completion["problem_type"]) == (404, UNKNOWN_ORDER)
             assert invoke["tenant"] != owner_of(pairs, invoke["order_id"])
     reads = [c for i, c in pairs if i["op"] == "read_order" and i["expect"] is None]
