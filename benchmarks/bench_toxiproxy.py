@@ -65,15 +65,25 @@ async def main():
 (uvloop.run if uvloop else asyncio.run)(main())
 """
 
+# The sender announces the byte count in an 8-byte header and the sink answers once
+# it has them all: no half-close, which Toxiproxy turns into a full close (so an
+# answer sent after EOF would never reach the sender through the Go server).
 BYTE_SINK = r"""
 import socket
 server = socket.create_server(("127.0.0.1", 0))
 print(server.getsockname()[1], flush=True)
 while True:
     conn, _ = server.accept()
+    header = b""
+    while len(header) < 8:
+        data = conn.recv(8 - len(header))
+        if not data:
+            break
+        header += data
+    expected = int.from_bytes(header, "big") if len(header) == 8 else 0
     total = 0
-    while True:
-        data = conn.recv(1 << 20)
+    while total < expected:
+        data = conn.recv(min(1 << 20, expected - total))
         if not data:
             break
         total += len(data)
@@ -95,7 +105,7 @@ async def pump(reader, writer, source):
                 break
             writer.write(data)
             await writer.drain()
-        # Pass the half-close on: the byte sink answers only after it sees EOF.
+        # Pass the half-close on, as a forwarder should.
         # (uvloop raises on write_eof once the peer has gone, hence is_closing.)
         if writer.can_write_eof() and not writer.is_closing():
             writer.write_eof()
@@ -165,9 +175,9 @@ def bulk(port: int, mib: int) -> float:
     with socket.create_connection(("127.0.0.1", port), timeout=60) as sock:
         # The timeout bounds every send and the wait for the sink's answer.
         started = time.perf_counter()
+        sock.sendall((mib << 20).to_bytes(8, "big"))
         for _ in range(mib):
             sock.sendall(block)
-        sock.shutdown(socket.SHUT_WR)
         answer = sock.recv(64)
         elapsed = time.perf_counter() - started
     if int(answer) != mib << 20:
