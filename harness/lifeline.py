@@ -140,6 +140,16 @@ class Lifeline:
 
 # --- one run ----------------------------------------------------------------------------
 
+JANITOR_WAIT = 10.0
+
+
+def _holds_something(lease: dict[str, Any]) -> bool:
+    """Faults still recorded, or a recorded process group still alive."""
+    if lease.get("toxics") or lease.get("disabled") or lease.get("services"):
+        return True
+    return any(registry.Owner.from_json(p).alive() for p in lease.get("processes", []))
+
+
 class RunGuard:
     """The lease and the janitor of one run (a context manager around the whole run)."""
 
@@ -150,6 +160,9 @@ class RunGuard:
         self._janitor: subprocess.Popen[bytes] | None = None
         self._want_janitor = janitor
         self._phase: str | None = None  # how far the run got when the interrupt came
+        # The nemesis thread records faults while the main thread records Locust.
+        self._lock = threading.Lock()
+        self._closed = False  # after the run: a late record must not bring the lease back
 
     @property
     def short_id(self) -> str:
@@ -176,16 +189,24 @@ class RunGuard:
         if isinstance(value, KeyboardInterrupt):
             registry.mark_interrupted(self.run_dir, signal_name=signal_name(value), by="harness",
                                       phase=self._phase)
-        # Still alive: whatever the run started has been stopped by its own `finally`s.
         setattr(threading.current_thread(), GUARD_ATTRIBUTE, None)
-        registry.remove_lease(self.lease["id"])
+        with self._lock:
+            self._closed = True
+            if _holds_something(self.lease):
+                # The run's own cleanup could not undo everything (it failed half-way):
+                # the lease stays and the janitor, woken by the lifeline closing below,
+                # undoes the rest. An ended run is no interrupted one: no mark.
+                if not isinstance(value, KeyboardInterrupt):
+                    self.lease["run_dir"] = None
+                registry.write_lease(self.lease)
+            else:
+                registry.remove_lease(self.lease["id"])
         self.lifeline.close()
         if self._janitor is not None:
             try:
-                self._janitor.wait(timeout=5)
+                self._janitor.wait(timeout=JANITOR_WAIT)
             except subprocess.TimeoutExpired:
-                self._janitor.kill()
-                self._janitor.wait()
+                pass  # still healing in its own session; it finishes without us
 
     def on_interrupt(self, *actions: Callable[[], object]) -> Callable[..., bool]:
         """An ExitStack `push` callback: run each action in turn, each one best effort
@@ -207,46 +228,42 @@ class RunGuard:
 
     # what the run started
 
-    def _save(self) -> None:
-        registry.write_lease(self.lease)
+    def _update(self, change: Callable[[dict[str, Any]], object]) -> None:
+        """Change the lease and write it, one change at a time."""
+        with self._lock:
+            change(self.lease)
+            if not self._closed:
+                registry.write_lease(self.lease)
 
     def add_process(self, pid: int, name: str, signum: signal.Signals = signal.SIGTERM) -> None:
         """A process group (led by pid) the janitor stops if the harness dies."""
         entry = {**registry.Owner.of(pid).to_json(), "name": name, "signal": signum.name}
-        self.lease["processes"].append(entry)
-        self._save()
+        self._update(lambda lease: lease["processes"].append(entry))
 
     def remove_process(self, pid: int) -> None:
-        self.lease["processes"] = [p for p in self.lease["processes"] if p["pid"] != pid]
-        self._save()
+        self._update(lambda lease: lease.update(
+            processes=[p for p in lease["processes"] if p["pid"] != pid]))
 
     def use_toxiproxy(self, url: str, *, local: bool) -> None:
-        self.lease["toxiproxy_url"] = registry.normalize_url(url)
-        self.lease["toxiproxy_local"] = local
-        self._save()
+        self._update(lambda lease: lease.update(toxiproxy_url=registry.normalize_url(url),
+                                                toxiproxy_local=local))
 
     def toxic_added(self, proxy: str, name: str) -> None:
-        self.lease["toxics"].append({"proxy": proxy, "name": name})
-        self._save()
+        self._update(lambda lease: lease["toxics"].append({"proxy": proxy, "name": name}))
 
     def toxic_removed(self, proxy: str, name: str) -> None:
-        self.lease["toxics"] = [t for t in self.lease["toxics"] if (t["proxy"], t["name"]) != (proxy, name)]
-        self._save()
+        self._update(lambda lease: lease.update(
+            toxics=[t for t in lease["toxics"] if (t["proxy"], t["name"]) != (proxy, name)]))
 
     def proxy_disabled(self, proxy: str) -> None:
-        if proxy not in self.lease["disabled"]:
-            self.lease["disabled"].append(proxy)
-            self._save()
+        self._update(lambda lease: proxy in lease["disabled"] or lease["disabled"].append(proxy))
 
     def proxy_enabled(self, proxy: str) -> None:
-        if proxy in self.lease["disabled"]:
-            self.lease["disabled"].remove(proxy)
-            self._save()
+        self._update(lambda lease: lease.update(disabled=[p for p in lease["disabled"] if p != proxy]))
 
     def cleared(self) -> None:
         """Every fault healed (a reset): nothing left to undo."""
-        self.lease["toxics"], self.lease["disabled"] = [], []
-        self._save()
+        self._update(lambda lease: lease.update(toxics=[], disabled=[]))
 
     def processes_of(self, stack: Any) -> Any:
         """The stack's process faults, recorded when the stack outlives the run (one
@@ -258,15 +275,11 @@ class RunGuard:
 
     def service_faulted(self, root: str, service: str) -> None:
         entry = {"root": root, "service": service}
-        if entry not in self.lease.setdefault("services", []):
-            self.lease["services"].append(entry)
-            self._save()
+        self._update(lambda lease: entry in lease["services"] or lease["services"].append(entry))
 
     def service_healed(self, root: str, service: str) -> None:
         entry = {"root": root, "service": service}
-        if entry in self.lease.get("services", []):
-            self.lease["services"].remove(entry)
-            self._save()
+        self._update(lambda lease: lease.update(services=[e for e in lease["services"] if e != entry]))
 
 
 class _RecordedProcesses:

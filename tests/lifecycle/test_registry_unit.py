@@ -13,6 +13,7 @@ import pytest
 from harness import registry
 from harness.lifeline import Interrupted, exit_code_for, interrupt_signals
 from harness.nemesis import Nemesis
+from harness.stack_nemesis import StackNemesis
 from harness.toxiproxy.server import EmbeddedToxiproxy
 
 
@@ -105,3 +106,35 @@ def test_signals_map_to_exit_codes() -> None:
         signal.raise_signal(signal.SIGTERM)
     assert caught.value.signum == signal.SIGTERM
     assert signal.getsignal(signal.SIGTERM) == before
+
+
+def test_a_run_that_fails_half_way_leaves_the_rest_to_its_janitor(tmp_path: Path, toxiproxy: str) -> None:
+    from harness.errors import HarnessError
+    from harness.lifeline import RunGuard
+
+    nemesis = Nemesis(toxiproxy)
+    nemesis._request("POST", "/proxies", "setup", {"name": "p", "listen": "127.0.0.1:0", "upstream": "127.0.0.1:9"})
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    with pytest.raises(HarnessError), RunGuard(run_dir) as guard:
+        stack_nemesis = StackNemesis(nemesis, {"app": "p"}, shared=True, recorder=guard)
+        guard.use_toxiproxy(toxiproxy, local=False)
+        stack_nemesis.add_toxic("app", "latency", attributes={"latency": 1}, name="left")
+        raise HarnessError("the heal failed")  # as if cleanup broke before the reset
+    # The janitor (woken when the lifeline closed) removed the toxic; no interrupted mark.
+    assert nemesis.list_toxics() == []
+    assert registry.interrupted_marker(run_dir) is None
+    assert list(registry.leases()) == []
+    assert "removed toxic left" in (run_dir / "lifeline.log").read_text()
+
+
+def test_a_run_interrupted_by_ctrl_c_is_marked_and_leaves_no_lease(tmp_path: Path) -> None:
+    from harness.lifeline import RunGuard
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    with pytest.raises(KeyboardInterrupt), RunGuard(run_dir):
+        raise KeyboardInterrupt
+    marker = registry.interrupted_marker(run_dir)
+    assert marker is not None and marker["signal"] == "SIGINT" and marker["phase"] == "stack start"
+    assert list(registry.leases()) == []
