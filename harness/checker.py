@@ -391,9 +391,10 @@ def read_pairs(paths: Iterable[Path]) -> Iterator[tuple[dict[str, Any], dict[str
                     if not line.strip() or not line.endswith(b"\n"):
                         continue  # a blank line, or a killed writer's torn last line
                     raise HistoryError(f"{path}:{number}: not a JSON record: {error}") from error
-                if type(record) is not dict:
-                    raise HistoryError(f"{path}:{number}: not a JSON object")
-                kind = record.get("type")
+                try:
+                    kind = record.get("type")
+                except AttributeError:
+                    raise HistoryError(f"{path}:{number}: not a JSON object") from None
                 if kind == "invoke":
                     pending[record.get("op_id")] = record
                     continue
@@ -517,16 +518,17 @@ def _check(
     evaluate_export(state, findings)
     early = EvidenceCollector(_kept(findings))
     index = HistoryIndex(state, findings)
-    observe = early.offer if early.findings else None
-    if isinstance(operations, HistoryFiles):
-        index.consume_pairs(operations.pairs(), observe=observe, merge=merge_operation)
-    else:
-        index.consume(operations, observe=observe)
+    # History files are read as unmerged (invoke, completion) pairs: an operation is
+    # merged only when evidence keeps it.
+    pairs_of = operations.pairs if isinstance(operations, HistoryFiles) else (
+        lambda: ((op, op) for op in operations))
+    index.consume_pairs(pairs_of(), observe=early.offer_pair if early.findings else None)
     evaluate_history(state, index, findings, reads)
     late = EvidenceCollector([f for f in _kept(findings) if id(f) not in early.evidence_ids])
     if late.findings:
-        for sequence, op in enumerate(operations, start=1):
-            late.offer(sequence, op)
+        offer = late.offer_pair
+        for sequence, (invoke, done) in enumerate(pairs_of(), start=1):
+            offer(sequence, invoke, done)
     evidence = {**early.evidence(state, faults), **late.evidence(state, faults)}
 
     invariants = []
@@ -642,9 +644,17 @@ class EvidenceCollector:
         self.heaps: list[list[tuple[int, float, int, dict[str, Any]]]] = [[] for _ in findings]
 
     def offer(self, sequence: int, op: dict[str, Any]) -> None:
+        """Offer a merged operation."""
+        self.offer_pair(sequence, op, op)
+
+    def offer_pair(self, sequence: int, invoke: dict[str, Any], done: dict[str, Any]) -> None:
+        """Offer an operation as its (invoke, completion) records; merged only when kept."""
         # Most operations touch nothing that failed: test that before allocating.
-        get = op.get
-        hits = self.by_order.get(get("order_id"), ())
+        get = invoke.get
+        order_id = get("order_id")
+        if order_id is None:
+            order_id = done.get("order_id")
+        hits = self.by_order.get(order_id, ())
         key = get("idempotency_key")
         if key is not None and self.by_key:
             hits = (*hits, *self.by_key.get((get("tenant") or "default", key), ()))
@@ -653,6 +663,8 @@ class EvidenceCollector:
             hits = (*hits, *self.by_message.get(message_id, ()))
         if not hits:
             return
+        op = invoke if invoke is done else merge_operation(invoke, done)
+        get = op.get
         for number in set(hits):
             entry = (_relevance(self.findings[number], op), -float(get("invoke_time") or 0.0),
                      sequence, op)

@@ -156,6 +156,8 @@ class HistoryIndex:
         self.tallies: dict[tuple[Any, ...], int] = {}
         self.already_paid_seen = 0
         self.lost_messages = 0
+        # Jepsen's element tallies, counted by no_lost_acknowledgement
+        self.elements: dict[str, int] | None = None
         # (order id, provider_ref) -> attempt flags; order ids are the export's own
         # string objects where possible, so a pair costs one tuple and one ref string
         self.pairs: dict[tuple[str, str], int] = {}
@@ -188,19 +190,19 @@ class HistoryIndex:
     def consume(self, operations: Iterable[dict[str, Any]],
                 observe: Callable[[int, dict[str, Any]], None] | None = None) -> None:
         """Fold merged operations in; `observe(sequence, op)` sees each one (for evidence)."""
-        self.consume_pairs(((op, op) for op in operations), observe)
+        self.consume_pairs(((op, op) for op in operations),
+                           None if observe is None else lambda number, op, _same: observe(number, op))
 
     def consume_pairs(self, operations: Iterable[tuple[dict[str, Any], dict[str, Any]]],
-                      observe: Callable[[int, dict[str, Any]], None] | None = None,
-                      merge: Callable[[dict[str, Any], dict[str, Any]], dict[str, Any]] | None = None,
+                      observe: Callable[[int, dict[str, Any], dict[str, Any]], None] | None = None,
                       ) -> None:
         """Fold (invoke, completion) records in, as the history files hold them.
 
         A merged operation is the pair (op, op). Each field is read from the
         record that carries it (docs/internals.md): what was asked from the
         invoke, what was answered from the completion; so the history reader
-        need not merge a million pairs. `observe` sees `merge(invoke, completion)`
-        (or the invoke itself when no `merge` is given, for merged operations).
+        need not merge a million pairs. `observe(sequence, invoke, completion)`
+        sees each pair (for evidence).
 
         The hot loop of the checker (a million iterations): locals instead of
         attributes, no call for the common cases, one tally per combination of
@@ -223,7 +225,7 @@ class HistoryIndex:
         for invoke, done in operations:
             if observe is not None:
                 sequence += 1
-                observe(sequence, invoke if merge is None else merge(invoke, done))
+                observe(sequence, invoke, done)
             get = invoke.get
             answered = done.get
             name = get("op")
@@ -681,35 +683,54 @@ def broken_orders(export: ExportState, findings: Findings) -> None:
 
 
 def no_lost_acknowledgement(export: ExportState, index: HistoryIndex, findings: Findings) -> None:
+    """Also tallies Jepsen's set elements (index.elements) in the same pass over the pairs."""
     name = "no_lost_acknowledgement"
     findings.checked[name] += len(index.ok_messages)
+    payments = export.payments
+    acknowledged = lost = recovered = absent = 0
     for (order_id, provider_ref), flags in index.pairs.items():
+        present = False
+        for payment in payments.get(order_id, ()):
+            if payment[P_REF] == provider_ref:
+                present = True
+                break
         if not flags & ACKNOWLEDGED:
+            if flags & INDETERMINATE:
+                if present:
+                    recovered += 1
+                else:
+                    absent += 1
             continue
-        findings.checked[name] += 1
-        if export.holds(order_id, provider_ref):
+        acknowledged += 1
+        if present:
             continue
+        lost += 1
         how = [label for bit, label in ((PAY_OK, "pay ok"), (WEBHOOK_OK, "webhook ok"),
                                         (MESSAGE_ACK, "message handled as paid")) if flags & bit]
-        held = [payment[P_REF] for payment in export.payments.get(order_id, ())]
+        held = [payment[P_REF] for payment in payments.get(order_id, ())]
         findings.add(Finding(
             name,
             f"order {order_id}: {' and '.join(how)} for provider_ref {provider_ref}, "
             f"but the order holds {', '.join(held) or 'no payment'}",
             order_ids=(order_id,), provider_ref=provider_ref,
             details={"provider_ref": provider_ref, "acknowledged_by": how, "held": held}))
+    findings.checked[name] += acknowledged
+    index.elements = {"acknowledged": acknowledged, "lost": lost, "recovered": recovered,
+                      "indeterminate_absent": absent}
 
 
 def nothing_unexpected(export: ExportState, index: HistoryIndex, findings: Findings) -> None:
     name = "nothing_unexpected"
+    findings.checked[name] += export.payment_count
+    pairs = index.pairs
     for order_id, payments in export.payments.items():
         for provider_ref, source, source_id, _amount, _applied in payments:
-            findings.checked[name] += 1
-            flags = index.pairs.get((order_id, provider_ref), 0)
-            if source not in SOURCES:
+            flags = pairs.get((order_id, provider_ref), 0)
+            rule = SOURCES.get(source)
+            if rule is None:
                 reason = f"has unknown source {source!r}"
             else:
-                op, justified, refused = SOURCES[source]
+                op, justified, refused = rule
                 if flags & justified:
                     continue
                 if flags & refused:
@@ -967,17 +988,13 @@ def message_effects_once(export: ExportState, findings: Findings) -> None:
 
 
 def jepsen_counts(export: ExportState, index: HistoryIndex, findings: Findings) -> dict[str, int]:
-    """Jepsen's set-checker tallies over (order, provider_ref) elements."""
-    counts = {"acknowledged": 0, "lost": 0, "unexpected": findings.counts["nothing_unexpected"],
-              "recovered": 0, "indeterminate_absent": 0}
-    for (order_id, provider_ref), flags in index.pairs.items():
-        present = export.holds(order_id, provider_ref)
-        if flags & ACKNOWLEDGED:
-            counts["acknowledged"] += 1
-            if not present:
-                counts["lost"] += 1
-        elif flags & INDETERMINATE:
-            counts["recovered" if present else "indeterminate_absent"] += 1
-    # published and taken by the broker, then never handled: lost as well
-    counts["lost"] += index.lost_messages
-    return counts
+    """Jepsen's set-checker tallies over (order, provider_ref) elements (after evaluate_history)."""
+    if index.elements is None:
+        no_lost_acknowledgement(export, index, Findings(0))
+    elements = index.elements or {}
+    return {"acknowledged": elements["acknowledged"],
+            # published and taken by the broker, then never handled: lost as well
+            "lost": elements["lost"] + index.lost_messages,
+            "unexpected": findings.counts["nothing_unexpected"],
+            "recovered": elements["recovered"],
+            "indeterminate_absent": elements["indeterminate_absent"]}
