@@ -118,7 +118,7 @@ def _nemesis(args: argparse.Namespace) -> tuple[Nemesis, RunningStack | None]:
             return Nemesis(env_url), None
         raise HarnessError(f"no stack is running in {args.root}; start one with `harness up` "
                            "or pass --toxiproxy-url")
-    return Nemesis(stack.state["toxiproxy_url"]), stack
+    return stack.nemesis(), stack  # the stack's proxies by their plain names (prefix or not)
 
 
 def _check_proxy(nemesis: Nemesis, proxy: str) -> None:

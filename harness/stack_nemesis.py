@@ -2,8 +2,10 @@
 
 A stack names its proxies `app` and `redis` (the names plans and `harness fault` use);
 on a shared Toxiproxy they carry a prefix (`--proxy-prefix ci-42-` → `ci-42-app`). The
-`StackNemesis` maps the plain names to the stack's real ones, and its `reset` heals
-only those proxies, so a run never touches another team's toxics. When a `RunGuard`
+`StackNemesis` maps the plain names to the stack's real ones; on a shared Toxiproxy
+it also shows only those proxies (by their plain names) and their toxics, and its
+`reset` heals only them, so neither a run nor `harness fault` touches another
+team's proxies. When a `RunGuard`
 is given, every toxic added and every proxy disabled is written to the run's lease
 *before* it is applied (a SIGKILL between the two leaves a harmless extra record,
 never an unrecorded fault) and struck off after it is healed.
@@ -12,9 +14,10 @@ never an unrecorded fault) and struck off after it is healed.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any, Protocol
 
-from harness.nemesis import Nemesis, NemesisNotFound, NemesisVerifyError, ToxicInfo
+from harness.nemesis import Nemesis, NemesisNotFound, NemesisVerifyError, ProxyInfo, ToxicInfo
 
 
 class FaultRecorder(Protocol):
@@ -38,6 +41,22 @@ class StackNemesis:
 
     def real(self, proxy: str) -> str:
         return self.names.get(proxy, proxy)
+
+    def _scoped(self) -> bool:
+        return self.shared and bool(self.names)
+
+    def proxies(self) -> dict[str, ProxyInfo]:
+        found = self.inner.proxies()
+        if not self._scoped():
+            return found
+        return {plain: replace(found[real], name=plain) for plain, real in self.names.items() if real in found}
+
+    def list_toxics(self) -> list[ToxicInfo]:
+        toxics = self.inner.list_toxics()
+        if not self._scoped():
+            return toxics
+        plain = {real: name for name, real in self.names.items()}
+        return [replace(toxic, proxy=plain[toxic.proxy]) for toxic in toxics if toxic.proxy in plain]
 
     def add_toxic(self, proxy: str, type: str, *, stream: str = "downstream",  # noqa: A002
                   attributes: dict[str, int] | None = None, toxicity: float = 1.0,
@@ -67,7 +86,7 @@ class StackNemesis:
 
     def reset(self) -> None:
         """Every toxic of this stack's proxies removed and each of them enabled."""
-        if not self.shared or not self.names:
+        if not self._scoped():
             self.inner.reset()
         else:
             ours = set(self.names.values())

@@ -6,12 +6,14 @@ only its own proxies on reset and deletes only what it created on `down`.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from harness import registry
+from harness.cli import main
 from harness.nemesis import Nemesis
 from harness.stack import StackError, start_stack
 from harness.toxiproxy.server import EmbeddedToxiproxy
@@ -29,7 +31,8 @@ def shared() -> Iterator[str]:
         yield toxiproxy.url
 
 
-def test_two_prefixed_stacks_share_a_toxiproxy_and_touch_only_their_own(tmp_path: Path, shared: str) -> None:
+def test_two_prefixed_stacks_share_a_toxiproxy_and_touch_only_their_own(
+        tmp_path: Path, shared: str, capsys: pytest.CaptureFixture[str]) -> None:
     a = start_stack(small_settings(tmp_path / "a", toxiproxy_url=shared, proxy_prefix="a-",
                                    env={"TARGET_APP_INTERNAL_TOKEN": "given-token"}))
     try:
@@ -56,6 +59,20 @@ def test_two_prefixed_stacks_share_a_toxiproxy_and_touch_only_their_own(tmp_path
             toxics = {(t.proxy, t.name) for t in Nemesis(shared).list_toxics()}
             assert toxics == {("app", "theirs"), ("b-redis", "bs")}
             assert Nemesis(shared).proxies()["a-redis"].enabled
+
+            # `harness fault` on a prefixed stack: plain names, only its own proxies.
+            root = ["--root", str(tmp_path / "a")]
+            assert main(["fault", "add", "latency", "--proxy", "app", "--latency", "7", "--name", "byhand",
+                         *root]) == 0
+            assert ("a-app", "byhand") in {(t.proxy, t.name) for t in Nemesis(shared).list_toxics()}
+            capsys.readouterr()
+            assert main(["fault", "list", "--json", *root]) == 0
+            listed = json.loads(capsys.readouterr().out)
+            assert {p["name"] for p in listed["proxies"]} == {"app", "redis"}
+            assert [(t["proxy"], t["name"]) for t in listed["toxics"]] == [("app", "byhand")]
+            assert main(["fault", "clear", *root]) == 0
+            toxics = {(t.proxy, t.name) for t in Nemesis(shared).list_toxics()}
+            assert toxics == {("app", "theirs"), ("b-redis", "bs")}
         finally:
             b.down()
         assert set(Nemesis(shared).proxies()) == {"app", "a-app", "a-redis"}
