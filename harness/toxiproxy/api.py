@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import itertools
-import json
 import os
 import random
 import re
@@ -25,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote, unquote
 
-from harness.toxiproxy import gojson
+from harness.toxiproxy import godecode, gojson
 from harness.toxiproxy.errors import (
     PROXY_EXISTS,
     PROXY_NOT_FOUND,
@@ -131,26 +130,41 @@ class RequestIds:
 
 
 def _decode(body: bytes) -> Any:
-    if not body.strip():
-        raise bad_request_body("EOF")
     try:
-        return json.loads(body)
-    except (ValueError, UnicodeDecodeError) as exc:
+        return godecode.decode(body)
+    except godecode.GoJsonError as exc:
         raise bad_request_body(str(exc)) from None
 
 
-def _proxy_fields(body: Any, *, listen: str, upstream: str, enabled: bool | None) -> dict[str, Any]:
+_PROXY_FIELDS = ("name", "listen", "upstream", "enabled")
+# The element type of Toxiproxy's populate body, as Go's errors name it.
+_POPULATE_ENTRY = 'struct { toxiproxy.Proxy; Enabled *bool "json:\\"enabled\\"" }'
+
+
+def _proxy_fields(
+    body: Any,
+    *,
+    listen: str,
+    upstream: str,
+    enabled: bool | None,
+    go_type: str = "toxiproxy.Proxy",
+    struct: str = "Proxy",
+) -> dict[str, Any]:
     """Decode a proxy body over defaults, rejecting wrong JSON types as Go does."""
+    if body is None:
+        body = {}  # Go decodes a JSON null into a struct as "no change"
     if not isinstance(body, dict):
-        raise bad_request_body("json: cannot unmarshal non-object into Go value of type toxiproxy.Proxy")
+        raise bad_request_body(f"json: cannot unmarshal {godecode.kind(body)} into Go value of type {go_type}")
     fields: dict[str, Any] = {"name": "", "listen": listen, "upstream": upstream, "enabled": enabled}
-    for key, kind in (("name", str), ("listen", str), ("upstream", str), ("enabled", bool)):
-        value = body.get(key)
+    for key, value in godecode.fold_keys(body, _PROXY_FIELDS).items():
         if value is None:
-            continue
-        if not isinstance(value, kind):
-            go_type = "string" if kind is str else "bool"
-            raise bad_request_body(f"json: cannot unmarshal {type(value).__name__} into Go struct field Proxy.{key} of type {go_type}")
+            continue  # Go leaves a field alone for a JSON null
+        expected = bool if key == "enabled" else str
+        if not isinstance(value, expected):
+            type_name = "bool" if expected is bool else "string"
+            raise bad_request_body(
+                f"json: cannot unmarshal {godecode.kind(value)} into Go struct field {struct}.{key} of type {type_name}"
+            )
         fields[key] = value
     return fields
 
@@ -214,12 +228,12 @@ class ToxiproxyApi:
                 entries = []
             if not isinstance(entries, list):
                 raise bad_request_body(
-                    "json: cannot unmarshal object into Go value of type "
-                    '[]struct { toxiproxy.Proxy; Enabled *bool "json:\\"enabled\\"" }'
+                    f"json: cannot unmarshal {godecode.kind(entries)} into Go value of type []{_POPULATE_ENTRY}"
                 )
             wanted = []
             for number, entry in enumerate(entries, start=1):
-                fields = _proxy_fields(entry, listen="", upstream="", enabled=None)
+                # Go's populate entries are an anonymous struct: "Go struct field .name".
+                fields = _proxy_fields(entry, listen="", upstream="", enabled=None, go_type=_POPULATE_ENTRY, struct="")
                 if not fields["name"]:
                     raise missing_field(f"name at proxy {number}")
                 if not fields["upstream"]:

@@ -21,6 +21,8 @@ from harness.toxiproxy.errors import (
     api_error,
     bad_request_body,
 )
+from harness.toxiproxy.godecode import GoNumber, fold_keys
+from harness.toxiproxy.godecode import kind as _json_kind
 from harness.toxiproxy.gojson import FLOAT32_MAX, to_float32
 
 # Attribute names per toxic type; all are integers defaulting to 0 (Go's int64).
@@ -72,18 +74,8 @@ class Toxic:
         }
 
 
-def _json_kind(value: Any) -> str:
-    if isinstance(value, bool):
-        return "bool"
-    if isinstance(value, (int, float)):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, list):
-        return "array"
-    if isinstance(value, dict):
-        return "object"
-    return "null"
+# ToxicWrapper's JSON fields; keys match them case-insensitively, as in Go.
+_WRAPPER_FIELDS = ("name", "type", "stream", "toxicity", "attributes")
 
 
 def _expect_str(body: dict[str, Any], key: str, struct: str) -> str | None:
@@ -97,15 +89,16 @@ def _expect_str(body: dict[str, Any], key: str, struct: str) -> str | None:
     return value
 
 
-def parse_toxicity(value: Any) -> float:
+def parse_toxicity(value: Any, struct: str = "ToxicWrapper") -> float:
     """Toxicity as Go holds it: a float32 (0.1 is stored, and shown, as float32 0.1)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise bad_request_body(
-            f"json: cannot unmarshal {_json_kind(value)} into Go struct field ToxicWrapper.toxicity of type float32"
+            f"json: cannot unmarshal {_json_kind(value)} into Go struct field {struct}.toxicity of type float32"
         )
     if abs(value) > FLOAT32_MAX:
+        text = value.literal if isinstance(value, GoNumber) else str(value)
         raise bad_request_body(
-            f"json: cannot unmarshal number {value} into Go struct field ToxicWrapper.toxicity of type float32"
+            f"json: cannot unmarshal number {text} into Go struct field {struct}.toxicity of type float32"
         )
     return to_float32(float(value))
 
@@ -116,7 +109,10 @@ def parse_attributes(toxic_type: str, raw: Any, base: dict[str, int]) -> dict[st
         return dict(base)
     struct = _GO_STRUCT[toxic_type]
     if not isinstance(raw, dict):
-        raise bad_request_body(f"json: cannot unmarshal {_json_kind(raw)} into Go value of type toxics.{struct}")
+        raise bad_request_body(
+            f"json: cannot unmarshal {_json_kind(raw)} into Go struct field .attributes of type toxics.{struct}"
+        )
+    raw = fold_keys(raw, TOXIC_ATTRIBUTES[toxic_type])
     merged = dict(base)
     for key in TOXIC_ATTRIBUTES[toxic_type]:
         if key not in raw or raw[key] is None:
@@ -126,8 +122,12 @@ def parse_attributes(toxic_type: str, raw: Any, base: dict[str, int]) -> dict[st
             raise bad_request_body(
                 f"json: cannot unmarshal {_json_kind(value)} into Go struct field {struct}.attributes.{key} of type int64"
             )
-        if isinstance(value, float) and not value.is_integer() or abs(value) > _INT64_MAX:
-            raise bad_request_body(f"json: cannot unmarshal number {value} into Go struct field {struct}.attributes.{key} of type int64")
+        if isinstance(value, float) or abs(value) > _INT64_MAX:
+            # Go parses an int64 from the number's text: 1.0 and 1e3 are refused too.
+            text = value.literal if isinstance(value, GoNumber) else str(value)
+            raise bad_request_body(
+                f"json: cannot unmarshal number {text} into Go struct field {struct}.attributes.{key} of type int64"
+            )
         merged[key] = int(value)
     return merged
 
@@ -147,6 +147,14 @@ def parse_new_toxic(body: Any) -> Toxic:
     in its order (body, stream, type); name uniqueness is the collection's job."""
     if not isinstance(body, dict):
         raise bad_request_body(f"json: cannot unmarshal {_json_kind(body)} into Go value of type toxics.ToxicWrapper")
+    body = fold_keys(body, _WRAPPER_FIELDS)
+    attributes = body.get("attributes")
+    if attributes is not None and not isinstance(attributes, dict):
+        # Go's first pass decodes attributes into a field-less NoopToxic.
+        raise bad_request_body(
+            f"json: cannot unmarshal {_json_kind(attributes)} into Go struct field "
+            "ToxicWrapper.attributes of type toxics.NoopToxic"
+        )
     name = _expect_str(body, "name", "ToxicWrapper") or ""
     toxic_type = _expect_str(body, "type", "ToxicWrapper") or ""
     stream = _expect_str(body, "stream", "ToxicWrapper")
@@ -164,15 +172,25 @@ def parse_new_toxic(body: Any) -> Toxic:
 
 def parse_new_attributes(toxic: Toxic, body: dict[str, Any]) -> None:
     """Second pass of creation, after the name check (Go decodes attributes last)."""
-    toxic.attributes = parse_attributes(toxic.type, body.get("attributes"), toxic.attributes)
+    raw = fold_keys(body, _WRAPPER_FIELDS).get("attributes")
+    toxic.attributes = parse_attributes(toxic.type, raw, toxic.attributes)
+
+
+_UPDATE_STRUCT = (
+    'struct { Attributes interface {} "json:\\"attributes\\""; Toxicity float32 "json:\\"toxicity\\"" }'
+)
 
 
 def parse_update(toxic: Toxic, body: Any) -> tuple[dict[str, int], float]:
-    """New (attributes, toxicity) from an update body; only those two are merged."""
+    """New (attributes, toxicity) from an update body; only those two are merged.
+    Go decodes it into an anonymous struct, which its error messages show."""
+    if body is None:
+        return dict(toxic.attributes), toxic.toxicity
     if not isinstance(body, dict):
-        raise bad_request_body(f"json: cannot unmarshal {_json_kind(body)} into Go value of type struct")
+        raise bad_request_body(f"json: cannot unmarshal {_json_kind(body)} into Go value of type {_UPDATE_STRUCT}")
+    body = fold_keys(body, _WRAPPER_FIELDS)
     attributes = parse_attributes(toxic.type, body.get("attributes"), toxic.attributes)
-    toxicity = toxic.toxicity if body.get("toxicity") is None else parse_toxicity(body["toxicity"])
+    toxicity = toxic.toxicity if body.get("toxicity") is None else parse_toxicity(body["toxicity"], struct="")
     return attributes, toxicity
 
 

@@ -342,3 +342,81 @@ def test_unclean_paths_are_redirected_to_their_clean_form(tp_server: EmbeddedTox
         status, headers, body = request(tp_server, "GET", path)
         assert (status, headers.get("location"), body) == (301, location, b""), path
         assert "x-toxiproxy-request-id" not in headers
+
+
+# -- request bodies as Go's json.Decoder reads them ---------------------------------------
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        (b"", "EOF"),
+        (b"{", "unexpected EOF"),
+        (b"{bad", "invalid character 'b' looking for beginning of object key string"),
+        (b'{"name" "x"}', "invalid character '\"' after object key"),
+        (b'{"name": "x" "upstream": "y"}', "invalid character '\"' after object key:value pair"),
+        (b'{"name": }', "invalid character '}' looking for beginning of value"),
+        (b"[1]", "json: cannot unmarshal array into Go value of type toxiproxy.Proxy"),
+        (b'{"name": 5, "upstream": "x"}', "json: cannot unmarshal number into Go struct field Proxy.name of type string"),
+        (b'{"name": "a", "upstream": "x", "enabled": "yes"}',
+         "json: cannot unmarshal string into Go struct field Proxy.enabled of type bool"),
+    ],
+)
+def test_bad_bodies_get_gos_decoder_messages(tp_server: EmbeddedToxiproxy, body: bytes, message: str) -> None:
+    status, _, raw = request(tp_server, "POST", "/proxies", body)
+    assert status == 400
+    assert json.loads(raw) == {"error": f"bad request body: {message}", "status": 400}
+
+
+def test_keys_match_case_insensitively_and_trailing_data_is_ignored(
+    tp_server: EmbeddedToxiproxy, echo: EchoServer
+) -> None:
+    body = b'{"Name": "ci", "LISTEN": "127.0.0.1:0", "upstream": "' + echo.address.encode() + b'"} and then some'
+    status, _, raw = request(tp_server, "POST", "/proxies", body)
+    assert status == 201, raw
+    assert json.loads(raw)["name"] == "ci"
+    toxic = b'{"Type": "latency", "Stream": "upstream", "Attributes": {"Latency": 7}}'
+    status, _, raw = request(tp_server, "POST", "/proxies/ci/toxics", toxic)
+    assert status == 200, raw
+    assert json.loads(raw)["attributes"] == {"latency": 7, "jitter": 0}
+    assert json.loads(raw)["stream"] == "upstream"
+
+
+def test_integer_attributes_refuse_fractions_and_exponents_by_their_text(
+    tp_server: EmbeddedToxiproxy, make_proxy
+) -> None:
+    make_proxy("p")
+    for literal in ("1e3", "1.0", "1.5"):
+        body = b'{"type": "latency", "attributes": {"latency": ' + literal.encode() + b"}}"
+        status, _, raw = request(tp_server, "POST", "/proxies/p/toxics", body)
+        assert status == 400
+        assert json.loads(raw)["error"] == (
+            f"bad request body: json: cannot unmarshal number {literal} into Go struct field "
+            "LatencyToxic.attributes.latency of type int64"
+        )
+
+
+def test_null_bodies_change_nothing_like_a_go_struct_decode(tp_server: EmbeddedToxiproxy, make_proxy) -> None:
+    status, _, raw = request(tp_server, "POST", "/proxies", b"null")
+    assert (status, json.loads(raw)["error"]) == (400, "missing required field: name")
+    make_proxy("p")
+    before = requests.get(f"{tp_server.url}/proxies/p", timeout=5).json()
+    status, _, raw = request(tp_server, "PATCH", "/proxies/p", b"null")
+    assert (status, json.loads(raw)) == (200, before)
+
+
+def test_type_errors_name_gos_anonymous_structs(tp_server: EmbeddedToxiproxy, make_proxy) -> None:
+    status, _, raw = request(tp_server, "POST", "/populate", b'[{"name": 5}]')
+    assert (status, json.loads(raw)["error"]) == (
+        400, "bad request body: json: cannot unmarshal number into Go struct field .name of type string"
+    )
+    make_proxy("p")
+    request(tp_server, "POST", "/proxies/p/toxics", b'{"type": "latency"}')
+    status, _, raw = request(tp_server, "PATCH", "/proxies/p/toxics/latency_downstream", b'{"toxicity": "x"}')
+    assert (status, json.loads(raw)["error"]) == (
+        400, "bad request body: json: cannot unmarshal string into Go struct field .toxicity of type float32"
+    )
+    status, _, raw = request(tp_server, "POST", "/proxies/p/toxics", b'{"type": "latency", "attributes": [1]}')
+    assert json.loads(raw)["error"] == (
+        "bad request body: json: cannot unmarshal array into Go struct field ToxicWrapper.attributes "
+        "of type toxics.NoopToxic"
+    )
