@@ -510,7 +510,7 @@ def _check(
                            f"known: {', '.join(PATHS)}")
     if isinstance(operations, Iterator):
         operations = list(operations)
-    reads = _final_reads(final_reads)
+    reads = _final_reads(final_reads)  # validated as they stream by: never all in memory
     state = load_export(export)
     findings = Findings(VIOLATION_CAP)
     # What the export alone proves wrong is known now: collect its evidence while
@@ -569,18 +569,16 @@ def _check(
         duplicates=dict(sorted(index.duplicates.items())),
         counts={"operations": index.operations, "acknowledged": acknowledged,
                 "orders": len(state.orders), "payments": state.payment_count,
-                "faults": len(faults), "final_reads": len(reads),
+                "faults": len(faults), "final_reads": findings.checked["final_reads_agree"],
                 "dead_letters": state.dead_letter_count},
     )
 
 
-def _final_reads(reads: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
-    kept = []
+def _final_reads(reads: Iterable[dict[str, Any]]) -> Iterator[dict[str, Any]]:
     for read in reads:
         if not isinstance(read, dict) or "order_id" not in read:
             raise CheckerError(f"a final read is not an object with an order_id: {read!r}")
-        kept.append(read)
-    return kept
+        yield read
 
 
 def _paths(state: ExportState, index: HistoryIndex) -> dict[str, int]:
@@ -747,8 +745,8 @@ def read_export(path: Path) -> Iterator[dict[str, Any]]:
     return _read_ndjson(path, "state export")
 
 
-def read_final_reads(path: Path) -> list[dict[str, Any]]:
-    """`final_reads.ndjson`: one `{"order_id", "tenant", "status_code", "order"}` per line."""
+def read_final_reads(path: Path) -> Iterator[dict[str, Any]]:
+    """`final_reads.ndjson`, streamed: one `{"order_id", "tenant", "status_code", "order"}` per line."""
     return _final_reads(_read_ndjson(path, "final reads"))
 
 
@@ -809,8 +807,7 @@ def check_run(run_dir: Path) -> CheckResult:
     faults_path = run_dir / "faults.jsonl"
     faults = _read_jsonl(faults_path) if faults_path.exists() else []
     reads_path = run_dir / "final_reads.ndjson"
-    with _cyclic_gc_paused():
-        reads = read_final_reads(reads_path) if reads_path.exists() else []
+    reads = read_final_reads(reads_path) if reads_path.exists() else iter(())
     settings = _settings(run_dir / "settings.json")
     unsafe = settings.get("unsafe_disable") or []
     if isinstance(unsafe, str):

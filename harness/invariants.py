@@ -4,7 +4,7 @@ Memory must grow with the number of orders, not of operations (DESIGN.md, Scale)
 the export (harness.checker.ExportState, proportional to orders) is loaded first,
 then the history is streamed once and folded into small records: attempt flags
 per (order, provider_ref), the ok order ids per idempotency key, one int per key
-for its original and replayed answers, one tuple per key for its first request.
+for its original and replayed answers, one int per key for the bodies sent under it.
 No operation is kept; what a single operation proves wrong on its own (an answer
 that contradicts its request) is a finding at once, and evidence is gathered
 afterwards, in a second pass, for the failing subjects only.
@@ -79,7 +79,6 @@ _CREATE_FIELDS = ("sku", "quantity", "amount_cents", "idempotency_key")
 DEFAULT_TENANT = "default"
 SEPARATOR = "\x1f"  # unit separator: never in a valid key (printable only) nor an id
 _MASK64 = (1 << 64) - 1
-_NEVER = float("inf")
 
 
 def scope_key(tenant: str, key: str) -> str:
@@ -136,7 +135,7 @@ class Findings:
 
 @dataclass
 class Refusal:
-    """A key-mismatch refusal, kept until the key's first request is known."""
+    """A key-mismatch refusal, kept until every body sent under its key is known."""
 
     op: str
     scope: str
@@ -169,15 +168,14 @@ class HistoryIndex:
         #              they differ (a stored record expired and the key ran again)
         #   replays: (answer code or set of codes, order id) of replayed answers
         #   failed_5xx: body hashes of 5xx answers
-        #   firsts: (invoke time, time of its ok answer or inf, fingerprint hash,
-        #            earliest invoke time of a request with another fingerprint) of
-        #            the earliest request, to tell an honest retry from a reused key
+        #   bodies: the request bodies sent under the key, as fingerprint hashes
+        #           whose lowest bit says whether one was answered ok: one int
+        #           while the key saw one body, a dict hash -> answered ok after
         self.originals: dict[str, dict[str, int | set[int]]] = {"create_order": {}, "pay": {}}
         self.replays: dict[str, dict[str, tuple[int | set[int], str | None]]] = {
             "create_order": {}, "pay": {}}
         self.failed_5xx: dict[str, dict[str, set[int]]] = {"create_order": {}, "pay": {}}
-        self.firsts: dict[str, dict[str, tuple[float, float, int, float]]] = {
-            "create_order": {}, "pay": {}}
+        self.bodies: dict[str, dict[str, int | dict[int, bool]]] = {"create_order": {}, "pay": {}}
         self.refusals: list[Refusal] = []
         self.ok_messages: set[str] = set()
         self._reported: set[tuple[str, str]] = set()
@@ -218,7 +216,7 @@ class HistoryIndex:
         dead_letters = self.export.dead_letters
         ok_messages = self.ok_messages
         flag_table = _FLAGS
-        originals_of, replays_of, firsts_of = self.originals, self.replays, self.firsts
+        originals_of, replays_of, bodies_of = self.originals, self.replays, self.bodies
         cross_tenant = CROSS_TENANT
         sequence = self.operations
         already_paid = 0
@@ -323,26 +321,21 @@ class HistoryIndex:
             scope = key if tenant == DEFAULT_TENANT else tenant + SEPARATOR + key
             fingerprint = get("fingerprint")
             if fingerprint is not None:
-                firsts = firsts_of[name]
-                print_hash = hash(fingerprint)
-                first = firsts.get(scope)
-                if first is None:
-                    invoked = (get("time") or 0.0)
-                    firsts[scope] = (invoked, (answered("complete_time") or answered("time") or invoked) if kind == "ok" else _NEVER,
-                                     print_hash, _NEVER)
-                elif print_hash == first[2]:
-                    invoked = (get("time") or 0.0)
-                    if invoked < first[0]:
-                        firsts[scope] = (invoked, (answered("complete_time") or answered("time") or invoked) if kind == "ok"
-                                         else _NEVER, print_hash, first[3])
-                else:
-                    invoked = (get("time") or 0.0)
-                    if invoked < first[0]:
-                        # the old first is now the earliest request with another fingerprint
-                        firsts[scope] = (invoked, (answered("complete_time") or answered("time") or invoked) if kind == "ok"
-                                         else _NEVER, print_hash, first[0])
-                    elif invoked < first[3]:
-                        firsts[scope] = (first[0], first[1], first[2], invoked)
+                # the fingerprint's hash with its lowest bit saying "answered ok"
+                bodies = bodies_of[name]
+                print_hash = hash(fingerprint) & -2
+                seen = bodies.get(scope)
+                if seen is None:
+                    bodies[scope] = print_hash | 1 if kind == "ok" else print_hash
+                elif type(seen) is int:
+                    if seen & -2 == print_hash:
+                        if kind == "ok" and not seen & 1:
+                            bodies[scope] = seen | 1
+                    else:
+                        # a second body under the key: one flag per body from now on
+                        bodies[scope] = {seen & -2: seen & 1 == 1, print_hash: kind == "ok"}
+                elif kind == "ok" or print_hash not in seen:
+                    seen[print_hash] = kind == "ok" or seen.get(print_hash, False)
                 if kind == "fail" and tally[5] == KEY_MISMATCH:
                     self.refusals.append(Refusal(name, scope, print_hash, order_id, answered("op_id")))
             if status is None:
@@ -807,25 +800,30 @@ def replay_fidelity(index: HistoryIndex, findings: Findings) -> None:
 def honest_retries_accepted(index: HistoryIndex, findings: Findings) -> None:
     """answers_match_requests, the keys' half: a key-mismatch refusal of the key's own body.
 
-    The app keeps the fingerprint of the first request that ran under a key. A
-    refusal is wrong when the refused request carries the fingerprint of the
-    key's earliest request and either no other body was ever sent under the key,
-    or that earliest request was answered ok (so it was stored) before any request
-    with another body was sent. When the first request failed or timed out, a
-    later body may rightly own the key, so nothing is concluded.
+    The app refuses a key as a mismatch only when it holds a completed record of
+    another body under it, and such a record stays for the key's lifetime. So a
+    body refused as a mismatch is an honest retry wrongly refused when no other
+    body was ever sent under the key, or when that same body was answered ok
+    under it (it was stored then; no other body can own the key). A body whose
+    every request failed or timed out, under a key another body also used, may
+    rightly have lost the key: nothing is concluded.
     """
     name = "answers_match_requests"
-    findings.checked[name] += sum(len(firsts) for firsts in index.firsts.values())
+    findings.checked[name] += sum(len(bodies) for bodies in index.bodies.values())
     for refusal in index.refusals:
-        first = index.firsts[refusal.op].get(refusal.scope)
-        # no other body ever sent, or the first answered before another body left
-        if first is None or refusal.fingerprint != first[2] or not (
-                first[3] == _NEVER or first[1] < first[3]):
+        seen = index.bodies[refusal.op].get(refusal.scope)
+        if type(seen) is int:
+            if seen & -2 != refusal.fingerprint:
+                continue
+            why = "no other body was ever sent under the key"
+        elif isinstance(seen, dict) and seen.get(refusal.fingerprint):
+            why = "the same body was answered ok under the key"
+        else:
             continue
         tenant, key = split_scope(refusal.scope)
         findings.add(Finding(
             name, f"{refusal.op} with key {key!r} (tenant {tenant}) was refused as a key mismatch, "
-                  "but it repeated the body of the key's first request",
+                  f"but {why}: an honest retry refused",
             order_ids=_maybe(refusal.order_id), key=(tenant, key),
             details={"op": refusal.op, "op_id": refusal.op_id, "tenant": tenant,
                      "idempotency_key": key, "problem_type": KEY_MISMATCH}))
