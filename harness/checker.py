@@ -781,9 +781,10 @@ def _judging_settings(settings: Mapping[str, Any]) -> tuple[list[str], int]:
     return promised, minimum
 
 
-def _scoped(run_dir: Path, export: Iterator[dict[str, Any]],
-            scope: Any) -> Iterable[dict[str, Any]]:
-    """The export narrowed to this run on a reused stack (harness.run_scope)."""
+def _scoped(run_dir: Path, export: Iterator[dict[str, Any]], scope: Any,
+            dropped: set[Any]) -> Iterable[dict[str, Any]]:
+    """The export narrowed to this run on a reused stack (harness.run_scope); the
+    older orders it leaves out go to `dropped`."""
     if not scope:
         return export
     if not isinstance(scope, dict) or not scope.get("baseline"):
@@ -791,7 +792,7 @@ def _scoped(run_dir: Path, export: Iterator[dict[str, Any]],
             f"{run_dir}/settings.json has a scope without a baseline ({scope!r}): runs on a reused "
             "stack are scoped by the export saved before the load, not by clocks; re-run it")
     baseline = list(_read_ndjson(run_dir / str(scope["baseline"]), "baseline export"))
-    return scoped_export(export, baseline, counters_before=scope.get("counters_before"))
+    return scoped_export(export, baseline, counters_before=scope.get("counters_before"), dropped=dropped)
 
 
 def check_run(run_dir: Path) -> CheckResult:
@@ -814,7 +815,11 @@ def check_run(run_dir: Path) -> CheckResult:
         unsafe = [part.strip() for part in unsafe.split(",") if part.strip()]
     promised, minimum = _judging_settings(settings)
     try:
-        export = _scoped(run_dir, read_export(export_path), settings.get("scope"))
+        dropped: set[Any] = set()
+        export = _scoped(run_dir, read_export(export_path), settings.get("scope"), dropped)
+        # Read lazily, after the export is loaded: an older order the scope left out
+        # is not the run's to judge, so neither is its final read.
+        reads = (read for read in reads if read.get("order_id") not in dropped)
         return check(HistoryFiles(history_files(histories)), export, faults,
                      run_id=str(settings.get("run_id") or run_dir.name),
                      scenario=str(settings.get("scenario") or ""),

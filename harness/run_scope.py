@@ -38,8 +38,13 @@ def _line_key(record: Mapping[str, Any]) -> bytes:
 
 
 def scoped_export(records: Iterable[dict[str, Any]], baseline: Iterable[dict[str, Any]] | None,
-                  *, counters_before: Mapping[str, Any] | None = None) -> Iterator[dict[str, Any]]:
-    """The export narrowed to what the run may have caused; `baseline=None` keeps it whole."""
+                  *, counters_before: Mapping[str, Any] | None = None,
+                  dropped: set[Any] | None = None) -> Iterator[dict[str, Any]]:
+    """The export narrowed to what the run may have caused; `baseline=None` keeps it whole.
+
+    `dropped`, when given, receives the ids of the older orders left out, so a
+    final read of one of them is not mistaken for an order the export hides.
+    """
     if baseline is None:
         yield from records
         return
@@ -66,7 +71,7 @@ def scoped_export(records: Iterable[dict[str, Any]], baseline: Iterable[dict[str
     for record in current:
         if record.get("kind") == "payment":
             new_payments.setdefault(record.get("order_id"), []).append(_line_key(record))
-    dropped: set[Any] = set()
+    left_out: set[Any] = set() if dropped is None else dropped
     dropped_stock: dict[str, int] = {}
     for record in current:
         if record.get("kind") != "order":
@@ -77,18 +82,18 @@ def scoped_export(records: Iterable[dict[str, Any]], baseline: Iterable[dict[str
         unchanged = (old_status[order_id] == (record.get("status"), record.get("broken"))
                      and sorted(old_payments.get(order_id, ())) == sorted(new_payments.get(order_id, ())))
         if unchanged:
-            dropped.add(order_id)
+            left_out.add(order_id)
             sku = str(record.get("sku"))
             dropped_stock[sku] = dropped_stock.get(sku, 0) + int(record.get("quantity") or 0)
 
     for record in current:
         kind = record.get("kind")
         if kind == "order":
-            if record.get("id") in dropped:
+            if record.get("id") in left_out:
                 continue
         elif kind == "payment":
             # a kept order keeps all its payments, old ones included
-            if record.get("order_id") in dropped:
+            if record.get("order_id") in left_out:
                 continue
             if record.get("order_id") not in old_status and _line_key(record) in old_lines:
                 continue  # an old payment of an order the baseline did not list: older than the run

@@ -147,9 +147,14 @@ def test_check_run_scopes_by_the_baseline(tmp_path: Path) -> None:
     write_lines(run_dir / "baseline.ndjson", old + [{**inventory, "available": 99},
                                                     {"kind": "counters", "api_replays": 1}])
     write_settings(run_dir, scope={"baseline": "baseline.ndjson", "counters_before": {"api_replays": 1}})
+    # a final read of the older order (the history never touched it) is not judged either
+    old_body = {key: value for key, value in old[0].items() if key != "kind"}
+    write_lines(run_dir / "final_reads.ndjson", [
+        {"order_id": "old", "tenant": "default", "status_code": 200,
+         "order": {**old_body, "payments": [{"provider_ref": "pr-old"}]}}])
     result = check_run(run_dir)
     assert result.verdict == "pass", result.to_dict()
-    assert result.counts["orders"] == 2
+    assert result.counts["orders"] == 2 and result.counts["final_reads"] == 0
     assert result.layers["api"]["replays"] == 1
     (run_dir / "baseline.ndjson").unlink()
     with pytest.raises(CheckerError, match="baseline"):
