@@ -36,6 +36,7 @@ import socket
 import sys
 import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 
 import requests
@@ -58,12 +59,21 @@ PROXIES = ("app", "redis")
 CONSUMER_MIN_UPTIME = 0.5
 
 
-class Shutdown(Exception):
-    """Raised from the signal handler to unwind whatever the supervisor is doing."""
+class Shutdown(BaseException):
+    """Raised from the signal handler to unwind whatever the supervisor is doing.
+
+    A BaseException, like KeyboardInterrupt: libraries (requests, urllib3) catch
+    `Exception` broadly, and a shutdown they swallowed mid-health-check would let the
+    supervisor finish starting a stack nobody wants any more.
+    """
 
 
-def _raise_shutdown(signum: int, frame: object) -> None:
-    raise Shutdown(signal.Signals(signum).name)
+def _shutdown_handler(requested: list[str]) -> Callable[[int, object], None]:
+    def handler(signum: int, frame: object) -> None:
+        requested.append(signal.Signals(signum).name)  # seen even if the raise is swallowed
+        raise Shutdown(signal.Signals(signum).name)
+
+    return handler
 
 
 class Supervisor:
@@ -78,6 +88,7 @@ class Supervisor:
         self.internal_token = settings.env.get("TARGET_APP_INTERNAL_TOKEN") or secrets.token_hex(16)
         self.proxy_names = {name: f"{settings.proxy_prefix}{name}" for name in PROXIES}
         self.lease: dict[str, object] | None = None
+        self.requested: list[str] = []  # signals received (see `run`)
         self.stream = settings.env.get("TARGET_APP_STREAM") or "payments"
         self.group = settings.env.get("TARGET_APP_GROUP") or "target-app"
         self.ports = {
@@ -173,6 +184,8 @@ class Supervisor:
             self.services[name].wait_healthy(timeout)
 
     def _start_and_wait(self, name: str, timeout: float) -> None:
+        if self.requested:  # a shutdown raised inside a library may have been swallowed
+            raise Shutdown(self.requested[0])
         service = self.services[name]
         service.start()
         self.write_state()
@@ -361,7 +374,8 @@ def bind_control_socket(root: Path) -> socket.socket:
     return listener
 
 
-def serve(supervisor: Supervisor, listener: socket.socket, lifeline_fd: int | None = None) -> None:
+def serve(supervisor: Supervisor, listener: socket.socket, lifeline_fd: int | None = None,
+          requested: list[str] | None = None) -> None:
     """Answer control requests one at a time until a signal raises Shutdown
     (or the owner's lifeline reaches end-of-file: the owner is gone)."""
     selector = selectors.DefaultSelector()
@@ -369,6 +383,8 @@ def serve(supervisor: Supervisor, listener: socket.socket, lifeline_fd: int | No
     if lifeline_fd is not None:
         selector.register(lifeline_fd, selectors.EVENT_READ, "lifeline")
     while True:
+        if requested:
+            raise Shutdown(requested[0])
         supervisor.reap()
         events = selector.select(timeout=0.2)
         if any(key.data == "lifeline" for key, _ in events):
@@ -406,16 +422,20 @@ def _requests_once(listener: socket.socket) -> list[tuple[socket.socket, dict[st
 
 
 def run(root: Path, lifeline_fd: int | None = None) -> int:
+    requested: list[str] = []  # the signals received, checked again where a raise could be lost
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        signal.signal(signum, _raise_shutdown)
+        signal.signal(signum, _shutdown_handler(requested))
     parent = os.getppid()
     settings = read_settings(root)
     supervisor = Supervisor(settings)
+    supervisor.requested = requested
     listener: socket.socket | None = None
     try:
         try:
             supervisor.build()
             supervisor.start_all()
+            if requested:
+                raise Shutdown(requested[0])
             listener = bind_control_socket(root)
         except (svc.ServiceError, OSError) as error:
             _report({"ok": False, "error": str(error)})
@@ -433,7 +453,7 @@ def run(root: Path, lifeline_fd: int | None = None) -> int:
             svc.set_parent_death_signal(0)
         if os.getppid() != parent or not _report({"ok": True}):
             return 1
-        serve(supervisor, listener, lifeline_fd)
+        serve(supervisor, listener, lifeline_fd, requested)
         return 0
     except Shutdown:
         return 0
