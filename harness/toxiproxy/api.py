@@ -20,7 +20,7 @@ import random
 import re
 import struct
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 from urllib.parse import quote, unquote
 
@@ -42,7 +42,7 @@ TEXT_PLAIN = "text/plain; charset=utf-8"
 _NOSNIFF = (("X-Content-Type-Options", "nosniff"),)
 
 
-@dataclass
+@dataclass(frozen=True)
 class Request:
     method: str
     path: str  # as sent, before percent-decoding
@@ -52,7 +52,7 @@ class Request:
     query: str = ""
 
 
-@dataclass
+@dataclass(frozen=True)
 class Response:
     status: int
     body: bytes = b""
@@ -77,7 +77,7 @@ _NOT_FOUND = _http_error(404, "404 page not found")
 _METHOD_NOT_ALLOWED = Response(405, b"", None)
 _SEGMENT = r"([^/]+)"
 _ANY = "*"  # a route that takes every method (Toxiproxy's /metrics)
-_ROUTES: list[tuple[re.Pattern[str], dict[str, str]]] = [
+_ROUTES: tuple[tuple[re.Pattern[str], dict[str, str]], ...] = (
     (re.compile(r"/reset"), {"POST": "reset"}),
     (re.compile(r"/proxies"), {"GET": "proxy_index", "POST": "proxy_create"}),
     (re.compile(r"/populate"), {"POST": "populate"}),
@@ -91,7 +91,7 @@ _ROUTES: list[tuple[re.Pattern[str], dict[str, str]]] = [
         {"GET": "toxic_show", "POST": "toxic_update", "PATCH": "toxic_update", "DELETE": "toxic_delete"},
     ),
     (re.compile(r"/version"), {"GET": "version"}),
-]
+)
 _METRICS_ROUTE = (re.compile(r"/metrics"), {_ANY: "metrics"})
 
 
@@ -177,7 +177,7 @@ class ToxiproxyApi:
         self.metrics = ServerMetrics(
             lambda: self.proxies.values(), proxy_metrics=proxy_metrics, runtime_metrics=runtime_metrics
         )
-        self._routes = _ROUTES + [_METRICS_ROUTE] if self.metrics.enabled else _ROUTES
+        self._routes = _ROUTES + (_METRICS_ROUTE,) if self.metrics.enabled else _ROUTES
         self._request_ids = RequestIds()
         # API calls that start or stop listeners await; serialising them keeps
         # two concurrent requests from racing on the same name or port.
@@ -199,8 +199,7 @@ class ToxiproxyApi:
             if handler_name is None:
                 return _METHOD_NOT_ALLOWED
             response = await self._routed(handler_name, match.groups(), request)
-            response.headers = (("X-Toxiproxy-Request-Id", self._request_ids.next()), *response.headers)
-            return response
+            return replace(response, headers=(("X-Toxiproxy-Request-Id", self._request_ids.next()), *response.headers))
         return _NOT_FOUND
 
     async def _routed(self, handler_name: str, args: tuple[str, ...], request: Request) -> Response:
