@@ -15,12 +15,19 @@ includes connections still open, so once they close the figures are the same.
 With runtime metrics on (`-runtime-metrics`) the registry also carries
 prometheus-client's process, platform and GC collectors (`process_*`,
 `python_info`, `python_gc_*`), the counterparts of Go's process, build-info and Go
-runtime collectors. prometheus-client is imported only when a flag is on.
+runtime collectors, plus two series under the Go collector's names so scripts
+written for the real server find them (Toxiproxy's own end-to-end script greps
+for both): `go_info{version}` (here the Python version) and `go_goroutines` (here
+the server's running asyncio tasks plus threads, its counterpart of goroutines).
+prometheus-client is imported only when a flag is on.
 """
 
 from __future__ import annotations
 
 import gzip
+import asyncio
+import platform
+import threading
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -93,6 +100,28 @@ class _ProxyCollector:
         yield sent
 
 
+class _GoNamesCollector:
+    """go_info and go_goroutines, with what stands for them in this server."""
+
+    def collect(self) -> Iterator[Any]:
+        from prometheus_client.core import GaugeMetricFamily
+
+        info = GaugeMetricFamily(
+            "go_info", "Information about the runtime (here: the Python version).", labels=["version"]
+        )
+        info.add_metric([f"{platform.python_implementation().lower()}{platform.python_version()}"], 1)
+        yield info
+        try:
+            tasks = len(asyncio.all_tasks())
+        except RuntimeError:
+            tasks = 0  # collected outside the server's loop
+        yield GaugeMetricFamily(
+            "go_goroutines",
+            "Asyncio tasks and threads running in the server (its counterpart of goroutines).",
+            value=tasks + threading.active_count(),
+        )
+
+
 class ServerMetrics:
     """The metrics of one server; `enabled` says whether `/metrics` exists at all."""
 
@@ -111,6 +140,7 @@ class ServerMetrics:
             ProcessCollector(registry=self._registry)
             PlatformCollector(registry=self._registry)
             GCCollector(registry=self._registry)
+            self._registry.register(_GoNamesCollector())
         if self.counters is not None:
             self._registry.register(_ProxyCollector(self.counters))
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gzip
 import http.client
+import re
 import time
 from collections.abc import Iterator
 
@@ -138,6 +139,9 @@ def test_runtime_metrics_alone() -> None:
         names = {family.name for family in text_string_to_metric_families(text)}
         assert {"process_cpu_seconds", "process_resident_memory_bytes", "python_info"} <= names
         assert not any(name.startswith("toxiproxy_") for name in names)
+        # The two series Toxiproxy's end-to-end script greps for, under Go's names.
+        assert re.search(r"^go_info\{version=\"[^\"]+\"\} 1", text, re.M), text
+        assert re.search(r"^go_goroutines [1-9]", text, re.M), text
     finally:
         server.stop()
 
