@@ -55,13 +55,6 @@ MESSAGE_ACK = 512
 ACKNOWLEDGED = PAY_OK | WEBHOOK_OK | MESSAGE_ACK
 INDETERMINATE = PAY_INFO | WEBHOOK_INFO | PUBLISH_INFO
 
-# op -> completion -> flag; an unknown completion counts as info (it may have happened)
-_FLAGS: dict[str, dict[str, int]] = {
-    "pay": {"ok": PAY_OK, "info": PAY_INFO, "fail": PAY_FAIL},
-    "webhook": {"ok": WEBHOOK_OK, "info": WEBHOOK_INFO, "fail": WEBHOOK_FAIL},
-    "publish": {"ok": PUBLISH_OK, "info": PUBLISH_INFO, "fail": PUBLISH_FAIL},
-}
-
 # export payment source -> (the history op that can cause it, flags that justify
 # it, flags meaning the server said it did not happen)
 SOURCES: dict[str, tuple[str, int, int]] = {
@@ -215,7 +208,6 @@ class HistoryIndex:
         paid_messages = self.export.paid_messages
         dead_letters = self.export.dead_letters
         ok_messages = self.ok_messages
-        flag_table = _FLAGS
         originals_of, replays_of, bodies_of = self.originals, self.replays, self.bodies
         cross_tenant = CROSS_TENANT
         sequence = self.operations
@@ -226,9 +218,18 @@ class HistoryIndex:
                 observe(sequence, invoke, done)
             get = invoke.get
             answered = done.get
-            name = get("op")
-            kind = answered("type")
-            expect = get("expect")
+            try:
+                # fields every record carries (docs/internals.md): a subscript is
+                # cheaper than a call, and try costs nothing when nothing is raised
+                name = invoke["op"]
+                expect = invoke["expect"]
+                tenant = invoke["tenant"] or DEFAULT_TENANT
+                kind = done["type"]
+            except KeyError:  # an older or hand-written record
+                name = get("op")
+                expect = get("expect")
+                tenant = get("tenant") or DEFAULT_TENANT
+                kind = answered("type")
             status = answered("status")
             replayed = answered("replayed")
             if kind == "ok":
@@ -274,8 +275,10 @@ class HistoryIndex:
             if name == "pay" or name == "webhook":
                 provider_ref = get("provider_ref")
                 if order_id is not None and provider_ref is not None:
-                    flags_of = flag_table[name]
-                    flags = flags_of.get(kind, flags_of["info"])
+                    if name == "pay":
+                        flags = PAY_OK if kind == "ok" else PAY_FAIL if kind == "fail" else PAY_INFO
+                    else:
+                        flags = WEBHOOK_OK if kind == "ok" else WEBHOOK_FAIL if kind == "fail" else WEBHOOK_INFO
                     pair = (order_id, provider_ref)
                     known = pairs.get(pair)
                     if known is None:
@@ -288,7 +291,6 @@ class HistoryIndex:
                 if answer is not None:
                     # An ok pay or webhook answers with the order it paid, of the payer's tenant.
                     exported = orders.get(order_id)
-                    tenant = get("tenant") or DEFAULT_TENANT
                     if answer.get("already_paid") is True:
                         already_paid += 1
                         fine = True
@@ -303,11 +305,10 @@ class HistoryIndex:
                     continue
             elif name == "create_order":
                 if kind == "ok" and order_id is not None:
-                    self._created(invoke, order_id, get("tenant") or DEFAULT_TENANT, answer)
+                    self._created(invoke, order_id, tenant, answer)
             else:
                 if answer is not None and name == "read_order":
                     exported = orders.get(order_id)
-                    tenant = get("tenant") or DEFAULT_TENANT
                     if (answer.get("order_id") != order_id or answer.get("tenant") != tenant
                             or (exported is not None and exported[3] != tenant)):
                         self._read_answer(_merged(invoke, done), answer, exported, tenant)
@@ -317,7 +318,6 @@ class HistoryIndex:
             key = get("idempotency_key")
             if key is None:
                 continue
-            tenant = get("tenant") or DEFAULT_TENANT
             scope = key if tenant == DEFAULT_TENANT else tenant + SEPARATOR + key
             fingerprint = get("fingerprint")
             if fingerprint is not None:
