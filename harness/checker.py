@@ -22,7 +22,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
 import orjson
 
@@ -45,8 +45,6 @@ DEAD_LETTERS_LISTED = 20
 # that does not depend on the run's length. Runners set more in settings.json.
 DEFAULT_MIN_ACKNOWLEDGED = 1
 VERDICTS = ("pass", "fail", "inconclusive")
-# Bytes read per block from a history or export file.
-_BLOCK = 1 << 22
 
 _LAYER_COUNTERS = {
     "api": {"replays": "api_replays", "fingerprint_conflicts": "api_fingerprint_conflicts",
@@ -336,29 +334,6 @@ class CheckResult:
                    paths=data.get("paths", {}), promised_paths=list(data.get("promised_paths", [])),
                    min_acknowledged=int(data.get("min_acknowledged", DEFAULT_MIN_ACKNOWLEDGED)),
                    dead_letters=data.get("dead_letters") or {"count": 0, "reasons": {}, "first": []})
-
-
-def _blocks(handle: BinaryIO) -> Iterator[tuple[list[bytes], bool]]:
-    """The file's lines in big blocks (one read and one split per block, not per line).
-
-    Yields (lines, last): `last` marks the final piece of a file that does not end
-    with a newline, which a killed writer may have left half written.
-    """
-    rest = b""
-    while True:
-        block = handle.read(_BLOCK)
-        if not block:
-            if rest:
-                yield [rest], True
-            return
-        if rest:
-            block = rest + block
-        cut = block.rfind(b"\n")
-        if cut < 0:
-            rest = block
-            continue
-        rest = block[cut + 1:]
-        yield block[:cut].split(b"\n"), False
 
 
 def read_pairs(paths: Iterable[Path]) -> Iterator[tuple[dict[str, Any], dict[str, Any]]]:
@@ -726,18 +701,17 @@ def _read_ndjson(path: Path, what: str) -> Iterator[dict[str, Any]]:
     loads = orjson.loads
     number = 0
     with handle:
-        for lines, _last in _blocks(handle):
-            for line in lines:
-                number += 1
-                try:
-                    record = loads(line)
-                except orjson.JSONDecodeError as error:
-                    if not line.strip():
-                        continue
-                    raise CheckerError(f"{path}:{number}: {what} line is not JSON: {error}") from error
-                if type(record) is not dict:
-                    raise CheckerError(f"{path}:{number}: {what} line is not an object")
-                yield record
+        for line in handle:
+            number += 1
+            try:
+                record = loads(line)
+            except orjson.JSONDecodeError as error:
+                if not line.strip():
+                    continue
+                raise CheckerError(f"{path}:{number}: {what} line is not JSON: {error}") from error
+            if type(record) is not dict:
+                raise CheckerError(f"{path}:{number}: {what} line is not an object")
+            yield record
 
 
 def read_export(path: Path) -> Iterator[dict[str, Any]]:
