@@ -69,9 +69,15 @@ class Shutdown(BaseException):
 
 
 def _shutdown_handler(requested: list[str]) -> Callable[[int, object], None]:
+    """Raise Shutdown for the first stop request only: a second one (the owner's death
+    brings the lifeline's end-of-file and the parent-death SIGTERM together) must not
+    abort the teardown the first one started."""
+
     def handler(signum: int, frame: object) -> None:
+        first = not requested
         requested.append(signal.Signals(signum).name)  # seen even if the raise is swallowed
-        raise Shutdown(signal.Signals(signum).name)
+        if first:
+            raise Shutdown(signal.Signals(signum).name)
 
     return handler
 
@@ -390,6 +396,8 @@ def serve(supervisor: Supervisor, listener: socket.socket, lifeline_fd: int | No
         if any(key.data == "lifeline" for key, _ in events):
             assert lifeline_fd is not None
             if not os.read(lifeline_fd, 4096):
+                if requested is not None:
+                    requested.append("lifeline")  # a parent-death SIGTERM may follow: no second raise
                 raise Shutdown("the owner's lifeline closed")
         if not any(key.data == "control" for key, _ in events):
             continue
