@@ -34,7 +34,8 @@ from harness.run_scope import scoped_export
 
 __all__ = ["DEFAULT_MIN_ACKNOWLEDGED", "PATHS", "VERDICTS", "CheckResult", "CheckerError",
            "ExportState", "HistoryFiles", "InvariantResult", "Violation", "check", "check_run",
-           "load_export", "read_export", "read_final_reads"]
+           "load_export", "merge_operation", "read_export", "read_final_reads", "read_operations",
+           "read_pairs"]
 
 VIOLATION_CAP = 50
 EVIDENCE_OPERATIONS = 20

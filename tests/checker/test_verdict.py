@@ -27,6 +27,12 @@ def test_paths_count_the_app_counters_or_what_clients_saw_whichever_is_larger() 
                      "dead_letter": 0}
 
 
+def test_the_catalog_names_the_paths_the_checker_counts() -> None:
+    from harness.catalog import PATHS as CATALOG_PATHS, SCENARIO_PROMISES
+    assert tuple(PATHS) == CATALOG_PATHS
+    assert {path for promised in SCENARIO_PROMISES.values() for path in promised} <= set(PATHS)
+
+
 def test_a_promised_path_never_taken_makes_the_run_inconclusive() -> None:
     run = Run()
     run.paid_order("o1", "pr1")
