@@ -41,6 +41,23 @@ def test_a_refusal_the_app_accepted_fails() -> None:
     assert violation.evidence["operations"]
 
 
+def test_a_conflicting_ref_accepted_by_an_unpaid_order_is_no_violation() -> None:
+    # The first payment was lost in a fault, so the order was still payable: the
+    # conflicting ref rightly paid it. Had it conflicted, two payments or a lost
+    # acknowledgement would show.
+    run = Run()
+    run.create("k1", "o1", answered=True)
+    run.webhook("o1", "pr1", "ev1", "info", error="ConnectTimeout")
+    run.webhook("o1", "pr2", "ev2", answered=True, expect="conflicting_ref", must_reject=True,
+                reject_status=409)
+    run.order("o1", "k1", "PAID")
+    run.payment("o1", "pr2", "webhook", "ev2")
+    assert run.check().verdict == "pass"
+    run.webhook("o1", "pr3", "ev3", answered=True, expect="conflicting_ref", must_reject=True,
+                reject_status=409, answer=Run.paid_answer("o1", "pr2"))
+    assert "no_lost_acknowledgement" in failed(run.check())
+
+
 def test_a_create_answer_naming_another_quantity_fails() -> None:
     run = Run()
     run.create("k1", "o1", answered=True)
