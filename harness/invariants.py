@@ -173,7 +173,8 @@ class HistoryIndex:
         self.replays: dict[str, dict[str, tuple[int | set[int], str | None]]] = {
             "create_order": {}, "pay": {}}
         self.failed_5xx: dict[str, dict[str, set[int]]] = {"create_order": {}, "pay": {}}
-        self.bodies: dict[str, dict[str, int | dict[int, bool]]] = {"create_order": {}, "pay": {}}
+        # (one for both operations: the app keeps one record per (tenant, key), whatever the endpoint)
+        self.bodies: dict[str, int | dict[int, bool]] = {}
         self.refusals: list[Refusal] = []
         self.ok_messages: set[str] = set()
         self._reported: set[tuple[str, str]] = set()
@@ -213,7 +214,7 @@ class HistoryIndex:
         paid_messages = self.export.paid_messages
         dead_letters = self.export.dead_letters
         ok_messages = self.ok_messages
-        originals_of, replays_of, bodies_of = self.originals, self.replays, self.bodies
+        originals_of, replays_of, bodies = self.originals, self.replays, self.bodies
         cross_tenant = CROSS_TENANT
         sequence = self.operations
         already_paid = 0
@@ -327,7 +328,6 @@ class HistoryIndex:
             fingerprint = get("fingerprint")
             if fingerprint is not None:
                 # the fingerprint's hash with its lowest bit saying "answered ok"
-                bodies = bodies_of[name]
                 print_hash = hash(fingerprint) & -2
                 seen = bodies.get(scope)
                 if seen is None:
@@ -816,9 +816,9 @@ def honest_retries_accepted(index: HistoryIndex, findings: Findings) -> None:
     rightly have lost the key: nothing is concluded.
     """
     name = "answers_match_requests"
-    findings.checked[name] += sum(len(bodies) for bodies in index.bodies.values())
+    findings.checked[name] += len(index.bodies)
     for refusal in index.refusals:
-        seen = index.bodies[refusal.op].get(refusal.scope)
+        seen = index.bodies.get(refusal.scope)
         if type(seen) is int:
             if seen & -2 != refusal.fingerprint:
                 continue

@@ -128,6 +128,16 @@ def test_a_refusal_of_a_body_answered_ok_under_the_key_fails() -> None:
     assert violation.details["op_id"] == run.operations[-1]["op_id"]
 
 
+def test_a_key_reused_across_endpoints_is_another_body() -> None:
+    # The app keeps one record per (tenant, key) for every endpoint, and the path
+    # is part of the fingerprint: a pay under a create's key is rightly refused.
+    run = Run()
+    run.create("k1", "o1", fingerprint="fp-create")
+    run.pay("o1", "pr1", "k1", "fail", status=409, fingerprint="fp-pay", problem_type=KEY_MISMATCH)
+    run.order("o1", "k1")
+    assert run.check().verdict == "pass"
+
+
 # -- payment_amount_matches_order ----------------------------------------------------
 
 def test_payments_of_the_order_amount_pass() -> None:
