@@ -25,6 +25,7 @@ import orjson
 
 import harness.history as history_module
 from harness.history import Client, HistoryWriter
+from harness.catalog import PATHS
 from harness.invariants import INVARIANTS
 
 START = 1_764_493_200.0  # a fixed unix time: 2025-11-30 09:00 UTC
@@ -129,6 +130,13 @@ def base_result(scenario: str, operations: int) -> dict[str, Any]:
                        "same_fact_new_id": 45, "conflict": 40, "bad_signature": 12},
         "counts": {"operations": operations, "orders": 412, "payments": 401,
                    "faults": len(FAULTS)},
+        "verdict": "pass", "inconclusive_reasons": [],
+        "promised_paths": ["replay", "recovery_point"],
+        "paths": {name: (0 if name == "dead_letter" else 3) for name in PATHS},
+        "dead_letters": {"count": 1, "reasons": {"no message_id": 1},
+                         "first": [{"kind": "dead_letter", "message_id": None, "order_id": "ord_1",
+                                    "provider_ref": "pr_9", "reason": "no message_id",
+                                    "deliveries": 1, "valid": False}]},
     }
 
 
@@ -136,6 +144,7 @@ def failing_result(operations: int, order_id: str = "ord_7f3a") -> dict[str, Any
     """The domain layer disabled: two payments on one order, via api and webhook."""
     result = base_result("mixed", operations)
     result["valid"] = False
+    result["verdict"] = "fail"
     result["unsafe_disable"] = ["domain"]
     payments = [
         {"order_id": order_id, "provider_ref": "pr_api_1", "amount_cents": 1000,

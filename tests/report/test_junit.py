@@ -24,7 +24,7 @@ def test_one_testcase_per_invariant_and_failures(
     assert {c.get("classname") for c in cases} == {"mixed"}
     failed = {c.get("name"): c.find("failure") for c in cases if c.find("failure") is not None}
     assert set(failed) == {"one_payment_per_order", "message_effects_once"}
-    assert suite.get("tests") == "7" and suite.get("failures") == "2"
+    assert suite.get("tests") == str(len(result["invariants"])) and suite.get("failures") == "2"
     text = failed["one_payment_per_order"].text or ""
     assert "order ord_7f3a holds 2 payments" in text
     assert "2 violations" in failed["one_payment_per_order"].get("message", "")
@@ -35,10 +35,22 @@ def test_one_testcase_per_invariant_and_failures(
 
 
 def test_passing_result_has_no_failures() -> None:
-    suite = ET.fromstring(junit_xml(base_result("duplicate_webhooks", 10)))
-    assert len(suite.findall("testcase")) == 7
+    result = base_result("duplicate_webhooks", 10)
+    suite = ET.fromstring(junit_xml(result))
+    assert len(suite.findall("testcase")) == len(result["invariants"])
     assert not suite.findall(".//failure")
     assert {c.get("classname") for c in suite.findall("testcase")} == {"duplicate_webhooks"}
+
+
+def test_an_inconclusive_result_is_an_error_in_junit_not_green() -> None:
+    result = base_result("mixed", 10)
+    result.update(verdict="inconclusive", valid=False,
+                  inconclusive_reasons=["path recovery_point was promised but exercised 0 times"])
+    suite = ET.fromstring(junit_xml(result))
+    (case,) = [c for c in suite.findall("testcase") if c.get("name") == "conclusive"]
+    error = case.find("error")
+    assert error is not None and "recovery_point" in error.get("message", "")
+    assert suite.get("errors") == "1" and suite.get("failures") == "0"
 
 
 def test_hostile_text_and_control_characters_stay_valid_xml(tmp_path: Path) -> None:

@@ -12,7 +12,8 @@ from html_probe import SVG, Probe, svgs
 from report_sample import FAULTS, START, base_result
 
 from harness.history import Client, HistoryWriter
-from harness.report import ReportPaths, summary_line, write_reports
+from harness.report import ReportPaths, render_report, summary_line, write_reports
+from harness.report_series import RunSeries
 
 PLOTS = ("throughput", "latency", "errors", "outcomes", "layers")
 TIME_PLOTS = ("throughput", "latency", "errors")
@@ -44,7 +45,7 @@ def test_verdict_comes_first_and_says_fail(failing_run: tuple[Path, dict[str, An
     assert verdict["data-valid"] == "false"
     assert document.index("id='verdict'") < document.index("<svg")
     text = probe.all_text
-    assert "FAIL" in text and "2 of 7 invariants violated" in text
+    assert "FAIL" in text and f"2 of {len(result['invariants'])} invariants violated" in text
     assert "domain" in text  # the mutant (unsafe_disable) is named in the verdict
     failed_rows = probe.find("tr", **{"class": "failed"})
     assert {row["data-invariant"] for row in failed_rows} == {
@@ -56,7 +57,7 @@ def test_passing_run_verdict(passing_run: tuple[Path, dict[str, Any]]) -> None:
     probe = Probe(write_reports(run_dir, result).report_html.read_text())
     [verdict] = probe.find(id="verdict")
     assert verdict["data-valid"] == "true"
-    assert "all 7 invariants held" in probe.all_text
+    assert f"all {len(base_result('mixed', 0)['invariants'])} invariants held" in probe.all_text
     assert "No violations" in probe.all_text
     assert not probe.find("tr", **{"class": "failed"})
 
@@ -177,7 +178,7 @@ def test_summary_line_pass_and_fail(tmp_path: Path) -> None:
     report = tmp_path / "report.html"
     passing = base_result("mixed", 1234)
     assert summary_line(passing, report) == (
-        f"PASS: all 7 invariants held (1234 operations, {len(FAULTS)} faults) — report: {report}")
+        f"PASS: all {len(passing['invariants'])} invariants held (1234 operations, {len(FAULTS)} faults) — report: {report}")
     failing = copy.deepcopy(passing)
     failing["valid"] = False
     failing["invariants"][0].update(passed=False, violation_count=2)
@@ -193,3 +194,20 @@ def test_run_start_is_the_time_origin(failing_run: tuple[Path, dict[str, Any]]) 
     text = Probe(document).all_text
     assert "+12.000" in text  # the first fault starts 12 s after START
     assert str(int(START)) not in text  # no raw unix times in the page
+
+
+def test_paths_and_dead_letters_are_shown_and_a_missed_promise_is_flagged(tmp_path: Path) -> None:
+    result = base_result("mixed", 10)
+    result["paths"]["recovery_point"] = 0
+    result.update(verdict="inconclusive", valid=False,
+                  inconclusive_reasons=["path recovery_point was promised but exercised 0 times"])
+    html = render_report(result, RunSeries(), [])
+    probe = Probe(html)
+    [verdict] = probe.find(id="verdict")
+    assert verdict["data-verdict"] == "inconclusive" and verdict["data-valid"] == "false"
+    assert "INCONCLUSIVE" in probe.all_text and "recovery_point was promised" in probe.all_text
+    [row] = probe.find("tr", **{"data-path": "recovery_point"})
+    assert "NOT EXERCISED" in html[html.index("data-path='recovery_point'"):][:400]
+    assert probe.find("tr", **{"data-path": "replay"})
+    assert "no message_id" in probe.all_text and "pr_9" in probe.all_text
+    assert summary_line(result, tmp_path / "r.html").startswith("INCONCLUSIVE: no invariant was violated")
