@@ -31,6 +31,9 @@ SCENARIO_PLANS: dict[str, str | None] = {
     "redelivered_messages": "consumer-crashes",
     "mixed": "chaos",
 }
+# Correct-app runs beyond one per scenario: durability (Redis SIGKILLed three times
+# during `mixed` must lose no acknowledged payment, order or inbox entry).
+EXTRA_CORRECT_RUNS: tuple[tuple[str, str], ...] = (("mixed", "redis-kills"),)
 
 # A slower message handler widens the check-then-act window of the naive inbox, so
 # the reclaim after a paused consumer reliably races it. Kept short (and the users
@@ -107,6 +110,10 @@ def smoke_specs(base: RunSpec) -> list[tuple[str, RunSpec, bool, str | None]]:
         spec = replace(base, scenario=scenario, plan=plan_path(SCENARIO_PLANS[scenario]),
                        unsafe_disable=(), app_env=dict(base.app_env))
         steps.append((f"correct app / {scenario}", spec, False, None))
+    for scenario, plan in EXTRA_CORRECT_RUNS:
+        spec = replace(base, scenario=scenario, plan=plan_path(plan), unsafe_disable=(),
+                       app_env=dict(base.app_env))
+        steps.append((f"correct app / {scenario} / {plan}", spec, False, None))
     for case in MUTANT_CASES:
         spec = replace(base, scenario=case.scenario, plan=plan_path(case.plan),
                        unsafe_disable=(case.mutant,), app_env={**base.app_env, **case.app_env},
@@ -239,6 +246,6 @@ def write_matrix(cells: Sequence[MatrixCell], runs_root: Path) -> Path:
 
 
 __all__ = [
-    "MUTANT_CASES", "SCENARIO_PLANS", "MutantCase", "SmokeStep", "format_matrix_table",
+    "EXTRA_CORRECT_RUNS", "MUTANT_CASES", "SCENARIO_PLANS", "MutantCase", "SmokeStep", "format_matrix_table",
     "matrix", "matrix_exit_code", "smoke", "smoke_exit_code", "write_matrix",
 ]

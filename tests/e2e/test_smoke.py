@@ -11,7 +11,7 @@ from pathlib import Path
 from e2e_helpers import SmokeRun, harness
 
 from harness.catalog import MUTANTS, SCENARIOS
-from harness.smoke import MUTANT_CASES
+from harness.smoke import EXTRA_CORRECT_RUNS, MUTANT_CASES
 
 EXPECTED_CATCH = {case.mutant: case.invariant for case in MUTANT_CASES}
 
@@ -24,14 +24,16 @@ def _runs(smoke: SmokeRun) -> dict[str, Path]:
             continue
         settings = json.loads((run_dir / "settings.json").read_text())
         mutant = "+".join(settings["unsafe_disable"]) or "none"
-        found[f"{mutant}/{settings['scenario']}"] = run_dir
+        plan = Path(settings["spec"]["plan"]).stem if settings["spec"].get("plan") else "no-plan"
+        found[f"{mutant}/{settings['scenario']}/{plan}"] = run_dir
     return found
 
 
 def test_the_smoke_job_passes_and_catches_every_mutant(smoke_run: SmokeRun) -> None:
     assert smoke_run.result.code == 0, smoke_run.result.stdout + smoke_run.result.stderr[-3000:]
     lines = [line for line in smoke_run.result.stdout.splitlines() if line.startswith(("ok ", "FAIL"))]
-    assert len(lines) == len(SCENARIOS) + len(MUTANTS) and all(line.startswith("ok ") for line in lines), lines
+    steps = len(SCENARIOS) + len(EXTRA_CORRECT_RUNS) + len(MUTANTS)
+    assert len(lines) == steps and all(line.startswith("ok ") for line in lines), lines
     assert smoke_run.result.stdout.rstrip().endswith("smoke: PASS")
 
 
@@ -48,7 +50,10 @@ def test_each_mutant_fails_the_invariant_of_its_layer(smoke_run: SmokeRun) -> No
 
 def test_correct_runs_hold_every_invariant_under_faults(smoke_run: SmokeRun) -> None:
     runs = {key: path for key, path in _runs(smoke_run).items() if key.startswith("none/")}
-    assert len(runs) == 4
+    assert len(runs) == len(SCENARIOS) + len(EXTRA_CORRECT_RUNS)
+    kill_log = runs["none/mixed/redis-kills"] / "faults.jsonl"
+    kills = [json.loads(line) for line in kill_log.read_text().splitlines()]
+    assert [f["name"] for f in kills] == ["redis-kill-1", "redis-kill-2", "redis-kill-3"]
     for key, run_dir in runs.items():
         result = json.loads((run_dir / "result.json").read_text())
         assert result["valid"] is True and result["verdict"] == "pass", key
