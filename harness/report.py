@@ -90,6 +90,13 @@ def summary_line(result: dict, report_html: Path) -> str:
     invariants = result.get("invariants") or []
     counts = result.get("counts") or {}
     failed = [inv for inv in invariants if not inv.get("passed", False)]
+    interrupted = result.get("interrupted")
+    if isinstance(interrupted, Mapping):
+        # A partial run: whatever the invariants say, it is not a verdict on the app.
+        return (f"INTERRUPTED ({interrupted.get('signal') or 'killed'} during "
+                f"{interrupted.get('phase') or 'the run'}): the recorded part "
+                f"{'held every invariant' if not failed else 'violated ' + ', '.join(str(i.get('name')) for i in failed)}"
+                f" — report: {report_html}")
     if verdict_of(result) == "inconclusive" and not failed:
         reasons = "; ".join(map(str, result.get("inconclusive_reasons") or [])) or "no reason given"
         return f"INCONCLUSIVE: no invariant was violated, but {reasons} — report: {report_html}"
@@ -174,6 +181,11 @@ def _verdict(result: Mapping[str, Any], settings: Mapping[str, Any], duration: f
         headline = f"{len(failed)} of {len(invariants)} invariants violated"
         if failed:
             headline += ": " + ", ".join(str(inv.get("name", "?")) for inv in failed)
+    interrupted = result.get("interrupted")
+    if isinstance(interrupted, Mapping):
+        headline = (f"INTERRUPTED by {interrupted.get('signal') or 'a kill'} during "
+                    f"{interrupted.get('phase') or 'the run'}; this judges only what was "
+                    f"recorded before: {headline}")
     facts: list[tuple[str, str]] = [("scenario", str(result.get("scenario") or "–"))]
     unsafe = result.get("unsafe_disable") or []
     if unsafe:

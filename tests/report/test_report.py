@@ -211,3 +211,12 @@ def test_paths_and_dead_letters_are_shown_and_a_missed_promise_is_flagged(tmp_pa
     assert probe.find("tr", **{"data-path": "replay"})
     assert "no message_id" in probe.all_text and "pr_9" in probe.all_text
     assert summary_line(result, tmp_path / "r.html").startswith("INCONCLUSIVE: no invariant was violated")
+
+
+def test_an_interrupted_run_says_so_in_the_summary_and_the_verdict(tmp_path: Path) -> None:
+    result = base_result("mixed", 10)
+    result["interrupted"] = {"interrupted": True, "signal": "SIGTERM", "phase": "load"}
+    line = summary_line(result, tmp_path / "r.html")
+    assert line.startswith("INTERRUPTED (SIGTERM during load): the recorded part held every invariant")
+    probe = Probe(render_report(result, RunSeries(), []))
+    assert "INTERRUPTED by SIGTERM during load" in probe.all_text
