@@ -22,12 +22,15 @@ applied (one script) or left pending for another consumer, never half-applied.
 
 from __future__ import annotations
 
+import argparse
 import json
 import logging
+import os
 import signal
 import sys
 import threading
 import time
+from pathlib import Path
 
 import redis
 
@@ -154,9 +157,13 @@ class Consumer:
         log.warning("entry %s dead-lettered after %d deliveries: %s", entry_id, deliveries, reason)
 
     # the loop ------------------------------------------------------------------------
-    def run(self, stop: threading.Event) -> None:
+    def run(self, stop: threading.Event, *, heartbeat: Path | None = None) -> None:
         group_ready = False
         while not stop.is_set():
+            if heartbeat is not None:
+                # Touched on every pass, Redis reachable or not: a stale file means this
+                # loop is stuck or dead, which a Redis ping would not tell (docker-compose.yml).
+                touch_heartbeat(heartbeat)
             try:
                 if not group_ready:
                     self.ensure_group()
@@ -167,7 +174,36 @@ class Consumer:
                 stop.wait(0.5)
 
 
+# Longer than one loop pass can take under a fault: a blocked read (consumer_block_ms)
+# plus a Redis call that runs into its socket timeout, a few times over.
+HEARTBEAT_MAX_AGE = 30.0
+
+
+def touch_heartbeat(path: Path) -> None:
+    try:
+        os.utime(path)
+    except FileNotFoundError:
+        path.touch()
+
+
+def check_heartbeat(path: Path, max_age: float = HEARTBEAT_MAX_AGE) -> bool:
+    """True when the loop touched `path` within max_age seconds (a container health check)."""
+    try:
+        return time.time() - path.stat().st_mtime <= max_age
+    except OSError:
+        return False  # not started yet, or another container's path
+
+
 def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m target_app.consumer")
+    parser.add_argument("--heartbeat", type=Path, help="touch this file on every loop pass")
+    parser.add_argument("--check", type=Path, metavar="HEARTBEAT",
+                        help="exit 0 if the consumer touched HEARTBEAT recently, else 1; start nothing")
+    parser.add_argument("--max-age", type=float, default=HEARTBEAT_MAX_AGE,
+                        help=f"seconds for --check (default {HEARTBEAT_MAX_AGE:g})")
+    args = parser.parse_args(argv)
+    if args.check is not None:
+        return 0 if check_heartbeat(args.check, args.max_age) else 1
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     try:
         settings = Settings.from_env()
@@ -188,7 +224,7 @@ def main(argv: list[str] | None = None) -> int:
     log.info("consumer %s on stream %s group %s (unsafe_disable=%s)", consumer.name,
              settings.stream, settings.group, sorted(settings.unsafe_disable) or "none")
     started = time.monotonic()
-    consumer.run(stop)
+    consumer.run(stop, heartbeat=args.heartbeat)
     log.info("consumer %s stopped after %.1f s", consumer.name, time.monotonic() - started)
     client.close()
     return 0
