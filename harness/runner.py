@@ -171,7 +171,7 @@ def _run_in(spec: RunSpec, run_id: str, run_dir: Path, plan: Plan | None, guard:
         (run_dir / "settings.json").write_text(json.dumps(settings, indent=2))
 
         nemesis = stack.nemesis(recorder=guard)  # this stack's proxies; faults on the guard's lease
-        _heal_everything(nemesis, stack)
+        heal_everything(nemesis, stack)
         windows = schedule(plan, spec.duration) if plan is not None else []
         runner = NemesisRunner(nemesis, guard.processes_of(stack), run_dir / "faults.jsonl")
         locust = LocustProcess(
@@ -195,22 +195,40 @@ def _run_in(spec: RunSpec, run_id: str, run_dir: Path, plan: Plan | None, guard:
         finally:
             locust.stop()
             runner.stop()
-            _heal_everything(nemesis, stack)
+            heal_everything(nemesis, stack)
         if runner.failure is not None:
             raise HarnessError(f"a fault could not be applied: {runner.failure}")
         if locust.returncode not in (0, None):
             raise HarnessError(
                 f"locust exited with {locust.returncode}; see {locust.log_path}"
             )
-        wait_for_drain(state, timeout=spec.drain_timeout)
-        with _quiesced(stack):
-            export_state(state["app_direct_url"], run_dir / "export.ndjson", token=token)
-            orders = orders_to_read(HistoryFiles(history_files(run_dir / "histories")))
-            read_orders(state["app_direct_url"], orders, run_dir / FINAL_READS_FILE)
+        collect_state(stack, run_dir, drain_timeout=spec.drain_timeout)
         if attached and not spec.compose:
             # A stack of our own keeps its logs under run_dir/stack/logs already.
             _copy_logs(state, run_dir / "logs")
     return check_saved_run(run_dir)
+
+
+def collect_state(stack: RunningStack, run_dir: Path, *, drain_timeout: float) -> None:
+    """After the faults are healed: let the consumers drain the stream (bounded), then,
+    with the consumers paused, write `export.ndjson` and the final reads of every order
+    `run_dir/histories` names. `harness run` and a swarm judged afterwards share it."""
+    state = stack.state
+    token = state.get("internal_token") or None
+    wait_for_drain(state, timeout=drain_timeout)
+    with _quiesced(stack):
+        export_state(state["app_direct_url"], run_dir / "export.ndjson", token=token)
+        orders = orders_to_read(HistoryFiles(history_files(run_dir / "histories")))
+        read_orders(state["app_direct_url"], orders, run_dir / FINAL_READS_FILE)
+
+
+def finish_run(stack: RunningStack, run_dir: Path, *, drain_timeout: float = 30.0) -> RunOutcome:
+    """The end of a run whose load is over, for a swarm the harness did not start
+    (`harness check --stack`, the Chaos tab): heal every fault of the stack, drain,
+    quiesce, export, final reads, check and report into `run_dir`."""
+    heal_everything(stack.nemesis(), stack)
+    collect_state(stack, Path(run_dir), drain_timeout=drain_timeout)
+    return check_saved_run(Path(run_dir))
 
 
 def promised_paths(scenario: str, plan: Plan | None) -> list[str]:
@@ -301,8 +319,8 @@ def _load_env(spec: RunSpec, state: Mapping[str, Any], run_dir: Path) -> dict[st
     return env
 
 
-def _heal_everything(nemesis: Nemesis, stack: RunningStack) -> None:
-    """Remove every toxic, re-enable every proxy, resume anything paused."""
+def heal_everything(nemesis: Nemesis, stack: RunningStack) -> None:
+    """Remove every toxic, re-enable every proxy, resume anything paused, start anything down."""
     try:
         nemesis.reset()
     except NemesisError as error:
