@@ -50,7 +50,7 @@ def test_the_smoke_workflow_runs_the_smoke_job_on_compose_and_keeps_the_runs() -
     steps = workflow["jobs"]["smoke"]["steps"]
     commands = [step.get("run", "") for step in steps]
     assert any(command.startswith("harness smoke --compose") for command in commands)
-    assert any("docker compose build" in command for command in commands)
+    assert any(command.startswith("docker compose") and command.split()[-1] == "build" for command in commands)
     upload = [step for step in steps if str(step.get("uses", "")).startswith("actions/upload-artifact")]
     assert upload and upload[0]["if"] == "always()" and upload[0]["with"]["path"] == "runs/"
 

@@ -45,7 +45,7 @@ def test_every_service_is_there_with_a_health_check(compose: dict) -> None:
 
 def test_redis_keeps_every_acknowledged_write(compose: dict) -> None:
     redis = compose["services"]["redis"]
-    assert redis["image"].startswith("redis:7")
+    assert redis["image"].startswith("redis:7.")
     command = redis["command"]
     assert command[command.index("--appendonly") + 1] == "yes"
     assert command[command.index("--appendfsync") + 1] == "always"
@@ -71,7 +71,8 @@ def test_app_and_consumers_reach_redis_only_through_toxiproxy(compose: dict, pro
         env = compose["services"][name]["environment"]
         assert env["TARGET_APP_REDIS_URL"] == f"redis://toxiproxy:{redis_listen_port}/0"
         assert "TARGET_APP_UNSAFE_DISABLE" in env and "TARGET_APP_WEBHOOK_SECRET" in env
-        assert compose["services"][name]["build"] == "."
+        assert compose["services"][name]["image"] == compose["services"]["app"]["image"]
+    assert compose["services"]["app"]["build"] == "."
     for name in ("locust-master", "locust-worker"):
         command = compose["services"][name]["command"]
         assert "toxiproxy:8666" in " ".join(command) or "--worker" in command
