@@ -16,6 +16,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import time
 from collections.abc import Mapping, Sequence
@@ -261,3 +262,147 @@ def start_compose_stack(settings: StackSettings) -> ComposeStack:
 def open_compose_stack(root: Path, state: dict[str, Any]) -> ComposeStack:
     return ComposeStack(root, state)
 
+
+
+# Where the compose file mounts the run directory in the Locust containers
+# (docker-compose.yml, x-locust) and where the image keeps the locustfiles.
+CONTAINER_RUN_DIR = "/srv/harness/run"
+CONTAINER_LOCUSTFILES = "locustfiles"
+LOCUST_SERVICES = ("locust-master", "locust-worker")
+
+
+class ComposeLocust:
+    """A headless run on the compose file's Locust master and `workers` workers, with
+    LocustProcess's interface (start, finished, returncode, stop, log_path), so the
+    runner drives either the same way.
+
+    The master runs with `docker compose run` (headless, `--expect-workers N`, the
+    run's options on its command line, `--use-aliases` so the workers find it as
+    `locust-master`), the workers with `up --scale locust-worker=N`. The run
+    directory is mounted into all of them (HARNESS_RUN_DIR): the histories, the CSV
+    and the HTML report land where `harness run` reads them. The containers run as
+    the caller's uid (HARNESS_UID/HARNESS_GID) so those files are the caller's.
+    """
+
+    def __init__(self, *, state: Mapping[str, Any], scenario: str, users: int, spawn_rate: float,
+                 duration: float, workers: int, run_dir: Path, seed: int,
+                 stop_timeout: float = 3.0, guard: Any = None,
+                 environ: Mapping[str, str] | None = None) -> None:
+        if state.get("mode") != "compose":
+            raise StackError("--scale-workers needs a compose stack (`--compose`, or `harness up --compose`)")
+        if workers < 1:
+            raise StackError("--scale-workers must be at least 1")
+        self.compose_file = str(state["compose_file"])
+        self.project = str(state.get("project") or PROJECT)
+        self.scenario = scenario
+        self.users = users
+        self.spawn_rate = spawn_rate
+        self.duration = duration
+        self.workers = workers
+        self.run_dir = Path(run_dir).resolve()
+        self.stop_timeout = stop_timeout
+        self.guard = guard
+        self.log_path = self.run_dir / "locust" / "locust.log"
+        self.master_name = f"{self.project}-locust-master-run-{os.getpid()}-{id(self) & 0xFFFF:04x}"
+        env = dict(os.environ if environ is None else environ)
+        # The values the compose file interpolates into the Locust services.
+        env.update({
+            "HARNESS_RUN_DIR": str(self.run_dir),
+            "HARNESS_SEED": str(seed),
+            "HARNESS_UID": str(os.getuid()),
+            "HARNESS_GID": str(os.getgid()),
+            "TARGET_APP_WEBHOOK_SECRET": str(state.get("webhook_secret") or ""),
+            "TARGET_APP_STREAM": str(state.get("stream") or "payments"),
+            "LOCUSTFILE": f"{CONTAINER_LOCUSTFILES}/{scenario}.py",
+        })
+        self.env = env
+        self._process: subprocess.Popen[bytes] | None = None
+
+    def _compose_args(self) -> list[str]:
+        return ["compose", "-f", self.compose_file, "-p", self.project]
+
+    def master_command(self) -> list[str]:
+        out = f"{CONTAINER_RUN_DIR}/locust"
+        return [*self._compose_args(), "run", "--rm", "--no-deps", "--use-aliases", "-T",
+                "--name", self.master_name, "locust-master",
+                "locust", "-f", f"{CONTAINER_LOCUSTFILES}/{self.scenario}.py", "--master", "--headless",
+                "--expect-workers", str(self.workers), "--expect-workers-max-wait", "120",
+                "--users", str(self.users), "--spawn-rate", f"{self.spawn_rate:g}",
+                "--run-time", f"{max(1, round(self.duration))}s", "--stop-timeout", f"{self.stop_timeout:g}",
+                "--host", "http://toxiproxy:8666",
+                "--csv", f"{out}/stats", "--html", f"{out}/report.html", "--only-summary",
+                # Deliberate duplicates get 4xx answers: data for the checker, not a failure.
+                "--exit-code-on-error", "0"]
+
+    def workers_command(self) -> list[str]:
+        return [*self._compose_args(), "up", "-d", "--no-deps",
+                "--scale", f"locust-worker={self.workers}", "locust-worker"]
+
+    def start(self, *, master_timeout: float = 60.0) -> None:
+        # Made here, as the caller, so the bind mounts are the caller's directories
+        # (docker would create missing ones as root).
+        for sub in ("histories", "locust"):
+            (self.run_dir / sub).mkdir(parents=True, exist_ok=True)
+        with open(self.log_path, "ab") as log:
+            self._process = subprocess.Popen(
+                [_docker(), *self.master_command()], stdout=log, stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL, env=self.env, start_new_session=True)
+        if self.guard is not None:
+            self.guard.add_process(self._process.pid, "locust")
+        # The workers resolve `locust-master` when they start: only once its container runs.
+        deadline = time.monotonic() + master_timeout
+        while True:
+            if self._process.poll() is not None:
+                raise StackError(f"the compose Locust master exited with {self._process.returncode}; "
+                                 f"see {self.log_path}")
+            try:
+                if docker(["inspect", "--format", "{{.State.Running}}", self.master_name],
+                          timeout=10.0).strip() == "true":
+                    break
+            except StackError:
+                pass  # not created yet
+            if time.monotonic() > deadline:
+                raise StackError(f"the compose Locust master did not start within {master_timeout:.0f}s; "
+                                 f"see {self.log_path}")
+            time.sleep(0.5)
+        docker(self.workers_command(), timeout=120.0, env=self.env)
+
+    @property
+    def pid(self) -> int | None:
+        return None if self._process is None else self._process.pid
+
+    def finished(self, *, timeout: float) -> bool:
+        if self._process is None:
+            return True
+        try:
+            self._process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return False
+        return True
+
+    @property
+    def returncode(self) -> int | None:
+        return None if self._process is None else self._process.returncode
+
+    def stop(self, *, grace: float = 15.0) -> None:
+        """Stop the master (Locust stops its workers), then remove the workers' containers."""
+        if self._process is not None and self._process.poll() is None:
+            try:
+                docker(["kill", "--signal", "SIGTERM", self.master_name], timeout=10.0)
+            except StackError:
+                pass  # already gone
+            try:
+                self._process.wait(timeout=grace)
+            except subprocess.TimeoutExpired:
+                try:
+                    os.killpg(self._process.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                self._process.wait(timeout=5.0)
+        try:
+            docker([*self._compose_args(), "rm", "--stop", "--force", "locust-worker"],
+                   timeout=60.0, env=self.env)
+        except StackError:
+            pass  # nothing to remove; `down` removes what is left
+        if self._process is not None and self.guard is not None:
+            self.guard.remove_process(self._process.pid)

@@ -66,6 +66,9 @@ def add_parsers(subparsers: argparse._SubParsersAction) -> None:
     run_parser.add_argument("--unsafe-disable", type=_mutants, default=(),
                             help="negative control: comma list of " + ", ".join(MUTANTS))
     _add_load_options(run_parser, users=20, default_duration="30s")
+    run_parser.add_argument("--scale-workers", type=positive_int, default=0, metavar="N",
+                            help="with --compose: the load on the compose Locust master and N "
+                                 "locust-worker containers instead of Locust on the host")
     run_parser.set_defaults(handler=handle_run)
 
     check_parser = subparsers.add_parser("check", help="re-check a saved run and rewrite its reports")
@@ -97,6 +100,7 @@ def _spec(args: argparse.Namespace, scenario: str) -> RunSpec:
         seed=args.seed,
         processes=args.processes,
         compose=args.compose,
+        scale_workers=getattr(args, "scale_workers", 0),
         unsafe_disable=tuple(getattr(args, "unsafe_disable", ())),
         runs_root=args.runs_dir,
         stack_root=args.root,

@@ -68,6 +68,9 @@ class RunSpec:
     seed: int = 0
     processes: int = 1
     compose: bool = False
+    # > 0: the load runs on the compose file's Locust master and this many workers
+    # (`harness run --compose --scale-workers N`), not on Locust on the host.
+    scale_workers: int = 0
     unsafe_disable: tuple[str, ...] = ()
     runs_root: Path = Path("runs")
     stack_root: Path = Path(".harness")
@@ -92,6 +95,8 @@ class RunSpec:
             raise HarnessError("--users must be at least 1")
         if self.duration <= 0:
             raise HarnessError("--duration must be positive")
+        if self.scale_workers and not self.compose:
+            raise HarnessError("--scale-workers runs the compose Locust workers; it needs --compose")
         if self.processes < 1:
             raise HarnessError("--processes must be at least 1")
         if self.min_acknowledged < 0:
@@ -174,17 +179,24 @@ def _run_in(spec: RunSpec, run_id: str, run_dir: Path, plan: Plan | None, guard:
         heal_everything(nemesis, stack)
         windows = schedule(plan, spec.duration) if plan is not None else []
         runner = NemesisRunner(nemesis, guard.processes_of(stack), run_dir / "faults.jsonl")
-        locust = LocustProcess(
-            locustfile=locustfile_for(spec.scenario),
-            host=state["app_url"],
-            users=spec.users,
-            spawn_rate=spec.spawn_rate or float(spec.users),
-            duration=spec.duration,
-            processes=spec.processes,
-            output_dir=run_dir / "locust",
-            env=_load_env(spec, state, run_dir),
-            guard=guard,
-        )
+        if spec.scale_workers:
+            from harness.compose import ComposeLocust
+
+            locust = ComposeLocust(state=state, scenario=spec.scenario, users=spec.users,
+                                   spawn_rate=spec.spawn_rate or float(spec.users), duration=spec.duration,
+                                   workers=spec.scale_workers, run_dir=run_dir, seed=spec.seed, guard=guard)
+        else:
+            locust = LocustProcess(
+                locustfile=locustfile_for(spec.scenario),
+                host=state["app_url"],
+                users=spec.users,
+                spawn_rate=spec.spawn_rate or float(spec.users),
+                duration=spec.duration,
+                processes=spec.processes,
+                output_dir=run_dir / "locust",
+                env=_load_env(spec, state, run_dir),
+                guard=guard,
+            )
         progress = ProgressLine(run_dir / "histories", out=out, enabled=spec.progress)
         try:
             runner.start(windows)

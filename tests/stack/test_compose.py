@@ -14,7 +14,9 @@ import pytest
 import yaml
 
 from harness.cli import main
-from harness.compose import PROJECT, read_layout, start_compose_stack
+from harness.compose import CONTAINER_RUN_DIR, PROJECT, ComposeLocust, read_layout, start_compose_stack
+from harness.errors import HarnessError
+from harness.runner import RunSpec
 from harness.nemesis import Nemesis
 from harness.ports import free_port
 from harness.stack import StackSettings, open_stack
@@ -171,3 +173,85 @@ def test_compose_stack_through_a_stand_in_docker(tmp_path: Path, monkeypatch: py
         assert calls[-1].startswith(f"compose -f {file} -p {PROJECT} down")
         assert "--volumes" in calls[-1]  # the next stack must start with no earlier run's data
         assert open_stack(root) is None
+
+
+FAKE_LOCUST_DOCKER = """#!{python}
+# A stand-in docker for the compose Locust: `compose run` plays the master (records
+# its environment, writes a history file where the bind mount would put it, exits 0),
+# `inspect` says the master runs.
+import json, os, sys, time
+args = sys.argv[1:]
+with open(os.environ["FAKE_DOCKER_LOG"], "a") as log:
+    log.write(json.dumps(args) + "\\n")
+if args[0] == "inspect":
+    print("true")
+elif args[0] == "compose" and "run" in args:
+    histories = os.path.join(os.environ["HARNESS_RUN_DIR"], "histories")
+    with open(os.path.join(histories, "w1-1.jsonl"), "w") as history:
+        history.write(json.dumps({{"seed": os.environ["HARNESS_SEED"], "uid": os.environ["HARNESS_UID"],
+                                   "secret": os.environ["TARGET_APP_WEBHOOK_SECRET"],
+                                   "locustfile": os.environ["LOCUSTFILE"]}}))
+    time.sleep(0.5)
+"""
+
+
+def test_compose_locust_runs_the_master_then_the_workers_into_the_run_directory(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, compose: dict) -> None:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "docker"
+    fake.write_text(FAKE_LOCUST_DOCKER.format(python=sys.executable))
+    fake.chmod(0o755)
+    log = tmp_path / "docker.log"
+    monkeypatch.setenv("PATH", f"{bin_dir}:{__import__('os').environ['PATH']}")
+    monkeypatch.setenv("FAKE_DOCKER_LOG", str(log))
+    state = {"mode": "compose", "compose_file": str(COMPOSE_FILE), "project": PROJECT,
+             "webhook_secret": "s3cret", "stream": "payments"}
+    run_dir = tmp_path / "runs" / "r1"
+    locust = ComposeLocust(state=state, scenario="mixed", users=12, spawn_rate=6.0, duration=4.2,
+                           workers=3, run_dir=run_dir, seed=11)
+    locust.start()
+    assert locust.finished(timeout=30.0) and locust.returncode == 0
+    locust.stop()
+    calls = [json.loads(line) for line in log.read_text().splitlines()]
+    compose_calls = [call for call in calls if call[0] == "compose"]
+    assert [call[:5] for call in compose_calls] == [["compose", "-f", str(COMPOSE_FILE), "-p", PROJECT]] * 3
+    master, workers, remove = compose_calls
+    # The master first (the workers resolve it by name), headless, waiting for every worker.
+    assert calls.index(master) < calls.index(workers)
+    service = master.index("locust-master")
+    assert master[5:service][:2] == ["run", "--rm"] and "--use-aliases" in master
+    command = master[service + 1:]
+    assert command[:3] == ["locust", "-f", "locustfiles/mixed.py"]
+    for flag, value in (("--expect-workers", "3"), ("--users", "12"), ("--spawn-rate", "6"),
+                        ("--run-time", "4s"), ("--host", "http://toxiproxy:8666"),
+                        ("--csv", f"{CONTAINER_RUN_DIR}/locust/stats")):
+        assert command[command.index(flag) + 1] == value, flag
+    assert "--headless" in command and "--master" in command
+    assert workers[5:] == ["up", "-d", "--no-deps", "--scale", "locust-worker=3", "locust-worker"]
+    assert remove[5:] == ["rm", "--stop", "--force", "locust-worker"]
+    # What the compose file interpolates reached the containers' side.
+    recorded = json.loads((run_dir / "histories" / "w1-1.jsonl").read_text())
+    assert recorded == {"seed": "11", "uid": str(__import__("os").getuid()), "secret": "s3cret",
+                        "locustfile": "locustfiles/mixed.py"}
+    # And the compose file mounts the run directory where ComposeLocust writes into it.
+    for name in ("locust-master", "locust-worker"):
+        service_def = compose["services"][name]
+        assert any(str(v).rsplit(":", 1) == ["${HARNESS_RUN_DIR:-./runs/compose}", CONTAINER_RUN_DIR]
+                   for v in service_def["volumes"])
+        assert service_def["environment"]["HARNESS_HISTORY_DIR"] == f"{CONTAINER_RUN_DIR}/histories"
+        assert "${LOCUSTFILE" in " ".join(service_def["command"])
+
+
+def test_scale_workers_needs_a_compose_stack(tmp_path: Path) -> None:
+    with pytest.raises(HarnessError, match="needs --compose"):
+        RunSpec(scenario="mixed", scale_workers=2).validate()
+    RunSpec(scenario="mixed", scale_workers=2, compose=True).validate()
+    with pytest.raises(HarnessError, match="compose stack"):
+        ComposeLocust(state={"mode": "local"}, scenario="mixed", users=1, spawn_rate=1, duration=1,
+                      workers=2, run_dir=tmp_path, seed=0)
+    from harness.cli import build_parser
+    args = build_parser().parse_args(["run", "mixed", "--compose", "--scale-workers", "4"])
+    from harness.run_commands import _spec
+    assert _spec(args, "mixed").scale_workers == 4
+    assert _spec(build_parser().parse_args(["run", "mixed"]), "mixed").scale_workers == 0
