@@ -71,9 +71,34 @@ def add_parsers(subparsers: argparse._SubParsersAction) -> None:
                                  "locust-worker containers instead of Locust on the host")
     run_parser.set_defaults(handler=handle_run)
 
-    check_parser = subparsers.add_parser("check", help="re-check a saved run and rewrite its reports")
-    check_parser.add_argument("run_dir", type=Path)
+    check_parser = subparsers.add_parser(
+        "check", help="re-check a saved run and rewrite its reports; --stack: judge a swarm run by hand",
+        description="Re-check RUN_DIR. With --stack, first finish a swarm that ran by hand against the "
+                    "running stack (begun with `harness swarm begin`): heal every fault, drain, quiesce, "
+                    "export, final reads, then check and report into its run directory.")
+    check_parser.add_argument("run_dir", type=Path, nargs="?",
+                              help="run directory (with --stack: default the swarm begun last on the stack)")
+    check_parser.add_argument("--stack", action="store_true",
+                              help="finish and judge a swarm against the running stack (see `harness swarm`)")
+    check_parser.add_argument("--root", type=Path, default=Path(".harness"),
+                              help="with --stack: state directory of the stack (default .harness)")
+    check_parser.add_argument("--drain-timeout", type=duration, default=30.0,
+                              help="with --stack: how long the consumers may take to drain (default 30s)")
     check_parser.set_defaults(handler=handle_check)
+
+    swarm_parser = subparsers.add_parser(
+        "swarm", help="begin a swarm you run yourself (locust -f ..., the web UI); judge it with check --stack")
+    swarm_commands = swarm_parser.add_subparsers(dest="swarm_command", required=True)
+    begin_parser = swarm_commands.add_parser(
+        "begin", help="a new run directory with the stack's baseline export, before the load")
+    begin_parser.add_argument("scenario", choices=SCENARIOS)
+    begin_parser.add_argument("--plan", type=Path, help="a fault plan whose promised paths the swarm must exercise")
+    begin_parser.add_argument("--root", type=Path, default=Path(".harness"),
+                              help="state directory of the stack (default .harness)")
+    begin_parser.add_argument("--runs-dir", type=Path, default=Path("runs"), help="where run directories go")
+    begin_parser.add_argument("--min-acknowledged", type=non_negative_int, default=DEFAULT_MIN_ACKNOWLEDGED,
+                              help=f"fewer ok operations make the verdict inconclusive (default {DEFAULT_MIN_ACKNOWLEDGED})")
+    begin_parser.set_defaults(handler=handle_swarm_begin)
 
     smoke_parser = subparsers.add_parser(
         "smoke", help="the CI job: every scenario on the correct app, every mutant caught",
@@ -118,11 +143,54 @@ def handle_run(args: argparse.Namespace) -> int:
 
 
 def handle_check(args: argparse.Namespace) -> int:
+    if args.stack:
+        return _check_stack(args)
+    if args.run_dir is None:
+        raise HarnessError("check: give a run directory, or --stack to judge a swarm on the running stack")
     if not Path(args.run_dir).is_dir():
         raise HarnessError(f"{args.run_dir} is not a run directory")
     outcome = check_saved_run(args.run_dir)
     print(outcome.summary)
     return outcome.exit_code
+
+
+def _check_stack(args: argparse.Namespace) -> int:
+    from harness.stack import open_stack
+    from harness.webui.session import current_swarm, finish_swarm
+
+    stack = open_stack(args.root)
+    if stack is None:
+        raise HarnessError(f"no stack is running in {args.root}; the swarm is judged on its running stack")
+    run_dir = args.run_dir or current_swarm(stack)
+    if run_dir is None:
+        raise HarnessError(f"no swarm was begun on the stack in {args.root}; "
+                           "run `harness swarm begin SCENARIO` before the load")
+    if not Path(run_dir).is_dir():
+        raise HarnessError(f"{run_dir} is not a run directory")
+    outcome = finish_swarm(stack, Path(run_dir), drain_timeout=args.drain_timeout)
+    print(outcome.summary)
+    return outcome.exit_code
+
+
+def handle_swarm_begin(args: argparse.Namespace) -> int:
+    from harness.stack import open_stack
+    from harness.webui.session import begin_swarm
+
+    if args.plan is not None and not args.plan.is_file():
+        raise HarnessError(f"fault plan {args.plan} does not exist")
+    stack = open_stack(args.root)
+    if stack is None:
+        raise HarnessError(f"no stack is running in {args.root}; start one with `harness up`")
+    run_dir = begin_swarm(stack, args.runs_dir, args.scenario, plan=args.plan,
+                          min_acknowledged=args.min_acknowledged)
+    histories = (run_dir / "histories").resolve()
+    print(f"swarm begun: {run_dir} (baseline saved)")
+    print("run the load, recording into its histories/, e.g.:")
+    print(f"  HARNESS_HISTORY_DIR={histories} locust -f locustfiles/{args.scenario}.py "
+          f"--host {stack.state['app_url']}")
+    print("then judge it (heal, drain, export, check, report):")
+    print(f"  harness check --stack{'' if args.root == Path('.harness') else f' --root {args.root}'}")
+    return 0
 
 
 def handle_smoke(args: argparse.Namespace) -> int:

@@ -1,0 +1,131 @@
+"""A swarm the harness did not start, from its beginning to its verdict.
+
+`harness run` starts Locust itself; a person who runs `locust -f locustfiles/mixed.py`
+against `harness up` (or presses Start in the web UI) does not. Judging such a swarm
+needs what the runner does around its load, in the same order:
+
+1. before the load, `begin_swarm(stack, ...)`: a new run directory under `runs/` with
+   `histories/` (where the Locust processes write), `settings.json` (scenario,
+   promised paths, min_acknowledged, the stack) and `baseline.ndjson`, the export of
+   the stack's state before the swarm. The stack usually served earlier runs; the
+   checker judges only what the swarm created or changed, against that baseline
+   (harness.run_scope), and never by clocks. The stack remembers its current swarm
+   in `ROOT/swarm.json`, so `harness check --stack` finds it.
+2. after the load, `finish_swarm(stack, run_dir)`: `harness.runner.finish_run`, the
+   runner's own heal → drain → quiesce → export → final reads → check → report.
+
+Without step 1 there is no baseline: the whole state of a reused stack would be
+judged as the swarm's, so `finish_swarm` refuses a directory without settings.json.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from harness.catalog import DEFAULT_MIN_ACKNOWLEDGED, SCENARIOS
+from harness.drain import export_state
+from harness.errors import HarnessError
+from harness.faults import load_plan
+from harness.runner import BASELINE_FILE, RunOutcome, finish_run, promised_paths
+from harness.stack import RunningStack
+
+SWARM_POINTER = "swarm.json"  # in the stack's root: the swarm begun last on it
+
+
+def new_swarm_id(scenario: str) -> str:
+    """`<date>-<time>-<pid>-swarm-<scenario>`, unique per process and second (a
+    counter suffix is added by `begin_swarm` when two begin in the same second)."""
+    return f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}-swarm-{scenario}"
+
+
+def begin_swarm(stack: RunningStack, runs_root: Path, scenario: str, *, plan: Path | None = None,
+                min_acknowledged: int = DEFAULT_MIN_ACKNOWLEDGED,
+                extra: Mapping[str, Any] | None = None) -> Path:
+    """Create the swarm's run directory (settings, baseline export, histories/) and make
+    it the stack's current swarm; returns the directory."""
+    if scenario not in SCENARIOS:
+        raise HarnessError(f"unknown scenario {scenario!r}; choose one of {', '.join(SCENARIOS)}")
+    if min_acknowledged < 0:
+        raise HarnessError("min_acknowledged must not be negative")
+    loaded = load_plan(Path(plan)) if plan is not None else None
+    runs_root = Path(runs_root)
+    runs_root.mkdir(parents=True, exist_ok=True)
+    base = new_swarm_id(scenario)
+    run_dir = runs_root / base
+    for attempt in range(1, 100):  # bounded: ids differ by the second and the pid already
+        try:
+            run_dir.mkdir()
+            break
+        except FileExistsError:
+            run_dir = runs_root / f"{base}-{attempt}"
+    else:
+        raise HarnessError(f"could not create a new run directory under {runs_root}")
+    (run_dir / "histories").mkdir()
+    state = stack.state
+    settings: dict[str, Any] = {
+        "run_id": run_dir.name,
+        "scenario": scenario,
+        "mode": "swarm",  # Locust was started by someone else; users and duration are theirs
+        "unsafe_disable": list(state.get("unsafe_disable") or []),
+        "promised_paths": promised_paths(scenario, loaded),
+        "min_acknowledged": min_acknowledged,
+        "plan": str(plan) if plan is not None else None,
+        "stack": {key: value for key, value in state.items()
+                  if key not in ("webhook_secret", "internal_token")},
+        "started_at": time.time(),
+        "scope": {"baseline": BASELINE_FILE},
+        **dict(extra or {}),
+    }
+    export_state(state["app_direct_url"], run_dir / BASELINE_FILE,
+                 token=state.get("internal_token") or None)
+    (run_dir / "settings.json").write_text(json.dumps(settings, indent=2) + "\n")
+    _write_pointer(stack, run_dir)
+    return run_dir
+
+
+def finish_swarm(stack: RunningStack, run_dir: Path, *, drain_timeout: float = 30.0) -> RunOutcome:
+    """Heal, drain, quiesce, export, final reads, check and report a swarm's directory."""
+    run_dir = Path(run_dir)
+    settings_path = run_dir / "settings.json"
+    if not settings_path.is_file():
+        raise HarnessError(
+            f"{run_dir} has no settings.json: begin the swarm with `harness swarm begin SCENARIO` "
+            "before the load, so its baseline is saved")
+    try:
+        settings = json.loads(settings_path.read_text())
+    except ValueError as error:
+        raise HarnessError(f"{settings_path} is not JSON: {error}") from error
+    began_on = (settings.get("stack") or {}).get("started_at")
+    if began_on is not None and began_on != stack.state.get("started_at"):
+        raise HarnessError(
+            f"the swarm in {run_dir} began on another stack (started at {began_on}); "
+            "its baseline does not describe this one")
+    if not (run_dir / "histories").is_dir():
+        raise HarnessError(f"{run_dir} has no histories/ directory")
+    settings["finished_at"] = time.time()
+    settings_path.write_text(json.dumps(settings, indent=2) + "\n")
+    return finish_run(stack, run_dir, drain_timeout=drain_timeout)
+
+
+def current_swarm(stack: RunningStack) -> Path | None:
+    """The run directory of the swarm begun last on this stack, or None."""
+    try:
+        data = json.loads((Path(stack.root) / SWARM_POINTER).read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as error:
+        raise HarnessError(f"unreadable {Path(stack.root) / SWARM_POINTER}: {error}") from error
+    run_dir = data.get("run_dir") if isinstance(data, dict) else None
+    return Path(run_dir) if isinstance(run_dir, str) else None
+
+
+def _write_pointer(stack: RunningStack, run_dir: Path) -> None:
+    path = Path(stack.root) / SWARM_POINTER
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"run_dir": str(run_dir.resolve())}) + "\n")
+    os.replace(tmp, path)
