@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ast
 import fnmatch
+import json
 import re
 import shlex
 import shutil
@@ -29,6 +30,20 @@ NOT_FORWARDED = {"TARGET_APP_REDIS_URL", "TARGET_APP_CONSUMER_NAME"}
 @pytest.fixture(scope="module")
 def compose() -> dict:
     return yaml.safe_load(COMPOSE.read_text())
+
+
+def test_the_compose_file_is_valid_against_the_compose_specification(compose: dict) -> None:
+    # What `docker compose config` would refuse (a misspelt key, a wrong value type or
+    # enum) without a Docker engine; tests/data/README.md says where the schema is from.
+    import jsonschema
+
+    schema = json.loads((ROOT / "tests" / "data" / "compose-spec.json").read_text())
+    validator = jsonschema.Draft7Validator(schema)
+    errors = [f"{'/'.join(map(str, error.path))}: {error.message}" for error in validator.iter_errors(compose)]
+    assert not errors, errors
+    # The validator does refuse: a typo in a health check key.
+    broken = {**compose, "services": {**compose["services"], "app": {**compose["services"]["app"], "healthchek": {}}}}
+    assert list(validator.iter_errors(broken))
 
 
 def settings_read_by_the_app() -> set[str]:
