@@ -1,0 +1,706 @@
+"""The "Chaos" tab of Locust's web UI: faults by hand while a swarm runs, and a verdict
+when it stops.
+
+A locustfile installs it with one line, `harness.webui.install(events)`, placed before
+`harness.loadgen.recording.install(events)` (so its `test_start` listener names the
+run's history directory before the recording opens its file). It is active only in
+the process that serves the web UI: a master or a standalone runner, never a worker,
+never a headless run (`harness run` is unaffected).
+
+Locust's supported extension points, and what each carries:
+
+- `web_ui.template_args["extended_tabs"]` / `["extended_tables"]` add the "Chaos" tab
+  to Locust's own tab bar, a table whose rows come from `extended_stats` in the
+  `/stats/requests` answer (added by an `after_request` hook, as Locust's
+  `extend_modern_web_ui.py` example does). That table alone is a live, read-only view
+  (run, verdict, active faults) refreshed with Locust's own polling.
+- `web_ui.app` routes (a Blueprint under `<web base path>/chaos`, behind Locust's
+  `auth_required_if_enabled`): a JSON API (`/chaos/api/...`, errors as
+  application/problem+json), the run's reports (`/chaos/runs/<id>/report.html`) and a
+  standalone page (`/chaos/`) with every control.
+- The controls inside the tab: an `after_request` hook adds one `<script>` to Locust's
+  index page; it mounts the same panel as `/chaos/` above the tab's table while the
+  tab is open. Should a Locust release change its page, the table and `/chaos/` work.
+
+The run: each test start (the Start button, or any start on the master) gets a new
+run directory under `--chaos-runs-dir` (default `runs/`), begun by
+`harness.webui.session.begin_swarm` (settings.json, the baseline export, histories/)
+before the load begins, and `parsed_options.harness_history_dir` points at its
+histories/ (Locust passes it to the workers in the spawn message). Faults applied
+from the tab during the run go to its `faults.jsonl`. On test stop (unless
+`--chaos-check-on-stop 0`), or on "Check now", a greenlet waits for the histories to
+settle, then `finish_swarm` heals every fault, drains, quiesces, exports, reads,
+checks and reports; the tab shows the invariants and links report.html.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import gevent
+from flask import Blueprint, Response, jsonify, request, send_from_directory
+from locust.env import Environment
+from locust.event import Events
+from locust.runners import STATE_RUNNING, STATE_SPAWNING, WorkerRunner
+
+from harness.catalog import SCENARIOS
+from harness.errors import HarnessError
+from harness.faults import ProcessFault, ProxyDownFault, ToxicFault, load_plan
+from harness.nemesis import NemesisError
+from harness.runner import heal_everything
+from harness.stack import SERVICE_ACTIONS, RunningStack, StackError, open_stack
+from harness.toxiproxy.toxics import TOXIC_ATTRIBUTES
+from harness.webui.session import begin_swarm, finish_swarm
+
+TAB_KEY = "chaos"
+ASSETS = Path(__file__).parent / "assets"
+REPORT_FILES = ("report.html", "result.json", "junit.xml", "settings.json")
+SNAPSHOT_TTL = 1.0  # the stats table polls every 2 s; the panel every second
+SETTLE_POLL = 0.5
+SETTLE_LIMIT = 15.0  # the longest wait for late history records after a stop
+_RUN_ID = re.compile(r"^[A-Za-z0-9_.+-]{1,200}$")
+_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,100}$")
+_ATTRIBUTE = "harness_chaos_tab"
+
+
+# --- options ---------------------------------------------------------------------------
+
+def add_options(parser: Any) -> None:
+    """The tab's own options (not in the start form: they hold for the whole session).
+    The stack is the one `--harness-root` names (G1's load option), default .harness."""
+    # On the parser itself: Locust's own add_argument takes include_in_web_ui, a group's does not.
+    group = parser
+    hidden = {"include_in_web_ui": False} if hasattr(parser, "args_included_in_web_ui") else {}
+    group.add_argument("--chaos-runs-dir", default="runs", help="where each test start's run directory goes "
+                       "(default runs)", **hidden)
+    group.add_argument("--chaos-plans-dir", default="plans", help="fault plans offered in the tab "
+                       "(default plans)", **hidden)
+    group.add_argument("--chaos-scenario", default="", help="scenario name in the run's settings "
+                       "(default: the locustfile's name)", **hidden)
+    group.add_argument("--chaos-drain-timeout", type=float, default=30.0,
+                       help="seconds the consumers may take to drain before the check (default 30)", **hidden)
+    group.add_argument("--chaos-check-on-stop", type=int, choices=(0, 1), default=1,
+                       help="1: heal, drain, check and report when the test stops (default); 0: only "
+                            "on Check now", **hidden)
+
+
+@dataclass(frozen=True)
+class ChaosOptions:
+    stack_root: Path
+    runs_root: Path
+    plans_dir: Path
+    scenario: str
+    drain_timeout: float = 30.0
+    check_on_stop: bool = True
+
+    @classmethod
+    def from_environment(cls, environment: Environment) -> ChaosOptions:
+        options = environment.parsed_options
+        values: Mapping[str, Any] = vars(options) if options is not None else {}
+        scenario = str(values.get("chaos_scenario") or "")
+        if not scenario:
+            locustfile = str(values.get("locustfile") or environment.locustfile or "")
+            stem = Path(locustfile.split(",")[0]).stem
+            scenario = stem if stem in SCENARIOS else "mixed"
+        return cls(
+            stack_root=Path(str(values.get("harness_root") or ".harness")),
+            runs_root=Path(str(values.get("chaos_runs_dir") or "runs")),
+            plans_dir=Path(str(values.get("chaos_plans_dir") or "plans")),
+            scenario=scenario,
+            drain_timeout=float(values.get("chaos_drain_timeout") or 30.0),
+            check_on_stop=bool(int(values.get("chaos_check_on_stop", 1))),
+        )
+
+
+# --- errors as problem+json ------------------------------------------------------------
+
+class Problem(Exception):
+    """An HTTP error of the tab's API, answered as application/problem+json (RFC 9457)."""
+
+    def __init__(self, status: int, title: str, detail: str) -> None:
+        super().__init__(detail)
+        self.status, self.title, self.detail = status, title, detail
+
+    def response(self) -> Response:
+        body = {"type": "about:blank", "title": self.title, "status": self.status, "detail": self.detail,
+                # Locust's own start form reads these two when /swarm is refused.
+                "success": False, "message": self.detail}
+        return Response(json.dumps(body), status=self.status, mimetype="application/problem+json")
+
+
+# --- the tab ---------------------------------------------------------------------------
+
+class ChaosTab:
+    """The state of one Locust master's Chaos tab: its current run, faults and verdict."""
+
+    def __init__(self, environment: Environment, options: ChaosOptions, base_path: str = "") -> None:
+        self.environment = environment
+        self.options = options
+        self.base_path = base_path  # Locust's --web-base-path, without a trailing slash
+        self._lock = threading.Lock()  # gevent's lock under Locust's monkey patching
+        self.run_dir: Path | None = None
+        self.prepared: Path | None = None  # begun by the start request, not yet started
+        self.run_error: str | None = None
+        self.verdict: dict[str, Any] = {"status": "idle"}
+        self._active: dict[str, dict[str, Any]] = {}  # faults applied here, by name
+        self._snapshot: tuple[float, dict[str, Any]] | None = None
+        self._finisher: gevent.Greenlet | None = None
+
+    # the stack
+
+    def stack(self) -> RunningStack:
+        try:
+            stack = open_stack(self.options.stack_root, reclaim=False)
+        except StackError as error:
+            raise Problem(503, "Stack unreadable", str(error)) from error
+        if stack is None:
+            raise Problem(503, "No stack", f"no stack is running in {self.options.stack_root}; "
+                                           "start one with `harness up` (or pass --harness-root)")
+        return stack
+
+    # what the panel and the table show
+
+    def snapshot(self, *, fresh: bool = False) -> dict[str, Any]:
+        cached = self._snapshot
+        if cached is not None and not fresh and time.monotonic() - cached[0] < SNAPSHOT_TTL:
+            return cached[1]
+        document: dict[str, Any] = {
+            "scenario": self.options.scenario,
+            "runner_state": getattr(self.environment.runner, "state", None),
+            "run": self._run_document(),
+            "verdict": dict(self.verdict),
+            "plans": self.plan_names(),
+            "toxic_types": {name: list(attrs) for name, attrs in TOXIC_ATTRIBUTES.items()},
+            "service_actions": list(SERVICE_ACTIONS),
+            "stack": None, "proxies": [], "services": [], "faults": [], "error": None,
+        }
+        try:
+            stack = self.stack()
+            state = stack.state
+            document["stack"] = {key: state.get(key) for key in
+                                 ("root", "mode", "app_url", "toxiproxy_url", "unsafe_disable")}
+            nemesis = stack.nemesis()
+            toxics = nemesis.list_toxics()
+            for name, info in sorted(nemesis.proxies().items()):
+                document["proxies"].append({
+                    "name": name, "enabled": info.enabled, "listen": info.listen, "upstream": info.upstream,
+                    "toxics": [{"name": t.name, "type": t.type, "stream": t.stream, "toxicity": t.toxicity,
+                                "attributes": dict(t.attributes)} for t in toxics if t.proxy == name]})
+            document["services"] = [{"name": row["name"], "status": row["status"], "healthy": row["healthy"]}
+                                    for row in stack.services()]
+            document["faults"] = _active_faults(document["proxies"], document["services"])
+        except (Problem, HarnessError) as error:
+            document["error"] = getattr(error, "detail", None) or str(error)
+        self._snapshot = (time.monotonic(), document)
+        return document
+
+    def _run_document(self) -> dict[str, Any] | None:
+        run_dir = self.run_dir or self.prepared
+        if run_dir is None:
+            return None if self.run_error is None else {"error": self.run_error}
+        return {"id": run_dir.name, "dir": str(run_dir), "error": self.run_error,
+                "faults_logged": len(self._active)}
+
+    def table_rows(self) -> list[dict[str, str]]:
+        """Rows of the tab's table (Locust's extended_stats): run, verdict, active faults."""
+        document = self.snapshot()
+        rows = []
+        run = document["run"] or {}
+        verdict = document["verdict"]
+        rows.append({"what": "run", "target": str(run.get("id") or "-"),
+                     "detail": str(run.get("error") or run.get("dir") or "starts with the next test")})
+        rows.append({"what": "verdict", "target": str(verdict.get("verdict") or verdict["status"]).upper(),
+                     "detail": str(verdict.get("summary") or verdict.get("message") or "")})
+        if document["error"]:
+            rows.append({"what": "stack", "target": "unavailable", "detail": str(document["error"])})
+        for fault in document["faults"]:
+            rows.append({"what": fault["kind"], "target": fault["target"], "detail": fault["detail"]})
+        return rows
+
+    def plan_names(self) -> list[str]:
+        directory = self.options.plans_dir
+        return sorted(path.stem for path in directory.glob("*.yaml")) if directory.is_dir() else []
+
+    def plan_faults(self, name: str) -> list[dict[str, Any]]:
+        """The distinct faults a plan can apply (its windows' and its random nemesis's)."""
+        if name not in self.plan_names():
+            raise Problem(404, "No such plan", f"no plan {name!r} in {self.options.plans_dir}")
+        try:
+            plan = load_plan(self.options.plans_dir / f"{name}.yaml")
+        except HarnessError as error:
+            raise Problem(422, "Unusable plan", str(error)) from error
+        faults: list[Any] = [window.fault for window in plan.windows]
+        if plan.random is not None:
+            faults.extend(plan.random.faults)
+        unique = list(dict.fromkeys(faults))
+        return [{"index": index, "kind": fault.kind, "describe": _describe(fault), "fault": fault}
+                for index, fault in enumerate(unique)]
+
+    # actions (each invalidates the cached snapshot)
+
+    def add_toxic(self, proxy: str, toxic_type: str, *, stream: str = "downstream",
+                  attributes: Mapping[str, Any] | None = None, toxicity: float = 1.0,
+                  name: str | None = None) -> dict[str, Any]:
+        _check_name(proxy, "proxy")
+        if name:
+            _check_name(name, "toxic name")
+        checked_attributes = {}
+        for key, value in (attributes or {}).items():
+            try:
+                checked_attributes[str(key)] = int(value)
+            except (TypeError, ValueError):
+                raise Problem(400, "Bad attribute", f"{key} must be an integer, not {value!r}") from None
+        try:
+            info = self.stack().nemesis().add_toxic(proxy, toxic_type, stream=stream, attributes=checked_attributes,
+                                                    toxicity=float(toxicity), name=name or None)
+        except NemesisError as error:
+            raise _nemesis_problem(error) from error
+        self._began(f"toxic:{proxy}:{info.name}", {
+            "name": info.name, "kind": "toxic", "target": proxy, "type": info.type, "stream": info.stream,
+            "attributes": dict(info.attributes), "toxicity": info.toxicity, "action": None})
+        return {"proxy": proxy, "name": info.name, "type": info.type, "stream": info.stream,
+                "toxicity": info.toxicity, "attributes": dict(info.attributes)}
+
+    def remove_toxic(self, proxy: str, name: str) -> None:
+        _check_name(proxy, "proxy")
+        _check_name(name, "toxic name")
+        try:
+            self.stack().nemesis().remove_toxic(proxy, name)
+        except NemesisError as error:
+            raise _nemesis_problem(error) from error
+        self._ended(f"toxic:{proxy}:{name}")
+
+    def set_proxy(self, proxy: str, enabled: bool) -> None:
+        _check_name(proxy, "proxy")
+        nemesis = self.stack().nemesis()
+        try:
+            if enabled:
+                nemesis.enable_proxy(proxy)
+            else:
+                nemesis.disable_proxy(proxy)
+        except NemesisError as error:
+            raise _nemesis_problem(error) from error
+        key = f"proxy_down:{proxy}"
+        if enabled:
+            self._ended(key)
+        else:
+            self._began(key, {"name": f"{proxy}-down", "kind": "proxy_down", "target": proxy, "type": None,
+                              "stream": None, "attributes": None, "toxicity": None, "action": None})
+
+    def service_action(self, service: str, action: str) -> None:
+        _check_name(service, "service")
+        if action not in SERVICE_ACTIONS:
+            raise Problem(400, "Unknown action", f"action must be one of {', '.join(SERVICE_ACTIONS)}")
+        stack = self.stack()
+        try:
+            getattr(stack, action)(service)
+        except StackError as error:
+            raise Problem(409, "Process fault failed", str(error)) from error
+        record = {"name": f"{action}-{service}", "kind": "process", "target": service, "type": None,
+                  "stream": None, "attributes": None, "toxicity": None, "action": action}
+        if action in ("kill", "pause"):
+            self._began(f"process:{service}", record)
+        elif action in ("start", "resume"):
+            self._ended(f"process:{service}")
+        else:  # a restart heals itself: a window of no length marks when it happened
+            self._began(f"restart:{service}", record)
+            self._ended(f"restart:{service}")
+
+    def apply_plan_fault(self, plan: str, index: int) -> dict[str, Any]:
+        faults = self.plan_faults(plan)
+        if not 0 <= index < len(faults):
+            raise Problem(404, "No such fault", f"plan {plan} has faults 0..{len(faults) - 1}")
+        fault = faults[index]["fault"]
+        if isinstance(fault, ToxicFault):
+            name = re.sub(r"[^A-Za-z0-9_]", "_", f"plan_{plan}_{index}")
+            return self.add_toxic(fault.proxy, fault.type, stream=fault.stream, attributes=dict(fault.attributes),
+                                  toxicity=fault.toxicity, name=name)
+        if isinstance(fault, ProxyDownFault):
+            self.set_proxy(fault.proxy, False)
+        elif isinstance(fault, ProcessFault):
+            self.service_action(fault.service, fault.action)
+        return {"applied": _describe(fault)}
+
+    def heal(self) -> None:
+        stack = self.stack()
+        try:
+            heal_everything(stack.nemesis(), stack)
+        except HarnessError as error:
+            raise Problem(502, "Heal failed", str(error)) from error
+        self._end_all()
+
+    # the fault log of the current run (faults.jsonl, as NemesisRunner writes it)
+
+    def _began(self, key: str, record: dict[str, Any]) -> None:
+        with self._lock:
+            self._active[key] = {**record, "start": time.time()}
+            self._snapshot = None
+
+    def _ended(self, key: str, error: str | None = None) -> None:
+        with self._lock:
+            record = self._active.pop(key, None)
+            self._snapshot = None
+            run_dir = self.run_dir
+        if record is not None and run_dir is not None:
+            _append_fault(run_dir, {**record, "end": time.time(), "error": error})
+
+    def _end_all(self) -> None:
+        for key in list(self._active):
+            self._ended(key)
+
+    # the run's lifecycle
+
+    def prepare_run(self) -> None:
+        """A new run directory with its baseline, before the test starts; raises Problem
+        while the previous run is still being checked (its consumers are paused)."""
+        if self._finisher is not None and not self._finisher.dead:
+            raise Problem(409, "Check in progress", "the previous run is still being checked; "
+                                                    "start again when the Chaos tab shows its verdict")
+        runner = self.environment.runner
+        if runner is not None and runner.state in (STATE_RUNNING, STATE_SPAWNING):
+            return  # a change of user count, not a new test
+        self.run_error = None
+        try:
+            self.prepared = begin_swarm(self.stack(), self.options.runs_root, self.options.scenario)
+        except Problem as problem:
+            self.prepared, self.run_error = None, problem.detail
+        except HarnessError as error:
+            self.prepared, self.run_error = None, f"could not begin the run: {error}"
+        self._snapshot = None
+
+    def on_test_start(self) -> None:
+        if self.prepared is None and self.run_error is None:
+            self.prepare_run()  # started without the web form (e.g. --autostart)
+        self.run_dir, self.prepared = self.prepared, None
+        if self.run_dir is not None:
+            # Faults applied before the start stay on; in this run they begin now.
+            with self._lock:
+                for key, record in list(self._active.items()):
+                    self._active[key] = {**record, "start": time.time()}
+            histories = str((self.run_dir / "histories").resolve())
+            options = self.environment.parsed_options
+            if options is not None:
+                # harness.loadgen.recording resolves its settings from here at test_start
+                # (this listener runs first), and Locust sends it to the workers.
+                options.harness_history_dir = histories
+            self.verdict = {"status": "recording", "run_id": self.run_dir.name}
+        else:
+            self.verdict = {"status": "error", "message": self.run_error or "no run directory"}
+        self._snapshot = None
+
+    def on_test_stop(self) -> None:
+        if self.options.check_on_stop and self.run_dir is not None:
+            try:
+                self.check_now()
+            except Problem as problem:
+                self.verdict = {"status": "error", "run_id": self.run_dir.name, "message": problem.detail}
+
+    def check_now(self) -> None:
+        """Judge the current run in a greenlet (the API answers at once)."""
+        if self.run_dir is None:
+            raise Problem(409, "No run", "no run to check: start a test first")
+        runner = self.environment.runner
+        if runner is not None and runner.state in (STATE_RUNNING, STATE_SPAWNING):
+            raise Problem(409, "Test running", "stop the test first: a check heals every fault and "
+                                               "pauses the consumers")
+        if self._finisher is not None and not self._finisher.dead:
+            return
+        self.verdict = {"status": "checking", "run_id": self.run_dir.name,
+                        "message": "settling histories, healing, draining, exporting, checking"}
+        self._snapshot = None
+        self._finisher = gevent.spawn(self._finish, self.run_dir)
+
+    def _finish(self, run_dir: Path) -> None:
+        try:
+            _settle(run_dir / "histories")
+            self._end_all()
+            outcome = finish_swarm(self.stack(), run_dir, drain_timeout=self.options.drain_timeout)
+        except Problem as problem:
+            self.verdict = {"status": "error", "run_id": run_dir.name, "message": problem.detail}
+        except Exception as error:  # noqa: BLE001 - a harness failure is shown, never swallowed silently
+            self.verdict = {"status": "error", "run_id": run_dir.name, "message": f"{type(error).__name__}: {error}"}
+        else:
+            result = outcome.result or {}
+            self.verdict = {
+                "status": "done", "run_id": run_dir.name, "verdict": result.get("verdict"),
+                "exit_code": outcome.exit_code, "summary": outcome.summary,
+                "invariants": [{"name": inv.get("name"), "passed": bool(inv.get("passed")),
+                                "violations": len(inv.get("violations") or [])}
+                               for inv in result.get("invariants") or []],
+                "inconclusive_reasons": list(result.get("inconclusive_reasons") or []),
+                "counts": result.get("counts") or {},
+                "report_url": f"{self.base_path}/chaos/runs/{run_dir.name}/report.html",
+            }
+        self._snapshot = None
+
+    def run_file(self, run_id: str, name: str) -> Path:
+        if not _RUN_ID.match(run_id) or name not in REPORT_FILES:
+            raise Problem(404, "Not found", f"no {name} for run {run_id}")
+        directory = (self.options.runs_root / run_id).resolve()
+        if directory.parent != self.options.runs_root.resolve() or not (directory / name).is_file():
+            raise Problem(404, "Not found", f"no {name} for run {run_id}")
+        return directory / name
+
+
+# --- helpers ----------------------------------------------------------------------------
+
+def _check_name(value: str, what: str) -> None:
+    if not isinstance(value, str) or not _NAME.match(value):
+        raise Problem(400, f"Bad {what}", f"{what} must be letters, digits, '.', '_' or '-', not {value!r}")
+
+
+def _nemesis_problem(error: NemesisError) -> Problem:
+    from harness.nemesis import NemesisConflict, NemesisInvalid, NemesisNotFound, NemesisUnreachable
+
+    status = {NemesisNotFound: 404, NemesisConflict: 409, NemesisInvalid: 400,
+              NemesisUnreachable: 503}.get(type(error), 502)
+    return Problem(status, "Toxiproxy refused" if status < 500 else "Toxiproxy failed", str(error))
+
+
+def _describe(fault: Any) -> str:
+    if isinstance(fault, ToxicFault):
+        attributes = " ".join(f"{key}={value}" for key, value in fault.attributes.items())
+        return f"{fault.type} on {fault.proxy} {fault.stream} {attributes} toxicity={fault.toxicity:g}".replace("  ", " ")
+    if isinstance(fault, ProxyDownFault):
+        return f"proxy {fault.proxy} down"
+    return f"{fault.action} {fault.service}"
+
+
+def _active_faults(proxies: list[dict[str, Any]], services: list[dict[str, Any]]) -> list[dict[str, str]]:
+    faults = []
+    for proxy in proxies:
+        if not proxy["enabled"]:
+            faults.append({"kind": "proxy_down", "target": proxy["name"], "detail": "disabled"})
+        for toxic in proxy["toxics"]:
+            attributes = " ".join(f"{key}={value}" for key, value in toxic["attributes"].items())
+            faults.append({"kind": "toxic", "target": proxy["name"],
+                           "detail": f"{toxic['name']}: {toxic['type']} {toxic['stream']} {attributes} "
+                                     f"toxicity={toxic['toxicity']:g}"})
+    for service in services:
+        if service["status"] not in ("running", "external"):
+            faults.append({"kind": "process", "target": service["name"], "detail": str(service["status"])})
+    return faults
+
+
+def _append_fault(run_dir: Path, record: Mapping[str, Any]) -> None:
+    with open(run_dir / "faults.jsonl", "a", encoding="utf-8") as log:
+        log.write(json.dumps(dict(record)) + "\n")
+
+
+def _settle(histories: Path) -> None:
+    """Wait (bounded) until the history files stop growing: the last records of the
+    processes (or of the workers, through the master) land after the stop."""
+    deadline = time.monotonic() + SETTLE_LIMIT
+    previous = None
+    while time.monotonic() < deadline:
+        sizes = tuple(sorted((path.name, path.stat().st_size) for path in histories.glob("*.jsonl")))
+        if sizes and sizes == previous:
+            return
+        previous = sizes
+        gevent.sleep(SETTLE_POLL)
+
+
+# --- Flask ------------------------------------------------------------------------------
+
+def _api(handler: Callable[..., Any]) -> Callable[..., Response]:
+    """Answers JSON; a Problem (or a harness failure) as application/problem+json."""
+
+    def view(*args: Any, **kwargs: Any) -> Response:
+        try:
+            result = handler(*args, **kwargs)
+        except Problem as problem:
+            return problem.response()
+        except HarnessError as error:
+            return Problem(502, "Harness failure", str(error)).response()
+        if isinstance(result, Response):
+            return result
+        return jsonify(result if result is not None else {"ok": True})
+
+    view.__name__ = handler.__name__
+    return view
+
+
+def _body() -> dict[str, Any]:
+    data = request.get_json(silent=True)
+    if data is None and request.form:
+        data = request.form.to_dict()
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise Problem(400, "Bad body", "the request body must be a JSON object")
+    return data
+
+
+def blueprint(tab: ChaosTab, auth: Callable[[Callable[..., Any]], Callable[..., Any]],
+              url_prefix: str) -> Blueprint:
+    """Every route of the tab, under `<web base path>/chaos`."""
+    bp = Blueprint("harness_chaos", __name__, url_prefix=url_prefix)
+
+    def route(rule: str, methods: tuple[str, ...] = ("GET",)) -> Callable[[Callable[..., Any]], Any]:
+        def register(handler: Callable[..., Any]) -> Any:
+            bp.add_url_rule(rule, handler.__name__, auth(_api(handler)), methods=list(methods))
+            return handler
+        return register
+
+    @route("/api/state")
+    def state() -> Any:
+        return tab.snapshot(fresh=request.args.get("fresh") == "1")
+
+    @route("/api/toxics", ("POST",))
+    def add_toxic() -> Any:
+        data = _body()
+        attributes = data.get("attributes") or {}
+        if isinstance(attributes, str):
+            attributes = _parse_attributes(attributes)
+        if not isinstance(attributes, dict):
+            raise Problem(400, "Bad attributes", "attributes must be an object or 'name=value ...'")
+        try:
+            toxicity = float(data.get("toxicity", 1.0) or 1.0)
+        except (TypeError, ValueError):
+            raise Problem(400, "Bad toxicity", f"toxicity must be a number, not {data.get('toxicity')!r}") from None
+        return tab.add_toxic(str(data.get("proxy", "")), str(data.get("type", "")),
+                             stream=str(data.get("stream") or "downstream"), attributes=attributes,
+                             toxicity=toxicity, name=str(data.get("name") or "") or None)
+
+    @route("/api/toxics/<proxy>/<name>", ("DELETE",))
+    def remove_toxic(proxy: str, name: str) -> Any:
+        tab.remove_toxic(proxy, name)
+
+    @route("/api/proxies/<proxy>/<action>", ("POST",))
+    def proxy_action(proxy: str, action: str) -> Any:
+        if action not in ("enable", "disable"):
+            raise Problem(404, "Unknown action", "a proxy is enabled or disabled")
+        tab.set_proxy(proxy, action == "enable")
+
+    @route("/api/services/<service>/<action>", ("POST",))
+    def service_action(service: str, action: str) -> Any:
+        tab.service_action(service, action)
+
+    @route("/api/plans/<plan>")
+    def plan_faults(plan: str) -> Any:
+        return [{key: value for key, value in fault.items() if key != "fault"} for fault in tab.plan_faults(plan)]
+
+    @route("/api/plans/<plan>/faults/<int:index>", ("POST",))
+    def apply_plan_fault(plan: str, index: int) -> Any:
+        return tab.apply_plan_fault(plan, index)
+
+    @route("/api/plans/<plan>/toxics", ("POST",))
+    def apply_plan_toxics(plan: str) -> Any:
+        applied = [tab.apply_plan_fault(plan, fault["index"]) for fault in tab.plan_faults(plan)
+                   if fault["kind"] == "toxic"]
+        return {"applied": applied}
+
+    @route("/api/heal", ("POST",))
+    def heal() -> Any:
+        tab.heal()
+
+    @route("/api/check", ("POST",))
+    def check() -> Any:
+        tab.check_now()
+        return Response(json.dumps(tab.verdict), status=202, mimetype="application/json")
+
+    @route("/runs/<run_id>/<name>")
+    def run_file(run_id: str, name: str) -> Any:
+        path = tab.run_file(run_id, name)
+        return send_from_directory(path.parent, path.name)
+
+    @route("/assets/<name>")
+    def asset(name: str) -> Any:
+        if name not in ("chaos.js", "chaos.css"):
+            raise Problem(404, "Not found", f"no asset {name}")
+        return send_from_directory(ASSETS, name, max_age=0)
+
+    @route("/")
+    def page() -> Any:
+        html = (ASSETS / "chaos.html").read_text(encoding="utf-8")
+        return Response(html, mimetype="text/html")
+
+    return bp
+
+
+def _parse_attributes(text: str) -> dict[str, int]:
+    attributes = {}
+    for item in text.replace(",", " ").split():
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise Problem(400, "Bad attributes", f"attributes are name=value pairs, not {item!r}")
+        try:
+            attributes[key] = int(value)
+        except ValueError:
+            raise Problem(400, "Bad attributes", f"{key} must be an integer, not {value!r}") from None
+    return attributes
+
+
+def attach(environment: Environment) -> ChaosTab | None:
+    """Build the tab on a master or standalone runner with a web UI; None elsewhere."""
+    web_ui = environment.web_ui
+    if web_ui is None or isinstance(environment.runner, WorkerRunner) or web_ui.app is None:
+        return None
+    base = str(getattr(environment.parsed_options, "web_base_path", "") or "").rstrip("/")
+    tab = ChaosTab(environment, ChaosOptions.from_environment(environment), base)
+    setattr(environment, _ATTRIBUTE, tab)
+    web_ui.app.register_blueprint(blueprint(tab, web_ui.auth_required_if_enabled, f"{base}/chaos"))
+    web_ui.template_args["extended_tabs"] = [
+        *[t for t in web_ui.template_args.get("extended_tabs") or [] if t.get("key") != TAB_KEY],
+        {"title": "Chaos", "key": TAB_KEY}]
+    web_ui.template_args["extended_tables"] = [
+        *[t for t in web_ui.template_args.get("extended_tables") or [] if t.get("key") != TAB_KEY],
+        {"key": TAB_KEY, "structure": [{"key": "what", "title": "What"}, {"key": "target", "title": "Target"},
+                                       {"key": "detail", "title": "Detail"}]}]
+
+    @web_ui.app.before_request
+    def begin_on_start() -> Response | None:
+        # The start form posts to /swarm; the run directory and its baseline come first.
+        if request.method == "POST" and request.path == f"{base}/swarm":
+            try:
+                tab.prepare_run()
+            except Problem as problem:
+                return problem.response()
+        return None
+
+    @web_ui.app.after_request
+    def extend(response: Response) -> Response:
+        if request.path == f"{base}/stats/requests" and response.status_code == 200 and response.is_json:
+            data = response.get_json()
+            extended = [item for item in data.get("extended_stats") or [] if item.get("key") != TAB_KEY]
+            extended.append({"key": TAB_KEY, "data": tab.table_rows()})
+            response.set_data(json.dumps({**data, "extended_stats": extended}))
+        elif (request.endpoint == "locust.index" and response.status_code == 200
+              and response.mimetype == "text/html" and not response.direct_passthrough):
+            html = response.get_data(as_text=True)
+            tag = '<script src="./chaos/assets/chaos.js" data-harness-chaos="tab" defer></script>'
+            if "data-harness-chaos" not in html:
+                response.set_data(html.replace("</body>", f"{tag}\n</body>", 1))
+        return response
+
+    return tab
+
+
+def install(events: Events) -> None:
+    """Register the tab's options and listeners (see the module docstring for the order)."""
+
+    @events.init_command_line_parser.add_listener
+    def _options(parser: Any, **_: Any) -> None:
+        add_options(parser)
+
+    @events.init.add_listener
+    def _init(environment: Environment, **_: Any) -> None:
+        tab = attach(environment)
+        if tab is not None:
+            # Added at init, after every listener a locustfile registered at import: the
+            # check starts once the recording has its final batches (harness.loadgen.recording).
+            environment.events.test_stop.add_listener(lambda **_: tab.on_test_stop())
+
+    @events.test_start.add_listener
+    def _start(environment: Environment, **_: Any) -> None:
+        tab = getattr(environment, _ATTRIBUTE, None)
+        if tab is not None:
+            tab.on_test_start()
+
