@@ -10,7 +10,9 @@ from locust import events, task
 from harness.loadgen import flows
 from harness.loadgen.recording import install
 from harness.loadgen.user import DuplicatingUser
+from harness.webui import install as install_chaos_tab
 
+install_chaos_tab(events)  # first: it names each test's run directory (docs/webui.md)
 install(events)
 
 
