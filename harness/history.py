@@ -28,6 +28,9 @@ import orjson
 
 from harness.errors import HarnessError
 
+# Written into the history directory by the Locust process that drives the run when
+# the load begins (after a master's workers all joined); not a history (*.jsonl).
+LOAD_STARTED = ".load-started"
 OPERATIONS = ("create_order", "pay", "webhook", "publish", "read_order")
 COMPLETIONS = ("ok", "fail", "info")
 DEFAULT_TENANT = "default"

@@ -1,7 +1,14 @@
 """Locust as a subprocess: its gevent monkey-patching stays out of the harness.
 
-Locust runs in a process group of its own (its `--processes` workers included) and
-never outlives the harness: its master carries a parent-death SIGTERM, and when a
+One process (standalone) when the run has one load process; otherwise Locust's own
+master/worker mode: a master (`--master --expect-workers N`) plus `workers` local
+`locust --worker` processes, and `remote_workers` more that join over TCP from
+elsewhere (`harness worker --master HOST:PORT`). Workers send their histories to the
+master with Locust's messaging (`harness.loadgen.transport`); the master writes them
+into the run's history directory.
+
+Locust runs in a process group of its own (its local workers included) and never
+outlives the harness: every process carries a parent-death SIGTERM, and when a
 `RunGuard` is given the group is on the run's lease, so the lifeline janitor stops
 the whole group if the harness dies by SIGKILL.
 """
@@ -12,6 +19,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -23,6 +31,24 @@ from harness.services import _child_setup
 LOCUSTFILES = Path(__file__).resolve().parent.parent / "locustfiles"
 
 
+DEFAULT_MASTER_PORT = 5557
+
+
+def parse_master_address(text: str, *, default_host: str = "127.0.0.1") -> tuple[str, int]:
+    """`HOST[:PORT]` (or `:PORT`) as (host, port); the port defaults to Locust's 5557."""
+    host, sep, port = text.strip().rpartition(":")
+    if not sep:
+        host, port = text.strip(), str(DEFAULT_MASTER_PORT)
+    host = host.strip("[]") or default_host
+    try:
+        number = int(port)
+    except ValueError:
+        raise HarnessError(f"bad master address {text!r}: the port must be a number") from None
+    if not 0 < number < 65536:
+        raise HarnessError(f"bad master address {text!r}: port {number} is out of range")
+    return host, number
+
+
 def locustfile_for(scenario: str) -> Path:
     path = LOCUSTFILES / f"{scenario}.py"
     if not path.is_file():
@@ -31,7 +57,8 @@ def locustfile_for(scenario: str) -> Path:
 
 
 class LocustProcess:
-    """One headless Locust run (master plus `processes` workers when processes > 1)."""
+    """One headless Locust run: standalone, or a master with `processes` local worker
+    processes and `remote_workers` workers that join from elsewhere."""
 
     def __init__(
         self,
@@ -46,6 +73,9 @@ class LocustProcess:
         env: Mapping[str, str],
         stop_timeout: float = 3.0,
         guard: Any = None,  # a harness.lifeline.RunGuard
+        remote_workers: int = 0,
+        master_bind: tuple[str, int] | None = None,
+        workers_wait: float = 120.0,
     ) -> None:
         self.guard = guard
         self.locustfile = locustfile
@@ -58,7 +88,13 @@ class LocustProcess:
         self.env = dict(env)
         self.stop_timeout = stop_timeout
         self.log_path = self.output_dir / "locust.log"
+        self.remote_workers = remote_workers
+        self.workers_wait = workers_wait
+        self.distributed = processes > 1 or remote_workers > 0 or master_bind is not None
+        # Bound to loopback on a free port unless workers come from elsewhere.
+        self.master_bind = master_bind or (("127.0.0.1", free_port()) if self.distributed else None)
         self._process: subprocess.Popen[bytes] | None = None
+        self._workers: list[subprocess.Popen[bytes]] = []
 
     def command(self) -> list[str]:
         args = [
@@ -77,14 +113,23 @@ class LocustProcess:
             # not a reason for Locust to report failure.
             "--exit-code-on-error", "0",
         ]
-        if self.processes > 1:
-            port = free_port()
+        if self.master_bind is not None:
+            host, port = self.master_bind
             args += [
-                "--processes", str(self.processes),
-                "--master-bind-host", "127.0.0.1", "--master-bind-port", str(port),
-                "--master-host", "127.0.0.1", "--master-port", str(port),
+                "--master", "--master-bind-host", host, "--master-bind-port", str(port),
+                "--expect-workers", str(self.processes + self.remote_workers),
+                # Locust exits 1 when the workers do not all come: a bounded wait.
+                "--expect-workers-max-wait", f"{self.workers_wait:g}",
             ]
         return args
+
+    def worker_command(self) -> list[str]:
+        """A local worker: the same locustfile; its settings come from the master."""
+        assert self.master_bind is not None
+        host, port = self.master_bind
+        connect = "127.0.0.1" if host in ("0.0.0.0", "*", "", "::") else host
+        return [sys.executable, "-m", "locust", "-f", str(self.locustfile), "--worker",
+                "--master-host", connect, "--master-port", str(port)]
 
     def start(self) -> None:
         self.output_dir.mkdir(parents=True, exist_ok=True)
@@ -96,6 +141,19 @@ class LocustProcess:
             )
         if self.guard is not None:
             self.guard.add_process(self._process.pid, "locust")
+        if self.master_bind is not None:
+            with open(self.log_path, "ab") as log:
+                for _ in range(self.processes):
+                    # A session of its own each (a process cannot join the master's group
+                    # across sessions), on the run's lease like the master.
+                    worker = subprocess.Popen(
+                        self.worker_command(), stdout=log, stderr=subprocess.STDOUT,
+                        stdin=subprocess.DEVNULL, env=self.env, start_new_session=True,
+                        preexec_fn=_child_setup(os.getpid(), signal.SIGTERM),
+                    )
+                    self._workers.append(worker)
+                    if self.guard is not None:
+                        self.guard.add_process(worker.pid, "locust-worker")
 
     @property
     def pid(self) -> int | None:
@@ -129,10 +187,22 @@ class LocustProcess:
                     break
                 except subprocess.TimeoutExpired:
                     continue
-        # Forked workers outlive a master that exited on its own only by a bug; never leave them.
-        try:
-            os.killpg(self._process.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+        # Workers leave when the master tells them to quit; give them a moment to send
+        # their last statistics, then never leave one behind.
+        deadline = time.monotonic() + grace
+        for worker in self._workers:
+            try:
+                worker.wait(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                pass
+        for pid in [self._process.pid, *(worker.pid for worker in self._workers)]:
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        for worker in self._workers:
+            worker.poll()  # reap
+            if self.guard is not None:
+                self.guard.remove_process(worker.pid)
         if self.guard is not None:
             self.guard.remove_process(self._process.pid)

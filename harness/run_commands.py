@@ -42,7 +42,10 @@ def _add_load_options(parser: argparse.ArgumentParser, *, users: int, default_du
     parser.add_argument("--duration", type=duration, default=duration(default_duration),
                         help=f"load duration, e.g. 30s, 2m, 1m30s (default {default_duration})")
     parser.add_argument("--seed", type=int, default=7, help="seed for the users and the fault plan")
-    parser.add_argument("--processes", type=positive_int, default=1, help="Locust worker processes")
+    parser.add_argument("--workers", "--processes", dest="processes", type=non_negative_int, default=1,
+                        metavar="N", help="local Locust worker processes: with N > 1 a Locust master and N "
+                                          "`locust --worker` processes, the histories sent to the master "
+                                          "(default 1: one standalone process)")
     parser.add_argument("--runs-dir", type=Path, default=Path("runs"), help="where run directories go")
     parser.add_argument("--root", type=Path, default=Path(".harness"),
                         help="state directory of a stack started by `harness up`")
@@ -69,7 +72,27 @@ def add_parsers(subparsers: argparse._SubParsersAction) -> None:
     run_parser.add_argument("--scale-workers", type=positive_int, default=0, metavar="N",
                             help="with --compose: the load on the compose Locust master and N "
                                  "locust-worker containers instead of Locust on the host")
+    run_parser.add_argument("--remote-workers", type=non_negative_int, default=0, metavar="M",
+                            help="wait for M more Locust workers that join from other machines "
+                                 "(`harness worker SCENARIO --master HOST:PORT`) before the load starts")
+    run_parser.add_argument("--master-bind", metavar="HOST:PORT",
+                            help="where the Locust master listens for workers (default with "
+                                 "--remote-workers 0.0.0.0:5557, else 127.0.0.1 on a free port)")
+    run_parser.add_argument("--workers-wait", type=duration, default=120.0,
+                            help="how long the master waits for every worker to join (default 2m)")
     run_parser.set_defaults(handler=handle_run)
+
+    worker_parser = subparsers.add_parser(
+        "worker", help="join a run as Locust worker(s): `locust --worker` with the scenario's locustfile",
+        description="Run Locust worker process(es) for SCENARIO that connect to a master (a `harness run "
+                    "--remote-workers M` on another machine, or any `locust --master`). The settings and "
+                    "the target host come from the master; the histories go back to it.")
+    worker_parser.add_argument("scenario", choices=SCENARIOS)
+    worker_parser.add_argument("--master", required=True, metavar="HOST[:PORT]",
+                               help="the master's address (port default 5557)")
+    worker_parser.add_argument("--processes", type=positive_int, default=1,
+                               help="worker processes on this machine (default 1)")
+    worker_parser.set_defaults(handler=handle_worker)
 
     check_parser = subparsers.add_parser(
         "check", help="re-check a saved run and rewrite its reports; --stack: judge a swarm run by hand",
@@ -126,6 +149,9 @@ def _spec(args: argparse.Namespace, scenario: str) -> RunSpec:
         processes=args.processes,
         compose=args.compose,
         scale_workers=getattr(args, "scale_workers", 0),
+        remote_workers=getattr(args, "remote_workers", 0),
+        master_bind=getattr(args, "master_bind", None),
+        workers_wait=getattr(args, "workers_wait", 120.0),
         unsafe_disable=tuple(getattr(args, "unsafe_disable", ())),
         runs_root=args.runs_dir,
         stack_root=args.root,
@@ -140,6 +166,24 @@ def handle_run(args: argparse.Namespace) -> int:
     outcome = run(_spec(args, args.scenario))
     print(outcome.summary)
     return outcome.exit_code
+
+
+def handle_worker(args: argparse.Namespace) -> int:
+    """Become `locust --worker` (exec: signals and the exit code are Locust's own)."""
+    import os
+    import sys
+
+    from harness.locust_process import locustfile_for, parse_master_address
+
+    host, port = parse_master_address(args.master)
+    argv = [sys.executable, "-m", "locust", "-f", str(locustfile_for(args.scenario)), "--worker",
+            "--master-host", host, "--master-port", str(port)]
+    if args.processes > 1:
+        argv += ["--processes", str(args.processes)]
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execv(sys.executable, argv)
+    return 2  # not reached
 
 
 def handle_check(args: argparse.Namespace) -> int:

@@ -27,10 +27,10 @@ from harness.drain import export_state, wait_for_drain
 from harness.errors import HarnessError
 from harness.faults import NemesisRunner, Plan, load_plan, schedule
 from harness.final_reads import FINAL_READS_FILE, orders_to_read, read_orders
-from harness.history import history_files
+from harness.history import LOAD_STARTED, history_files
 from harness.lifeline import RunGuard
 from harness.loadgen.settings import load_environment
-from harness.locust_process import LocustProcess, locustfile_for
+from harness.locust_process import LocustProcess, locustfile_for, parse_master_address
 from harness.nemesis import Nemesis, NemesisError
 from harness.progress import ProgressLine
 from harness.registry import interrupted_marker
@@ -66,7 +66,12 @@ class RunSpec:
     spawn_rate: float | None = None
     plan: Path | None = None
     seed: int = 0
-    processes: int = 1
+    processes: int = 1  # local Locust worker processes (`--workers`)
+    # Locust workers that join from elsewhere (`harness worker --master HOST:PORT`);
+    # the master listens on `master_bind` ("HOST:PORT") and waits `workers_wait` s for them.
+    remote_workers: int = 0
+    master_bind: str | None = None
+    workers_wait: float = 120.0
     compose: bool = False
     # > 0: the load runs on the compose file's Locust master and this many workers
     # (`harness run --compose --scale-workers N`), not on Locust on the host.
@@ -97,8 +102,12 @@ class RunSpec:
             raise HarnessError("--duration must be positive")
         if self.scale_workers and not self.compose:
             raise HarnessError("--scale-workers runs the compose Locust workers; it needs --compose")
-        if self.processes < 1:
-            raise HarnessError("--processes must be at least 1")
+        if self.processes < 0 or (self.processes == 0 and self.remote_workers < 1):
+            raise HarnessError("--workers must be at least 1 (0 only with --remote-workers)")
+        if self.remote_workers < 0:
+            raise HarnessError("--remote-workers must not be negative")
+        if self.master_bind is not None:
+            parse_master_address(self.master_bind, default_host="0.0.0.0")
         if self.min_acknowledged < 0:
             raise HarnessError("--min-acknowledged must not be negative")
         if self.plan is not None and not Path(self.plan).is_file():
@@ -193,14 +202,25 @@ def _run_in(spec: RunSpec, run_id: str, run_dir: Path, plan: Plan | None, guard:
                 spawn_rate=spec.spawn_rate or float(spec.users),
                 duration=spec.duration,
                 processes=spec.processes,
+                remote_workers=spec.remote_workers,
+                master_bind=(parse_master_address(spec.master_bind, default_host="0.0.0.0")
+                             if spec.master_bind else None),
+                workers_wait=spec.workers_wait,
                 output_dir=run_dir / "locust",
                 env=_load_env(spec, state, run_dir),
                 guard=guard,
             )
         progress = ProgressLine(run_dir / "histories", out=out, enabled=spec.progress)
         try:
-            runner.start(windows)
             locust.start()
+            if spec.remote_workers:
+                # The plan's clock starts with the load, once every worker joined.
+                host, port = locust.master_bind
+                print(f"harness: waiting for {spec.remote_workers} remote worker(s): on each, "
+                      f"harness worker {spec.scenario} --master <this host>:{port} "
+                      f"(listening on {host}:{port})", file=out)
+                _wait_for_load(locust, run_dir / "histories", spec.workers_wait + 5.0)
+            runner.start(windows)
             while not locust.finished(timeout=1.0) and runner.failure is None:
                 progress.update(active_faults=runner.active())
             progress.finish()
@@ -241,6 +261,16 @@ def finish_run(stack: RunningStack, run_dir: Path, *, drain_timeout: float = 30.
     heal_everything(stack.nemesis(), stack)
     collect_state(stack, Path(run_dir), drain_timeout=drain_timeout)
     return check_saved_run(Path(run_dir))
+
+
+def _wait_for_load(locust: Any, histories: Path, timeout: float) -> None:
+    """Until the Locust master starts the load (its workers all joined), bounded."""
+    deadline = time.monotonic() + timeout
+    while not (histories / LOAD_STARTED).exists():
+        if locust.finished(timeout=0.5):
+            return  # it gave up waiting for workers: its exit code tells the caller
+        if time.monotonic() > deadline:
+            raise HarnessError(f"the Locust workers did not all join within {timeout:.0f} s")
 
 
 def promised_paths(scenario: str, plan: Plan | None) -> list[str]:

@@ -1,38 +1,79 @@
-"""Per-process recording setup for Locust: one history file per load process.
+"""Per-process load setup for Locust: options, settings, and where the history goes.
 
 A locustfile calls `install(events)` once at import (that is how Locust wires
-listeners). At `init` every process that runs users (a standalone runner or a
-worker, never the master) gets a `LoadProcess`: its settings, its history writer,
-a timer greenlet that flushes the writer while the load idles, the counters that
-hand out user numbers and ids, and the token of the run's shared key pool (the same
-in every process of a run, so tenants in different processes collide on purpose). Users reach it through `load_process(environment)`.
-The writer is closed at `test_stop` and `quitting`, so nothing is lost at stop, and
-reopened (appending to the same file) if the test is started again from the web UI.
+listeners). It registers the harness options on Locust's parser
+(`harness.loadgen.settings`) and, per Locust process:
+
+- standalone (no master): a `LoadProcess` whose history writer appends to one file
+  of its own in the history directory;
+- a worker: a `LoadProcess` whose history goes to the master as messages
+  (`harness.loadgen.transport.HistoryForwarder`);
+- the master: no users, a `HistoryCollector` that writes each worker's batches to a
+  file per worker, so one run directory holds every worker's history.
+
+Settings are resolved where the run is driven (standalone or master) at `init` and
+again at each `test_start` (the web UI's form may have changed them), and written
+back into `environment.parsed_options`, which Locust sends to every worker with its
+spawn message; a worker reads its settings from there at `test_start`. A stack
+found by `--harness-root` supplies the target host and a default history directory
+(`runs/swarm-<time>-<pid>/histories`).
+
+A `LoadProcess` holds its settings, its history sink, a timer greenlet that flushes
+the sink while the load idles, the counters that hand out user numbers and ids, and
+the token of the run's shared key pool (the same in every process of a run, so
+tenants in different processes collide on purpose). Users reach it through
+`load_process(environment)`. The sink is closed (a worker: its final batch sent) at
+`test_stop` and `quitting`, so nothing is lost at stop, and reopened if the test is
+started again from the web UI.
 """
 
 from __future__ import annotations
 
 import hashlib
 import itertools
+import logging
 import os
 import random
 import socket
+import time
 import zlib
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import gevent
 import redis
 from locust.env import Environment
 from locust.event import Events
-from locust.runners import MasterRunner
+from locust.runners import STATE_STOPPED, MasterRunner, WorkerRunner
 
-from harness.history import Client, HistoryWriter, history_path
-from harness.loadgen.settings import LoadSettings
+from harness.history import LOAD_STARTED, Client, HistoryWriter, history_path
+from harness.loadgen.settings import LoadSettings, add_options, swarm_history_dir
 from harness.loadgen.toxics import ToxicWatch
+from harness.loadgen.transport import (
+    ACK_MESSAGE,
+    BATCH_MESSAGE,
+    FINISH_MESSAGE,
+    HistoryCollector,
+    HistoryForwarder,
+)
 
 FLUSH_INTERVAL = 1.0
+# A worker's SIGTERM: how long its final batch may take to be acknowledged.
+QUIT_ACK_TIMEOUT = 10.0
+# On top of Locust's --stop-timeout: how long the master waits for final batches.
+FINISH_MARGIN = 10.0
 _ATTRIBUTE = "harness_load_process"
+_COLLECTOR = "harness_history_collector"
+_SWARM_HISTORY = "harness_swarm_history"
+
+logger = logging.getLogger(__name__)
+
+
+class RecordSink(Protocol):
+    def record(self, record: dict[str, Any]) -> None: ...
+
+    def flush(self) -> None: ...
 
 
 class LoadProcess:
@@ -40,25 +81,52 @@ class LoadProcess:
 
     def __init__(self, environment: Environment, settings: LoadSettings) -> None:
         self.environment = environment
-        self.settings = settings
         self.worker = worker_name()
         # A short random token makes ids unique across runs against the same Redis,
         # where pids repeat; the seed still drives every behavioural choice.
         self.token = os.urandom(3).hex()
+        self.settings = settings
         self.shared_token = shared_token(settings)
-        self.path: Path | None = (
-            history_path(settings.history_dir, worker=self.worker) if settings.history_dir else None
-        )
         self.writer: HistoryWriter | None = None
+        self.forwarder: HistoryForwarder | None = None
         self._users = itertools.count(1)
         self._flusher: gevent.Greenlet | None = None
         self._redis: redis.Redis | None = None
         self.toxic_watch: ToxicWatch | None = None
 
+    @property
+    def distributed(self) -> bool:
+        return isinstance(self.environment.runner, WorkerRunner)
+
+    @property
+    def path(self) -> Path | None:
+        """This process's own history file (standalone only; a worker's is on the master)."""
+        if self.settings.history_dir is None or self.distributed:
+            return None
+        return history_path(self.settings.history_dir, worker=self.worker)
+
+    @property
+    def sink(self) -> RecordSink | None:
+        return self.writer if self.writer is not None else (
+            self.forwarder if self.forwarder is not None and self.settings.history_dir else None)
+
+    def configure(self, settings: LoadSettings) -> None:
+        """New settings for the next test (only between tests: users read them at start)."""
+        if settings != self.settings:
+            self.close()
+            if self._redis is not None:
+                self._redis.close()
+                self._redis = None
+        self.settings = settings
+        self.shared_token = shared_token(settings)
+
     def open(self) -> None:
-        if self.path is not None and self.writer is None:
+        if self.distributed:
+            if self.forwarder is None:
+                self.forwarder = HistoryForwarder(self.environment.runner, self.worker)
+        elif self.path is not None and self.writer is None:
             self.writer = HistoryWriter(self.path, flush_interval=FLUSH_INTERVAL)
-        if self.writer is not None and self._flusher is None:
+        if self.sink is not None and self._flusher is None:
             self._flusher = gevent.spawn(self._flush_forever)
         if self.settings.toxiproxy_url and self.settings.fresh_connections and self.toxic_watch is None:
             self.toxic_watch = ToxicWatch(self.settings.toxiproxy_url)
@@ -69,15 +137,15 @@ class LoadProcess:
         return None if self.toxic_watch is None else self.toxic_watch.faulted
 
     def close(self) -> None:
+        """End of a test: the history closed (a worker: the final batch sent, not awaited)."""
         if self._flusher is not None:
             self._flusher.kill(block=False)
             self._flusher = None
         if self.writer is not None:
             self.writer.close()
             self.writer = None
-        if self._redis is not None:
-            self._redis.close()
-            self._redis = None
+        if self.forwarder is not None and self.settings.history_dir:
+            self.forwarder.finish()
         if self.toxic_watch is not None:
             self.toxic_watch.stop()
             self.toxic_watch = None
@@ -85,7 +153,7 @@ class LoadProcess:
     def new_client(self) -> Client:
         """A fresh Jepsen process for one user (or one concurrent branch of a user)."""
         self.open()
-        return Client(self.writer, worker=self.worker, user=next(self._users))
+        return Client(self.sink, worker=self.worker, user=next(self._users))  # type: ignore[arg-type]
 
     def rng_for(self, client: Client) -> random.Random:
         # Seeded by user number only, so a single-process run repeats its choices.
@@ -93,7 +161,8 @@ class LoadProcess:
 
     def redis(self) -> redis.Redis:
         if self.settings.redis_url is None:
-            raise RuntimeError("HARNESS_REDIS_URL is not set: this scenario publishes to the stream")
+            raise RuntimeError("no Redis: give --harness-redis-url (or $HARNESS_REDIS_URL, or run "
+                               "against a `harness up` stack); this scenario publishes to the stream")
         if self._redis is None:
             self._redis = redis.Redis.from_url(
                 self.settings.redis_url,
@@ -106,19 +175,22 @@ class LoadProcess:
         # Records are flushed on write after FLUSH_INTERVAL too; this covers idle load.
         while True:
             gevent.sleep(FLUSH_INTERVAL)
-            if self.writer is not None:
-                self.writer.flush()
+            sink = self.sink
+            if sink is not None:
+                sink.flush()
 
 
 def shared_token(settings: LoadSettings) -> str:
     """The token of the run's shared key pool, the same in every load process of a run.
 
-    Derived from the seed and the run's history directory (every process of a run
-    writes there, and each run has its own), so processes agree without talking,
-    and a later run on the same stack does not reuse an earlier run's keys.
+    Derived from the seed and the run's history directory (each run has its own;
+    the master resolves it to an absolute path before workers see it), so processes
+    agree without talking, and a later run on the same stack does not reuse an
+    earlier run's keys.
     """
-    source = f"{settings.seed}:{settings.history_dir.resolve() if settings.history_dir else ''}"
-    return hashlib.sha256(source.encode()).hexdigest()[:10]
+    directory = settings.history_dir
+    where = "" if directory is None else str(directory if directory.is_absolute() else directory.resolve())
+    return hashlib.sha256(f"{settings.seed}:{where}".encode()).hexdigest()[:10]
 
 
 def worker_name() -> str:
@@ -134,25 +206,143 @@ def load_process(environment: Environment) -> LoadProcess:
     return process
 
 
+def resolve_settings(environment: Environment) -> LoadSettings:
+    """Settings from parsed_options, written back resolved (so workers get them).
+
+    Where the run is driven, a discovered stack also gives the target host when none
+    was given and a history directory of the swarm's own, chosen once per Locust
+    process (the web UI's form posts the option empty again at each start).
+    """
+    options = environment.parsed_options
+    settings = LoadSettings.from_options(options if options is not None else {})
+    if settings.history_dir is not None and not settings.history_dir.is_absolute():
+        settings = replace(settings, history_dir=settings.history_dir.resolve())
+    if settings.stack_root is not None:
+        if not environment.host and settings.host:
+            environment.host = settings.host
+            if options is not None:
+                options.host = settings.host
+        if settings.history_dir is None:
+            chosen = getattr(environment, _SWARM_HISTORY, None) or swarm_history_dir()
+            setattr(environment, _SWARM_HISTORY, chosen)
+            settings = replace(settings, history_dir=chosen)
+    if options is not None:
+        vars(options).update(settings.to_options())
+    return settings
+
+
 def install(events: Events) -> None:
-    """Register the listeners that give each load process its LoadProcess."""
+    """Register the options and the listeners that give each Locust process its part."""
+
+    def on_parser(parser: Any, **_: Any) -> None:
+        add_options(parser)
 
     def on_init(environment: Environment, **_: Any) -> None:
-        if isinstance(environment.runner, MasterRunner):
+        runner = environment.runner
+        if isinstance(runner, WorkerRunner):
+            process = LoadProcess(environment, LoadSettings.from_options(environment.parsed_options or {},
+                                                                         discover=False))
+            setattr(environment, _ATTRIBUTE, process)
+            _install_worker(environment, process)
             return
-        setattr(environment, _ATTRIBUTE, LoadProcess(environment, LoadSettings.from_env()))
+        settings = resolve_settings(environment)
+        if isinstance(runner, MasterRunner):
+            collector = HistoryCollector(runner)
+            setattr(environment, _COLLECTOR, collector)
+            runner.register_message(BATCH_MESSAGE, lambda msg, **_: collector.on_batch(msg))
+            environment.events.quitting.add_listener(
+                lambda environment, **_: _finish(environment, "quitting", close=True))
+            return
+        setattr(environment, _ATTRIBUTE, LoadProcess(environment, settings))
 
     def on_test_start(environment: Environment, **_: Any) -> None:
+        runner = environment.runner
+        if isinstance(runner, WorkerRunner):
+            # parsed_options now hold the master's values (the spawn message carried them).
+            settings = LoadSettings.from_options(environment.parsed_options or {})
+        else:
+            settings = resolve_settings(environment)
+            if settings.history_dir is not None:
+                logger.info("harness: recording histories in %s", settings.history_dir)
+                # The load begins now (a master waited for its workers): the runner
+                # starts the fault plan's clock on this file.
+                settings.history_dir.mkdir(parents=True, exist_ok=True)
+                (settings.history_dir / LOAD_STARTED).write_text(f"{time.time()}\n")
+        collector = getattr(environment, _COLLECTOR, None)
+        if collector is not None:
+            collector.begin(settings.history_dir)
         process = getattr(environment, _ATTRIBUTE, None)
         if process is not None:
+            process.configure(settings)
             process.open()
 
-    def on_stop(environment: Environment, **_: Any) -> None:
+    def on_test_stop(environment: Environment, **_: Any) -> None:
         process = getattr(environment, _ATTRIBUTE, None)
         if process is not None:
             process.close()
+        if getattr(environment, _COLLECTOR, None) is not None:
+            _finish(environment, "test_stop", close=False)
 
+    def on_quitting(environment: Environment, **_: Any) -> None:
+        process = getattr(environment, _ATTRIBUTE, None)
+        if process is not None and not isinstance(environment.runner, WorkerRunner):
+            process.close()
+
+    events.init_command_line_parser.add_listener(on_parser)
     events.init.add_listener(on_init)
     events.test_start.add_listener(on_test_start)
-    events.test_stop.add_listener(on_stop)
-    events.quitting.add_listener(on_stop)
+    events.test_stop.add_listener(on_test_stop)
+    events.quitting.add_listener(on_quitting)
+
+
+def _finish(environment: Environment, reason: str, *, close: bool) -> None:
+    """The master: every connected worker's final batch, before Locust tells them to quit."""
+    collector: HistoryCollector = getattr(environment, _COLLECTOR)
+    if collector.directory is not None:  # nothing recorded: no final batch to wait for
+        collector.finish_workers(float(environment.stop_timeout or 0) + FINISH_MARGIN,
+                                 reason=reason)
+    if close:
+        collector.close()
+
+
+def _install_worker(environment: Environment, process: LoadProcess) -> None:
+    runner: WorkerRunner = environment.runner  # type: ignore[assignment]
+
+    def on_ack(msg: Any, **_: Any) -> None:
+        if process.forwarder is not None:
+            process.forwarder.on_ack(int(msg.data["sequence"]))
+
+    def on_finish(msg: Any, **_: Any) -> None:
+        # The master is quitting and wants this worker's last records first. Stopping
+        # the users fires test_stop, which sends the final batch.
+        if runner.state != STATE_STOPPED:
+            runner.stop()
+        else:
+            _send_final(process)
+
+    def on_quitting(environment: Environment, **_: Any) -> None:
+        # Registered at init, after Locust's own worker listener: with reverse=True
+        # this runs first, while the worker still receives (a SIGTERM), and before
+        # the master hears that this worker quit.
+        if runner.state != STATE_STOPPED:
+            runner.stop()
+        forwarder = process.forwarder
+        if forwarder is None or not process.settings.history_dir:
+            return
+        if forwarder.unacknowledged and len(runner.greenlet) > 0:
+            if not forwarder.wait_acknowledged(QUIT_ACK_TIMEOUT):
+                logger.error("harness: the master did not acknowledge %d history records within %.0f s",
+                             forwarder.unacknowledged, QUIT_ACK_TIMEOUT)
+        elif forwarder.unacknowledged:
+            logger.warning("harness: quitting with %d history records not acknowledged by the master",
+                           forwarder.unacknowledged)
+
+    runner.register_message(ACK_MESSAGE, on_ack)
+    runner.register_message(FINISH_MESSAGE, on_finish)
+    environment.events.quitting.add_listener(on_quitting)
+
+
+def _send_final(process: LoadProcess) -> None:
+    if process.forwarder is None:
+        process.forwarder = HistoryForwarder(process.environment.runner, process.worker)
+    process.forwarder.finish()

@@ -1,58 +1,267 @@
-"""What a load process reads from its environment (table in docs/internals.md).
+"""Every setting of a load process, as a Locust command-line option.
 
-The runner sets these for every Locust process; a user running `locust -f` by hand
-gets them from `harness status --env` or sets them. The target host comes from
-Locust's own `--host`.
+`add_options(parser)` registers them (a locustfile does it through
+`harness.loadgen.recording.install`, on `events.init_command_line_parser`), so they
+show in `locust --help` and in the web UI's start form (the webhook secret as a
+masked field), and Locust itself passes them from the master to its workers (they
+are in `environment.parsed_options`, which every spawn message carries).
+
+Each option falls back to an environment variable (the runner and `harness status
+--env` still set those), and four of them (redis url, stream, webhook secret,
+toxiproxy url) and the target host fall back to the state file of a stack started by
+`harness up` (`.harness/state.json` under the current directory, or
+`--harness-root`), so a locustfile run by hand against that stack needs nothing set.
+Precedence: command line, environment, the stack's state, the built-in default.
+
+`LoadSettings.from_options(parsed_options)` is the typed view every consumer reads;
+`LoadSettings.to_options()` writes resolved values back, as plain values Locust can
+send to workers (msgpack: no Path objects).
 """
 
 from __future__ import annotations
 
+import argparse
 import os
+import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
+
+from harness.errors import HarnessError
+
+DEFAULT_ROOT = ".harness"
+DEFAULT_STREAM = "payments"
+DEFAULT_SECRET = "dev-webhook-secret"
+DEFAULT_SKUS = "sku-1"
+STATE_FILE = "state.json"
 
 
-class LoadConfigError(ValueError):
-    """An environment variable of the load process has a value that cannot be used."""
+class LoadConfigError(HarnessError, ValueError):
+    """A load option (or its environment variable) has a value that cannot be used."""
+
+
+@dataclass(frozen=True)
+class OptionSpec:
+    """One harness option: its flag, the environment variables it falls back to, its help."""
+
+    flag: str
+    env: tuple[str, ...]
+    help: str
+    kind: type = str
+    secret: bool = False
+
+    @property
+    def dest(self) -> str:
+        return self.flag.removeprefix("--").replace("-", "_")
+
+
+OPTIONS: tuple[OptionSpec, ...] = (
+    OptionSpec("--harness-root", ("HARNESS_ROOT",),
+               "state directory of a stack started by `harness up`, read for the target host, "
+               f"redis url, stream, webhook secret and toxiproxy url not given (default {DEFAULT_ROOT}; "
+               "empty: read no stack)"),
+    OptionSpec("--harness-history-dir", ("HARNESS_HISTORY_DIR",),
+               "directory of the Jepsen histories, one file per load process (workers send theirs "
+               "to the master, which writes them here). Default with a discovered stack: "
+               "runs/swarm-<time>-<pid>/histories; otherwise nothing is recorded"),
+    OptionSpec("--harness-redis-url", ("HARNESS_REDIS_URL",),
+               "Redis to publish stream messages to (default: the stack's)"),
+    OptionSpec("--harness-stream", ("HARNESS_STREAM",),
+               f"stream to publish to (default: the stack's, else {DEFAULT_STREAM})"),
+    OptionSpec("--harness-webhook-secret", ("HARNESS_WEBHOOK_SECRET", "TARGET_APP_WEBHOOK_SECRET"),
+               f"HMAC secret that signs webhooks; must match the app's (default: the stack's, "
+               f"else {DEFAULT_SECRET})", secret=True),
+    OptionSpec("--harness-seed", ("HARNESS_SEED",), "seed of the users' choices (default 0)", int),
+    OptionSpec("--harness-fresh-connections", ("HARNESS_FRESH_CONNECTIONS",),
+               "a new TCP connection per request, so Toxiproxy picks toxicity per request "
+               "(0 or 1, default 1)", bool),
+    OptionSpec("--harness-request-timeout", ("HARNESS_REQUEST_TIMEOUT",),
+               "client timeout in seconds, per connect and per read (default 2)", float),
+    OptionSpec("--harness-skus", ("HARNESS_SKUS",),
+               f"comma list of SKUs to order (default {DEFAULT_SKUS})"),
+    OptionSpec("--harness-toxiproxy-url", ("HARNESS_TOXIPROXY_URL",),
+               "Toxiproxy API, to record whether a request met an active toxic "
+               "(default: the stack's)"),
+)
+_BUILTIN: Mapping[str, Any] = {
+    "harness_root": DEFAULT_ROOT, "harness_seed": 0, "harness_fresh_connections": True,
+    "harness_request_timeout": 2.0, "harness_skus": DEFAULT_SKUS,
+}
+
+
+def parse_bool(text: str | bool) -> bool:
+    if isinstance(text, bool):
+        return text
+    value = str(text).strip().lower()
+    if value in ("1", "true", "yes", "on", ""):
+        return True
+    if value in ("0", "false", "no", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected 0 or 1, got {text!r}")
+
+
+def _env_default(spec: OptionSpec, environ: Mapping[str, str]) -> Any:
+    for name in spec.env:
+        raw = environ.get(name, "")
+        if spec.dest == "harness_root" and name in environ:
+            return raw.strip()  # set but empty: read no stack
+        if raw.strip():
+            return raw if spec.secret else raw.strip()
+    # Strings default to "" (not None) so the web UI shows an empty field and
+    # posts back a string; typed options keep their type for the form.
+    return _BUILTIN.get(spec.dest, "")
+
+
+def add_options(parser: Any, environ: Mapping[str, str] | None = None) -> None:
+    """Register every option on Locust's parser (or a plain argparse parser, for tests)."""
+    env = os.environ if environ is None else environ
+    locust_parser = hasattr(parser, "args_included_in_web_ui")
+    # On the parser itself: Locust's web UI flags (include_in_web_ui, is_secret) are
+    # understood by LocustArgumentParser.add_argument, not by argument groups.
+    for spec in OPTIONS:
+        extra: dict[str, Any] = {}
+        if locust_parser:
+            extra = {"include_in_web_ui": True, "is_secret": spec.secret}
+        converter = {int: _int, float: _float, bool: parse_bool}.get(spec.kind, str)
+        names = " or ".join(f"${name}" for name in spec.env)
+        parser.add_argument(spec.flag, type=converter, default=_env_default(spec, env),
+                           help=f"{spec.help} [env {names}]", metavar=spec.kind.__name__.upper()
+                           if spec.kind is not bool else "0|1", **extra)
+
+
+def _int(text: str) -> int:
+    try:
+        return int(str(text).strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+
+
+def _float(text: str) -> float:
+    try:
+        return float(str(text).strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
 
 
 @dataclass(frozen=True)
 class LoadSettings:
+    """What a load process needs; `stack_root` and `host` only when a stack was read."""
+
     history_dir: Path | None = None
     redis_url: str | None = None
-    stream: str = "payments"
-    webhook_secret: str = "dev-webhook-secret"
+    stream: str = DEFAULT_STREAM
+    webhook_secret: str = DEFAULT_SECRET
     seed: int = 0
     fresh_connections: bool = True
     request_timeout: float = 2.0
-    skus: tuple[str, ...] = ("sku-1",)
+    skus: tuple[str, ...] = (DEFAULT_SKUS,)
     toxiproxy_url: str | None = None
+    stack_root: Path | None = None
+    host: str | None = None
+    stack_state: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None) -> LoadSettings:
-        env = os.environ if environ is None else environ
-        history = env.get("HARNESS_HISTORY_DIR", "").strip()
-        skus = tuple(s.strip() for s in env.get("HARNESS_SKUS", "sku-1").split(",") if s.strip())
+    def from_options(cls, parsed_options: Any, *, discover: bool = True) -> LoadSettings:
+        """The settings in Locust's parsed options (an argparse Namespace or a dict).
+
+        Values posted by the web UI's form arrive as strings and are converted here.
+        Values left empty are taken from the stack's state file when one is running
+        under `harness_root` (unless `discover` is False).
+        """
+        values = parsed_options if isinstance(parsed_options, Mapping) else vars(parsed_options or {})
+
+        def text(dest: str) -> str:
+            value = values.get(dest)
+            return "" if value is None else str(value).strip()
+
+        root_text = text("harness_root") if "harness_root" in values else DEFAULT_ROOT
+        stack_root, state = (find_stack(Path(root_text)) if discover and root_text else (None, {}))
+
+        def from_stack(dest: str, key: str) -> str:
+            return text(dest) or str(state.get(key) or "")
+
+        skus = tuple(s.strip() for s in (text("harness_skus") or DEFAULT_SKUS).split(",") if s.strip())
         if not skus:
-            raise LoadConfigError("HARNESS_SKUS: expected a comma list of SKUs")
-        fresh = env.get("HARNESS_FRESH_CONNECTIONS", "1").strip().lower()
-        if fresh not in ("0", "1", "true", "false", "yes", "no", ""):
-            raise LoadConfigError(f"HARNESS_FRESH_CONNECTIONS: expected 0 or 1, got {fresh!r}")
-        timeout = _number(env, "HARNESS_REQUEST_TIMEOUT", 2.0)
+            raise LoadConfigError("--harness-skus: expected a comma list of SKUs")
+        try:
+            fresh = parse_bool(values.get("harness_fresh_connections", True))
+        except argparse.ArgumentTypeError as error:
+            raise LoadConfigError(f"--harness-fresh-connections: {error}") from None
+        timeout = _number("harness_request_timeout", values.get("harness_request_timeout"), 2.0)
         if timeout <= 0:
-            raise LoadConfigError("HARNESS_REQUEST_TIMEOUT must be > 0")
+            raise LoadConfigError("--harness-request-timeout must be > 0")
+        history = text("harness_history_dir")
+        secret = values.get("harness_webhook_secret")
+        secret = secret if isinstance(secret, str) and secret else str(state.get("webhook_secret") or "")
         return cls(
             history_dir=Path(history) if history else None,
-            redis_url=env.get("HARNESS_REDIS_URL", "").strip() or None,
-            stream=env.get("HARNESS_STREAM", "").strip() or "payments",
-            webhook_secret=env.get("TARGET_APP_WEBHOOK_SECRET", "") or "dev-webhook-secret",
-            seed=int(_number(env, "HARNESS_SEED", 0)),
-            fresh_connections=fresh in ("1", "true", "yes", ""),
+            redis_url=from_stack("harness_redis_url", "redis_url") or None,
+            stream=from_stack("harness_stream", "stream") or DEFAULT_STREAM,
+            webhook_secret=secret or DEFAULT_SECRET,
+            seed=int(_number("harness_seed", values.get("harness_seed"), 0)),
+            fresh_connections=fresh,
             request_timeout=timeout,
             skus=skus,
-            toxiproxy_url=env.get("HARNESS_TOXIPROXY_URL", "").strip() or None,
+            toxiproxy_url=from_stack("harness_toxiproxy_url", "toxiproxy_url") or None,
+            stack_root=stack_root,
+            host=str(state["app_url"]) if state.get("app_url") else None,
+            stack_state=dict(state),
         )
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None, *, discover: bool = False) -> LoadSettings:
+        """The settings from environment variables alone (what the options default to)."""
+        env = os.environ if environ is None else environ
+        return cls.from_options({spec.dest: _env_default(spec, env) for spec in OPTIONS}, discover=discover)
+
+    def to_options(self) -> dict[str, Any]:
+        """The parsed_options values of these settings: plain types, resolved.
+
+        `harness_root` becomes the stack's absolute root (or "" when none was read),
+        so a worker on another machine never reads a stack of its own instead.
+        """
+        return {
+            "harness_root": str(self.stack_root) if self.stack_root else "",
+            "harness_history_dir": str(self.history_dir) if self.history_dir else "",
+            "harness_redis_url": self.redis_url or "",
+            "harness_stream": self.stream,
+            "harness_webhook_secret": self.webhook_secret,
+            "harness_seed": self.seed,
+            "harness_fresh_connections": self.fresh_connections,
+            "harness_request_timeout": self.request_timeout,
+            "harness_skus": ",".join(self.skus),
+            "harness_toxiproxy_url": self.toxiproxy_url or "",
+        }
+
+
+def find_stack(root: Path) -> tuple[Path | None, dict[str, Any]]:
+    """(root, state) of the stack running in `root`, or (None, {}).
+
+    Only the state file is read (no side effects, unlike `harness.stack.open_stack`);
+    a state whose supervisor is gone is stale and ignored. A compose stack has no
+    supervisor, its state is taken as it is.
+    """
+    from harness.services import pid_alive  # light: /proc reads only
+    from harness.stack import StackError, read_state
+
+    root = Path(root).expanduser().resolve()
+    try:
+        state = read_state(root)
+    except StackError as error:
+        raise LoadConfigError(str(error)) from error
+    if not state:
+        return None, {}
+    pid = state.get("supervisor_pid")
+    if isinstance(pid, int) and not pid_alive(pid):
+        return None, {}
+    return root, state
+
+
+def swarm_history_dir(runs_root: Path = Path("runs")) -> Path:
+    """Where a swarm run by hand against a discovered stack records: a run directory of its own."""
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    return (Path(runs_root) / f"swarm-{stamp}-{os.getpid()}" / "histories").resolve()
 
 
 def load_environment(state: Mapping[str, object], *, seed: int,
@@ -61,27 +270,30 @@ def load_environment(state: Mapping[str, object], *, seed: int,
 
     The runner sets them for Locust; `harness status --env` prints them for a user
     who runs `locust -f` by hand (without a history directory: nothing recorded).
+    HARNESS_ROOT is empty: every value is given, no other stack is read.
     """
     values = {
+        "HARNESS_ROOT": "",
         "HARNESS_REDIS_URL": str(state["redis_url"]),
-        "HARNESS_STREAM": str(state.get("stream") or "payments"),
+        "HARNESS_STREAM": str(state.get("stream") or DEFAULT_STREAM),
         "HARNESS_TOXIPROXY_URL": str(state.get("toxiproxy_url") or ""),
         "TARGET_APP_WEBHOOK_SECRET": str(state["webhook_secret"]),
         "HARNESS_SEED": str(seed),
         "HARNESS_FRESH_CONNECTIONS": "1",
         "HARNESS_REQUEST_TIMEOUT": "2",
-        "HARNESS_SKUS": "sku-1",
+        "HARNESS_SKUS": DEFAULT_SKUS,
     }
     if history_dir is not None:
         values["HARNESS_HISTORY_DIR"] = str(Path(history_dir).resolve())
     return values
 
 
-def _number(env: Mapping[str, str], name: str, default: float) -> float:
-    raw = env.get(name, "").strip()
-    if not raw:
+def _number(name: str, raw: object, default: float) -> float:
+    if raw is None or (isinstance(raw, str) and not raw.strip()):
         return default
+    if isinstance(raw, bool):
+        raise LoadConfigError(f"--{name.replace('_', '-')}: expected a number, got {raw!r}")
     try:
-        return float(raw)
-    except ValueError:
-        raise LoadConfigError(f"{name}: expected a number, got {raw!r}") from None
+        return float(raw)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        raise LoadConfigError(f"--{name.replace('_', '-')}: expected a number, got {raw!r}") from None

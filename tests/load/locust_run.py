@@ -32,14 +32,20 @@ def run_locust(locustfile: str, host: str, env: dict[str, str], *, users: int = 
         args += ["--processes", str(processes), "--master-bind-host", "127.0.0.1",
                  "--master-bind-port", str(port), "--master-host", "127.0.0.1",
                  "--master-port", str(port)]
-    full_env = {**os.environ, **env}
+    # HARNESS_ROOT empty: no stack of this checkout (.harness) is read for what env leaves out.
+    full_env = {**os.environ, "HARNESS_ROOT": "", **env}
     result = subprocess.run(args, env=full_env, capture_output=True, text=True, timeout=timeout,
                             cwd=REPO)
     assert result.returncode == 0, f"locust failed ({result.returncode}):\n{result.stderr[-3000:]}"
+    return json_requests(result.stdout)
+
+
+def json_requests(stdout: str) -> int:
+    """Requests in the statistics `--json` printed (the last JSON document of stdout)."""
     # --json prints the final statistics (CSV files are written before the last report);
     # with --processes each worker prints its own empty list first, the master last.
     decoder = json.JSONDecoder()
-    text, position, stats = result.stdout, 0, []
+    text, position, stats = stdout, 0, []
     while text[position:].strip():
         position += len(text[position:]) - len(text[position:].lstrip())
         stats, position = decoder.raw_decode(text, position)
@@ -74,3 +80,17 @@ def completions(recorded: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
             assert record["op_id"] not in result, f"two completions for {record['op_id']}"
             result[record["op_id"]] = record
     return result
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    """The caller's environment without any HARNESS_* or TARGET_APP_* (a new user's shell)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TARGET_APP_", "HARNESS_"))}
+    env.update(extra)
+    return env
+
+
+def harness_cli(*args: str, cwd: Path, env: dict[str, str], timeout: float = 300.0
+                ) -> subprocess.CompletedProcess[str]:
+    """`harness ARGS` as a user runs it, in `cwd`."""
+    return subprocess.run([sys.executable, "-m", "harness.cli", *args], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)

@@ -1,0 +1,158 @@
+"""Locust master and workers in separate processes that talk over TCP on 127.0.0.1, as
+if on different machines: each worker is its own `harness worker` process; the
+histories reach the master through Locust's messaging, one file per worker in the
+master's directory, and nothing is lost at stop. Then `harness run` with local
+`--workers` and with a `--remote-workers` slot that a `harness worker` fills, each to
+a verdict on a stack left by `harness up`."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from http.server import ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from harness.ports import free_port
+from tests.load.locust_run import (
+    LOCUSTFILES,
+    clean_env,
+    completions,
+    harness_cli,
+    json_requests,
+    records,
+)
+from tests.load.test_recording import CLIENT_TIMEOUT, _StubApp
+
+HARNESS = [sys.executable, "-m", "harness.cli"]
+
+
+@pytest.fixture
+def stub_url() -> Iterator[str]:
+    handler = type("Handler", (_StubApp,), {"counter": itertools.count(1)})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+    thread.join(5)
+
+
+def stop_all(processes: list[subprocess.Popen[str]]) -> None:
+    for process in processes:
+        if process.poll() is None:
+            process.kill()
+        process.wait(10)
+
+
+@pytest.mark.slow
+def test_workers_in_their_own_processes_send_every_record_to_the_master(stub_url: str,
+                                                                        tmp_path: Path) -> None:
+    port = free_port()
+    history = tmp_path / "histories"
+    # The master's settings reach the workers through Locust: the workers get none.
+    master = subprocess.Popen(
+        [sys.executable, "-m", "locust", "-f", str(LOCUSTFILES / "timeout_replay.py"), "--master",
+         "--master-bind-host", "127.0.0.1", "--master-bind-port", str(port), "--expect-workers", "2",
+         "--expect-workers-max-wait", "60", "--headless", "-u", "4", "-r", "4", "-t", "3s",
+         "--stop-timeout", "5", "--host", stub_url, "--only-summary", "--exit-code-on-error", "0",
+         "--json", "--harness-root", "", "--harness-history-dir", str(history),
+         "--harness-request-timeout", str(CLIENT_TIMEOUT), "--harness-seed", "4"],
+        cwd=tmp_path, env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    workers = [subprocess.Popen([*HARNESS, "worker", "timeout_replay", "--master", f"127.0.0.1:{port}"],
+                                cwd=tmp_path, env=clean_env(HARNESS_ROOT=""), stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    try:
+        out, err = master.communicate(timeout=120)
+        worker_codes = [w.wait(timeout=30) for w in workers]
+    finally:
+        stop_all([master, *workers])
+    assert master.returncode == 0, err[-3000:]
+    assert worker_codes == [0, 0], [w.stderr.read()[-2000:] for w in workers if w.stderr]
+
+    files = sorted(history.glob("*.jsonl"))
+    # One file per worker process, named after it (`harness worker` execs Locust: same pid).
+    assert sorted(f.name.split("h")[0] for f in files) == sorted(f"w{w.pid}" for w in workers)
+    recorded = records(history)
+    done = completions(recorded)
+    invokes = {r["op_id"] for r in recorded if r["type"] == "invoke"}
+    # Nothing lost at stop: the users finished their operations within the stop timeout,
+    # and every operation Locust counted reached the master's files.
+    assert invokes == set(done)
+    assert len(done) == json_requests(out) > 0
+    assert all(r["process"].startswith(f.name.removesuffix(".jsonl"))
+               for f in files for r in records_in(f))
+    assert (history / ".load-started").is_file()
+
+
+def records_in(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+@pytest.fixture(scope="module")
+def stack_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, dict[str, str]]]:
+    work = tmp_path_factory.mktemp("workers")
+    env = clean_env(HARNESS_REGISTRY=str(work / "registry"))
+    up = harness_cli("up", "--app-workers", "2", "--consumers", "1", cwd=work, env=env)
+    assert up.returncode == 0, up.stderr[-2000:]
+    try:
+        yield work, env
+    finally:
+        harness_cli("down", cwd=work, env=env)
+
+
+def only_run(runs: Path, before: set[Path]) -> Path:
+    (run_dir,) = set(runs.iterdir()) - before
+    return run_dir
+
+
+@pytest.mark.slow
+def test_harness_run_with_local_workers_reaches_a_verdict(stack_dir: tuple[Path, dict[str, str]]) -> None:
+    work, env = stack_dir
+    runs = work / "runs"
+    before = set(runs.iterdir()) if runs.exists() else set()
+    result = harness_cli("run", "mixed", "--workers", "2", "--users", "4", "--duration", "4s",
+                         cwd=work, env=env)
+    assert result.returncode == 0, result.stdout + result.stderr[-3000:]
+    assert result.stdout.startswith("PASS")
+    run_dir = only_run(runs, before)
+    assert len(list((run_dir / "histories").glob("*.jsonl"))) == 2
+    assert json.loads((run_dir / "result.json").read_text())["verdict"] == "pass"
+
+
+@pytest.mark.slow
+def test_a_remote_worker_joins_a_run_over_tcp(stack_dir: tuple[Path, dict[str, str]]) -> None:
+    work, env = stack_dir
+    runs = work / "runs"
+    before = set(runs.iterdir()) if runs.exists() else set()
+    port = free_port()
+    run = subprocess.Popen(
+        [*HARNESS, "run", "timeout_replay", "--workers", "0", "--remote-workers", "1",
+         "--master-bind", f"127.0.0.1:{port}", "--workers-wait", "60s", "--users", "4",
+         "--duration", "4s"], cwd=work, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True)
+    # Another "machine": its own directory, no stack, no settings but the master's address.
+    elsewhere = work / "elsewhere"
+    elsewhere.mkdir(exist_ok=True)
+    worker = subprocess.Popen([*HARNESS, "worker", "timeout_replay", "--master", f"127.0.0.1:{port}"],
+                              cwd=elsewhere, env=clean_env(), stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+    try:
+        out, err = run.communicate(timeout=180)
+        worker.wait(timeout=30)
+    finally:
+        stop_all([run, worker])
+    assert run.returncode == 0, out + err[-3000:]
+    assert "waiting for 1 remote worker(s)" in err
+    run_dir = only_run(runs, before)
+    (history,) = (run_dir / "histories").glob("*.jsonl")
+    assert history.name.startswith(f"w{worker.pid}h")  # the remote worker's records, on the master
+    assert not list(elsewhere.rglob("*.jsonl"))  # and nothing written where the worker ran
+    assert json.loads((run_dir / "result.json").read_text())["verdict"] == "pass"

@@ -1,0 +1,53 @@
+"""A locustfile run by hand against `harness up`, as a new user would: no `eval`, no
+HARNESS_* variable, no --host. The Locust process finds the stack's state file under
+the current directory and takes the host, the webhook secret, Redis, the stream and
+Toxiproxy from it, and records its history into a swarm run directory of its own."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.load.locust_run import LOCUSTFILES, clean_env, completions, harness_cli, records
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, dict[str, str]]]:
+    work = tmp_path_factory.mktemp("by-hand")
+    env = clean_env(HARNESS_REGISTRY=str(work / "registry"))
+    up = harness_cli("up", "--app-workers", "2", "--consumers", "1", cwd=work, env=env)
+    assert up.returncode == 0, up.stderr[-2000:]
+    try:
+        yield work, env
+    finally:
+        harness_cli("down", cwd=work, env=env)
+
+
+@pytest.mark.slow
+def test_a_swarm_by_hand_needs_no_eval_and_records_history(workdir: tuple[Path, dict[str, str]]) -> None:
+    work, env = workdir
+    result = subprocess.run(
+        [sys.executable, "-m", "locust", "-f", str(LOCUSTFILES / "mixed.py"), "--headless",
+         "-u", "4", "-r", "4", "-t", "4s", "--stop-timeout", "3", "--only-summary",
+         "--exit-code-on-error", "0"],
+        cwd=work, env=env, capture_output=True, text=True, timeout=90)
+    assert result.returncode == 0, result.stderr[-3000:]
+    (histories,) = (work / "runs").glob("swarm-*/histories")
+    assert f"recording histories in {histories}" in result.stderr
+    recorded = records(histories)
+    done = completions(recorded)
+    invokes = {r["op_id"]: r for r in recorded if r["type"] == "invoke"}
+    webhooks = [(invokes[op_id], c) for op_id, c in done.items() if invokes[op_id]["op"] == "webhook"]
+    signed = [(i, c) for i, c in webhooks if not i.get("must_reject")]
+    assert signed, "no validly signed webhook was sent"
+    # The stack's random secret was found: no validly signed webhook is refused as unsigned.
+    assert not [c for _, c in signed if c.get("status") == 401]
+    assert any(c["type"] == "ok" for _, c in signed)
+    # Redis and the stream came from the state file too: messages were published.
+    assert any(invokes[op_id]["op"] == "publish" and c["type"] == "ok" for op_id, c in done.items())
+    # Toxiproxy as well: each completion knows whether a toxic was active (none was).
+    assert {c.get("toxic_hit") for c in done.values() if invokes[c["op_id"]]["op"] != "publish"} == {False}

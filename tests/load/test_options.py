@@ -1,0 +1,115 @@
+"""The load settings as Locust options: environment fallback, a running stack's state
+as the default for what is not given, web UI flags, values Locust can send to workers.
+
+Locust monkey-patches the process that imports it, so what needs Locust's own parser
+runs in a subprocess; `harness.loadgen.settings` itself imports no Locust.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import msgpack
+import pytest
+
+from harness.loadgen.settings import OPTIONS, LoadConfigError, LoadSettings, add_options
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def parse(argv: list[str], environ: dict[str, str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    add_options(parser, environ)
+    return parser.parse_args(argv)
+
+
+def write_state(root: Path, **overrides: object) -> None:
+    root.mkdir(parents=True, exist_ok=True)
+    state = {"supervisor_pid": os.getpid(), "app_url": "http://127.0.0.1:1111",
+             "redis_url": "redis://127.0.0.1:2222/0", "stream": "stack-stream",
+             "webhook_secret": "stack-secret", "toxiproxy_url": "http://127.0.0.1:3333", **overrides}
+    (root / "state.json").write_text(json.dumps(state))
+
+
+def test_command_line_beats_environment_beats_builtin_default() -> None:
+    env = {"HARNESS_SEED": "5", "HARNESS_SKUS": "a,b", "HARNESS_FRESH_CONNECTIONS": "0",
+           "TARGET_APP_WEBHOOK_SECRET": "from-app-env"}
+    settings = LoadSettings.from_options(parse(["--harness-seed", "9", "--harness-root", ""], env))
+    assert (settings.seed, settings.skus, settings.fresh_connections) == (9, ("a", "b"), False)
+    assert settings.webhook_secret == "from-app-env"  # the app's variable still works
+    env["HARNESS_WEBHOOK_SECRET"] = "from-harness-env"
+    assert LoadSettings.from_options(parse(["--harness-root", ""], env)).webhook_secret == "from-harness-env"
+    plain = LoadSettings.from_options(parse(["--harness-root", ""], {}))
+    assert plain == LoadSettings()  # nothing given, no stack: the built-in defaults
+
+
+def test_a_running_stack_fills_what_was_not_given(tmp_path: Path) -> None:
+    write_state(tmp_path / ".harness")
+    options = parse(["--harness-root", str(tmp_path / ".harness"), "--harness-stream", "mine"], {})
+    settings = LoadSettings.from_options(options)
+    assert settings.stack_root == (tmp_path / ".harness").resolve()
+    assert (settings.redis_url, settings.webhook_secret, settings.toxiproxy_url) == (
+        "redis://127.0.0.1:2222/0", "stack-secret", "http://127.0.0.1:3333")
+    assert settings.stream == "mine"  # given beats the stack
+    assert settings.host == "http://127.0.0.1:1111"
+    assert settings.history_dir is None  # chosen once by the Locust process, not here
+
+
+def test_the_default_root_is_under_the_current_directory(tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    write_state(tmp_path / ".harness")
+    monkeypatch.chdir(tmp_path)
+    assert LoadSettings.from_options(parse([], {})).webhook_secret == "stack-secret"
+    assert LoadSettings.from_options(parse([], {"HARNESS_ROOT": ""})).webhook_secret == "dev-webhook-secret"
+
+
+def test_a_stale_state_file_is_not_a_stack(tmp_path: Path) -> None:
+    write_state(tmp_path, supervisor_pid=2**22 + 12345)  # above pid_max: never alive
+    settings = LoadSettings.from_options(parse(["--harness-root", str(tmp_path)], {}))
+    assert settings.stack_root is None and settings.redis_url is None
+
+
+def test_web_form_strings_are_converted_and_bad_values_are_one_line_errors() -> None:
+    form = {"harness_root": "", "harness_seed": "12", "harness_request_timeout": "0.5",
+            "harness_fresh_connections": "false", "harness_skus": " x , y "}
+    settings = LoadSettings.from_options(form)
+    assert (settings.seed, settings.request_timeout, settings.fresh_connections, settings.skus) == (
+        12, 0.5, False, ("x", "y"))
+    for bad in ({"harness_request_timeout": "soon"}, {"harness_request_timeout": "0"},
+                {"harness_skus": " , "}, {"harness_fresh_connections": "maybe"}):
+        with pytest.raises(LoadConfigError, match="--harness-"):
+            LoadSettings.from_options({"harness_root": "", **bad})
+    with pytest.raises(SystemExit):  # argparse reports a bad environment value itself
+        parse([], {"HARNESS_SEED": "seven"})
+
+
+def test_resolved_settings_travel_as_plain_values(tmp_path: Path) -> None:
+    write_state(tmp_path)
+    settings = LoadSettings.from_options({"harness_root": str(tmp_path), "harness_history_dir": "/r/h"})
+    options = settings.to_options()
+    assert set(options) == {spec.dest for spec in OPTIONS}
+    assert msgpack.loads(msgpack.dumps(options)) == options  # what Locust's spawn message carries
+    again = LoadSettings.from_options(options)
+    assert again == settings  # a worker reads the master's values back unchanged
+
+
+def test_locust_shows_every_option_in_the_web_ui_and_masks_the_secret() -> None:
+    code = (
+        "from locust.argument_parser import get_empty_argument_parser\n"
+        "from harness.loadgen.settings import add_options\n"
+        "parser = get_empty_argument_parser()\n"
+        "add_options(parser, {})\n"
+        "import json\n"
+        "print(json.dumps([sorted(k for k in parser.args_included_in_web_ui if k.startswith('harness_')),\n"
+        "                  sorted(parser.secret_args_included_in_web_ui)]))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO,
+                            timeout=60, check=True)
+    shown, secret = json.loads(result.stdout)
+    assert shown == sorted(spec.dest for spec in OPTIONS)
+    assert secret == ["harness_webhook_secret"]
