@@ -36,6 +36,7 @@ checks and reports; the tab shows the invariants and links report.html.
 from __future__ import annotations
 
 import json
+import logging
 import re
 import threading
 import time
@@ -68,6 +69,8 @@ SETTLE_LIMIT = 15.0  # the longest wait for late history records after a stop
 _RUN_ID = re.compile(r"^[A-Za-z0-9_.+-]{1,200}$")
 _NAME = re.compile(r"^[A-Za-z0-9_.-]{1,100}$")
 _ATTRIBUTE = "harness_chaos_tab"
+
+logger = logging.getLogger(__name__)
 
 
 # --- options ---------------------------------------------------------------------------
@@ -239,7 +242,7 @@ class ChaosTab:
         faults: list[Any] = [window.fault for window in plan.windows]
         if plan.random is not None:
             faults.extend(plan.random.faults)
-        unique = list(dict.fromkeys(faults))
+        unique = list({repr(fault): fault for fault in faults}.values())  # attributes are dicts: no hash
         return [{"index": index, "kind": fault.kind, "describe": _describe(fault), "fault": fault}
                 for index, fault in enumerate(unique)]
 
@@ -519,6 +522,9 @@ def _api(handler: Callable[..., Any]) -> Callable[..., Response]:
             return problem.response()
         except HarnessError as error:
             return Problem(502, "Harness failure", str(error)).response()
+        except Exception as error:  # noqa: BLE001 - a bug answers problem+json too, and is logged
+            logger.exception("harness chaos tab: %s %s failed", request.method, request.path)
+            return Problem(500, "Internal error", f"{type(error).__name__}: {error}").response()
         if isinstance(result, Response):
             return result
         return jsonify(result if result is not None else {"ok": True})

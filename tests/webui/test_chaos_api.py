@@ -1,0 +1,153 @@
+"""The Chaos tab's routes, driven over HTTP against a real Locust web UI and stack:
+faults by hand, errors as problem+json, a run directory per test start, the verdict."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import requests
+
+from harness.stack import RunningStack
+
+from webui_helpers import LocustWebUI, start_locust_web
+
+
+@pytest.fixture(scope="module")
+def web(stack: RunningStack, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocustWebUI]:
+    ui = start_locust_web("mixed", stack.root, tmp_path_factory.mktemp("web"))
+    try:
+        yield ui
+    finally:
+        ui.stop()
+
+
+@pytest.fixture(autouse=True)
+def healed(web: LocustWebUI) -> Iterator[None]:
+    yield
+    assert web.post("/chaos/api/heal").status_code == 200
+
+
+def state(web: LocustWebUI) -> dict:
+    response = web.get("/chaos/api/state", params={"fresh": "1"})
+    assert response.status_code == 200
+    return response.json()
+
+
+def toxics_of(document: dict, proxy: str) -> list[str]:
+    return [toxic["name"] for row in document["proxies"] if row["name"] == proxy for toxic in row["toxics"]]
+
+
+def test_the_tab_is_in_locusts_page(web: LocustWebUI) -> None:
+    page = web.get("/").text
+    assert 'data-harness-chaos="tab"' in page
+    assert '{"key": "chaos", "title": "Chaos"}' in page  # Locust's extended_tabs, in its template args
+    assert web.get("/chaos/").status_code == 200
+    assert web.get("/chaos/assets/chaos.js").status_code == 200
+
+
+def test_toxics_are_added_listed_and_removed(web: LocustWebUI) -> None:
+    added = web.post("/chaos/api/toxics", json={"proxy": "app", "type": "latency", "attributes": "latency=250 jitter=10",
+                                                 "toxicity": "0.5", "name": "slow"})
+    assert added.status_code == 200, added.text
+    assert added.json()["attributes"] == {"latency": 250, "jitter": 10}
+    document = state(web)
+    assert toxics_of(document, "app") == ["slow"]
+    assert any(fault["kind"] == "toxic" and "slow" in fault["detail"] for fault in document["faults"])
+    rows = {item["key"]: item["data"] for item in web.get("/stats/requests").json()["extended_stats"]}["chaos"]
+    assert any(row["what"] == "toxic" and row["target"] == "app" for row in rows)
+
+
+    removed = requests.delete(web.url + "/chaos/api/toxics/app/slow", timeout=10)
+    assert removed.status_code == 200, removed.text
+    again = requests.delete(web.url + "/chaos/api/toxics/app/slow", timeout=10)
+    assert again.status_code == 404 and again.headers["Content-Type"] == "application/problem+json"
+    assert toxics_of(state(web), "app") == []
+
+
+@pytest.mark.parametrize(("body", "status"), [
+    ({"proxy": "nope", "type": "latency"}, 404),
+    ({"proxy": "app", "type": "no_such_toxic"}, 400),
+    ({"proxy": "app", "type": "latency", "attributes": "latency=fast"}, 400),
+    ({"proxy": "app", "type": "latency", "toxicity": "2"}, 400),
+    ({"proxy": "../x", "type": "latency"}, 400),
+])
+def test_bad_requests_are_problems(web: LocustWebUI, body: dict, status: int) -> None:
+    response = web.post("/chaos/api/toxics", json=body)
+    assert response.status_code == status
+    assert response.headers["Content-Type"] == "application/problem+json"
+    problem = response.json()
+    assert problem["status"] == status and problem["title"] and problem["detail"]
+
+
+def test_proxy_and_process_faults(web: LocustWebUI) -> None:
+    assert web.post("/chaos/api/proxies/redis/disable").status_code == 200
+    assert [row["enabled"] for row in state(web)["proxies"] if row["name"] == "redis"] == [False]
+    assert web.post("/chaos/api/proxies/redis/enable").status_code == 200
+    assert web.post("/chaos/api/services/consumer-1/pause").status_code == 200
+    services = {row["name"]: row["status"] for row in state(web)["services"]}
+    assert services["consumer-1"] == "paused"
+    assert web.post("/chaos/api/services/consumer-1/resume").status_code == 200
+    assert {row["name"]: row["status"] for row in state(web)["services"]}["consumer-1"] == "running"
+    bad = web.post("/chaos/api/services/consumer-1/explode")
+    assert bad.status_code == 400 and bad.headers["Content-Type"] == "application/problem+json"
+
+
+def test_plan_faults(web: LocustWebUI) -> None:
+    faults = web.get("/chaos/api/plans/flaky-network").json()
+    assert faults and faults[0]["kind"] == "toxic" and "latency" in faults[0]["describe"]
+    assert web.post("/chaos/api/plans/flaky-network/faults/0").status_code == 200
+    assert toxics_of(state(web), "app") == ["plan_flaky_network_0"]
+    again = web.post("/chaos/api/plans/flaky-network/faults/0")
+    assert again.status_code == 409 and again.headers["Content-Type"] == "application/problem+json"
+    assert web.post("/chaos/api/heal").status_code == 200
+    applied = web.post("/chaos/api/plans/flaky-network/toxics").json()["applied"]
+    toxic_faults = [fault for fault in faults if fault["kind"] == "toxic"]
+    assert len(applied) == len(toxic_faults)
+    document = state(web)
+    assert len(toxics_of(document, "app") + toxics_of(document, "redis")) == len(toxic_faults)
+    assert web.get("/chaos/api/plans/no-such-plan").status_code == 404
+
+
+def test_reports_are_served_only_from_run_directories(web: LocustWebUI) -> None:
+    for path in ("/chaos/runs/nothing/report.html", "/chaos/runs/..%2F..%2Fetc/passwd",
+                 "/chaos/runs/x/state.json"):
+        assert web.get(path).status_code == 404, path
+
+
+def test_each_start_gets_a_run_directory_and_stop_a_verdict(web: LocustWebUI, stack: RunningStack) -> None:
+    if state(web)["run"] is None:
+        refused = web.post("/chaos/api/check")
+        assert refused.status_code == 409 and refused.headers["Content-Type"] == "application/problem+json"
+    run_ids = []
+    for _ in range(2):
+        started = web.post("/swarm", data={"user_count": "4", "spawn_rate": "4", "host": stack.state["app_url"]})
+        assert started.status_code == 200 and started.json()["success"], started.text
+        run = state(web)["run"]
+        run_ids.append(run["id"])
+        time.sleep(2)
+        assert web.post("/chaos/api/toxics", json={"proxy": "app", "type": "latency",
+                                                   "attributes": {"latency": 100}, "toxicity": 0.3}).status_code == 200
+        time.sleep(3)
+        busy = web.post("/chaos/api/check")
+        assert busy.status_code == 409  # the test is running
+        assert web.post("/stop").json()["success"]
+        verdict = web.wait_verdict()
+        assert verdict["status"] == "done", verdict
+        assert verdict["verdict"] in ("pass", "inconclusive"), verdict
+        assert verdict["report_url"].endswith(f"/chaos/runs/{run['id']}/report.html")
+        assert web.get(verdict["report_url"]).status_code == 200
+    assert run_ids[0] != run_ids[1]
+    for run_id in run_ids:
+        run_dir = web.runs / run_id
+        settings = json.loads((run_dir / "settings.json").read_text())
+        assert settings["scenario"] == "mixed" and settings["scope"] == {"baseline": "baseline.ndjson"}
+        assert list((run_dir / "histories").glob("*.jsonl")), run_id
+        faults = [json.loads(line) for line in (run_dir / "faults.jsonl").read_text().splitlines()]
+        assert [(fault["kind"], fault["target"]) for fault in faults] == [("toxic", "app")]
+        assert faults[0]["end"] >= faults[0]["start"]
+    assert state(web)["faults"] == []
+

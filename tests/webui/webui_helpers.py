@@ -1,0 +1,110 @@
+"""Helpers of the web UI tests: a Locust web UI on a free loopback port against a
+test stack, the harness CLI, and Debian's Chromium for the browser test."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+
+from harness.ports import free_port
+
+REPO = Path(__file__).resolve().parents[2]
+LOCUST = Path(sys.executable).with_name("locust")
+CHROMIUM_CANDIDATES = ("/usr/bin/chromium", "chromium", "chromium-browser")
+CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    """The caller's environment without HARNESS_* / TARGET_APP_* settings leaking in."""
+    env = {key: value for key, value in os.environ.items() if not key.startswith(("TARGET_APP_", "HARNESS_"))}
+    env.update(extra)
+    return env
+
+
+def harness(*args: str, cwd: Path, timeout: float = 180) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "harness.cli", *args], cwd=cwd, env=clean_env(),
+                          capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+
+
+@dataclass
+class LocustWebUI:
+    """`locust -f locustfiles/SCENARIO.py` with its web UI, standalone, on loopback."""
+
+    process: subprocess.Popen[bytes]
+    url: str
+    log: Path
+    runs: Path
+
+    def get(self, path: str, **kwargs: Any) -> requests.Response:
+        return requests.get(self.url + path, timeout=10, **kwargs)
+
+    def post(self, path: str, **kwargs: Any) -> requests.Response:
+        return requests.post(self.url + path, timeout=10, **kwargs)
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait(timeout=5)
+
+    def wait_verdict(self, timeout: float = 90.0) -> dict[str, Any]:
+        """The verdict once the tab is done checking (bounded)."""
+        deadline = time.monotonic() + timeout
+        verdict: dict[str, Any] = {}
+        while time.monotonic() < deadline:
+            verdict = self.get("/chaos/api/state").json()["verdict"]
+            if verdict["status"] in ("done", "error"):
+                return verdict
+            time.sleep(0.5)
+        raise AssertionError(f"no verdict within {timeout:.0f}s: {verdict}\n{self.log.read_text()[-3000:]}")
+
+
+def start_locust_web(scenario: str, stack_root: Path, workdir: Path) -> LocustWebUI:
+    port = free_port()
+    log = workdir / f"locust-{port}.log"
+    runs = workdir / "runs"
+    argv = [str(LOCUST), "-f", str(REPO / "locustfiles" / f"{scenario}.py"), "--web-host", "127.0.0.1",
+            "--web-port", str(port), "--harness-root", str(stack_root), "--chaos-runs-dir", str(runs),
+            "--chaos-plans-dir", str(REPO / "plans"), "--chaos-drain-timeout", "20"]
+    with open(log, "wb") as out:
+        process = subprocess.Popen(argv, cwd=workdir, env=clean_env(), stdout=out, stderr=subprocess.STDOUT,
+                                   stdin=subprocess.DEVNULL, start_new_session=True)
+    web = LocustWebUI(process, f"http://127.0.0.1:{port}", log, runs)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise AssertionError(f"locust exited with {process.returncode}:\n{log.read_text()[-3000:]}")
+        try:
+            if web.get("/chaos/api/state").status_code == 200:
+                return web
+        except requests.RequestException:
+            pass
+        time.sleep(0.2)
+    web.stop()
+    raise AssertionError(f"the Locust web UI did not answer within 30 s:\n{log.read_text()[-3000:]}")
+
+
+def chromium_path() -> str:
+    """Debian's Chromium, or a failed test that says how to install it."""
+    for candidate in CHROMIUM_CANDIDATES:
+        found = shutil.which(candidate)
+        if found:
+            return found
+    pytest.fail("chromium is not installed: the web UI test drives Debian's Chromium. "
+                "Install it with `apt-get install chromium` (scripts/setup.sh does it), "
+                "or run `make test` after scripts/setup.sh.")
+    raise AssertionError("unreachable")
