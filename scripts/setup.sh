@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what the harness needs on a fresh Debian/Ubuntu machine, and nothing
-# that is already there: redis-server from the distribution's packages, and this
-# project with its dev extra in ./.venv.
+# that is already there: redis-server and chromium (for the web UI test) from the
+# distribution's packages, and this project with its dev extra in ./.venv.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -21,6 +21,19 @@ if ! command -v redis-server >/dev/null 2>&1; then
         as_root service redis-server stop >/dev/null 2>&1 || true
     else
         echo "setup: redis-server is missing and apt-get is not available; install Redis 7 yourself" >&2
+        exit 2
+    fi
+fi
+
+# The web UI test drives a real headless Chromium: Debian's, never a browser that
+# Playwright would download.
+if ! command -v chromium >/dev/null 2>&1; then
+    if command -v apt-get >/dev/null 2>&1; then
+        echo "setup: installing chromium from Debian's packages" >&2
+        as_root apt-get update -qq
+        as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+    else
+        echo "setup: chromium is missing and apt-get is not available; install Chromium yourself" >&2
         exit 2
     fi
 fi

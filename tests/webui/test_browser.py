@@ -115,3 +115,14 @@ def test_missing_chromium_fails_with_the_install_command(monkeypatch: pytest.Mon
     monkeypatch.setattr(webui_helpers.shutil, "which", lambda name: None)
     with pytest.raises(pytest.fail.Exception, match="apt-get install chromium"):
         chromium_path()
+
+
+def test_setup_installs_chromium_and_playwright() -> None:
+    """`make test` on a fresh machine: scripts/setup.sh installs Debian's chromium when
+    it is missing, and the dev extra brings Playwright (which never downloads a browser here)."""
+    from webui_helpers import REPO
+
+    setup = (REPO / "scripts" / "setup.sh").read_text()
+    assert "command -v chromium" in setup and "apt-get install -y -qq chromium" in setup
+    assert "playwright install" not in setup
+    assert '"playwright>=' in (REPO / "pyproject.toml").read_text()

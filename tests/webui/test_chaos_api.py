@@ -151,3 +151,23 @@ def test_each_start_gets_a_run_directory_and_stop_a_verdict(web: LocustWebUI, st
         assert faults[0]["end"] >= faults[0]["start"]
     assert state(web)["faults"] == []
 
+
+
+def test_a_master_judges_its_workers_swarm(stack: RunningStack, tmp_path: Path) -> None:
+    """On a master the tab is the master's: the workers (separate processes, over TCP)
+    record into the run directory the master began, through Locust's messaging."""
+    master = start_locust_web("mixed", stack.root, tmp_path, workers=2)
+    try:
+        started = master.post("/swarm", data={"user_count": "6", "spawn_rate": "6",
+                                              "host": stack.state["app_url"]})
+        assert started.status_code == 200 and started.json()["success"], started.text
+        run_id = master.get("/chaos/api/state").json()["run"]["id"]
+        time.sleep(8)
+        assert master.post("/stop").json()["success"]
+        verdict = master.wait_verdict()
+        assert verdict["status"] == "done" and verdict["verdict"] in ("pass", "inconclusive"), verdict
+        histories = sorted((master.runs / run_id / "histories").glob("*.jsonl"))
+        assert len(histories) == 2, histories  # one file per worker, written by the master
+        assert verdict["counts"]["operations"] > 0
+    finally:
+        master.stop()

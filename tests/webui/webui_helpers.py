@@ -45,6 +45,7 @@ class LocustWebUI:
     url: str
     log: Path
     runs: Path
+    workers: tuple[subprocess.Popen[bytes], ...] = ()
 
     def get(self, path: str, **kwargs: Any) -> requests.Response:
         return requests.get(self.url + path, timeout=10, **kwargs)
@@ -53,13 +54,15 @@ class LocustWebUI:
         return requests.post(self.url + path, timeout=10, **kwargs)
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
+        for process in (self.process, *self.workers):
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+        for process in (self.process, *self.workers):
             try:
-                self.process.wait(timeout=20)
+                process.wait(timeout=30)
             except subprocess.TimeoutExpired:
-                os.killpg(self.process.pid, signal.SIGKILL)
-                self.process.wait(timeout=5)
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait(timeout=5)
 
     def wait_verdict(self, timeout: float = 90.0) -> dict[str, Any]:
         """The verdict once the tab is done checking (bounded)."""
@@ -73,23 +76,37 @@ class LocustWebUI:
         raise AssertionError(f"no verdict within {timeout:.0f}s: {verdict}\n{self.log.read_text()[-3000:]}")
 
 
-def start_locust_web(scenario: str, stack_root: Path, workdir: Path) -> LocustWebUI:
+def start_locust_web(scenario: str, stack_root: Path, workdir: Path, *, workers: int = 0) -> LocustWebUI:
+    """Standalone, or with `workers` > 0 a master and that many `locust --worker`
+    processes talking over TCP on loopback (as workers on other machines would)."""
     port = free_port()
     log = workdir / f"locust-{port}.log"
     runs = workdir / "runs"
-    argv = [str(LOCUST), "-f", str(REPO / "locustfiles" / f"{scenario}.py"), "--web-host", "127.0.0.1",
+    locustfile = str(REPO / "locustfiles" / f"{scenario}.py")
+    argv = [str(LOCUST), "-f", locustfile, "--web-host", "127.0.0.1",
             "--web-port", str(port), "--harness-root", str(stack_root), "--chaos-runs-dir", str(runs),
             "--chaos-plans-dir", str(REPO / "plans"), "--chaos-drain-timeout", "20"]
-    with open(log, "wb") as out:
-        process = subprocess.Popen(argv, cwd=workdir, env=clean_env(), stdout=out, stderr=subprocess.STDOUT,
-                                   stdin=subprocess.DEVNULL, start_new_session=True)
-    web = LocustWebUI(process, f"http://127.0.0.1:{port}", log, runs)
+    master_port = free_port() if workers else 0
+    if workers:
+        argv += ["--master", "--master-bind-host", "127.0.0.1", "--master-bind-port", str(master_port)]
+
+    def spawn(command: list[str], path: Path) -> subprocess.Popen[bytes]:
+        with open(path, "wb") as out:
+            return subprocess.Popen(command, cwd=workdir, env=clean_env(), stdout=out, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL, start_new_session=True)
+
+    process = spawn(argv, log)
+    started = tuple(spawn([str(LOCUST), "-f", locustfile, "--worker", "--master-host", "127.0.0.1",
+                           "--master-port", str(master_port)], workdir / f"worker-{index}.log")
+                    for index in range(workers))
+    web = LocustWebUI(process, f"http://127.0.0.1:{port}", log, runs, started)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         if process.poll() is not None:
             raise AssertionError(f"locust exited with {process.returncode}:\n{log.read_text()[-3000:]}")
         try:
-            if web.get("/chaos/api/state").status_code == 200:
+            if web.get("/chaos/api/state").status_code == 200 and \
+                    (not workers or web.get("/worker-count").json().get("worker_count") == workers):
                 return web
         except requests.RequestException:
             pass
