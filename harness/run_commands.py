@@ -107,6 +107,10 @@ def add_parsers(subparsers: argparse._SubParsersAction) -> None:
                               help="with --stack: state directory of the stack (default .harness)")
     check_parser.add_argument("--drain-timeout", type=duration, default=30.0,
                               help="with --stack: how long the consumers may take to drain (default 30s)")
+    check_parser.add_argument("--whole-state", action="store_true",
+                              help="with --stack, for a swarm never begun (no baseline): judge the stack's "
+                                   "whole state as the swarm's; right only on a stack that served nothing else")
+    check_parser.add_argument("--scenario", choices=SCENARIOS, help="with --whole-state: the swarm's scenario")
     check_parser.set_defaults(handler=handle_check)
 
     swarm_parser = subparsers.add_parser(
@@ -200,7 +204,7 @@ def handle_check(args: argparse.Namespace) -> int:
 
 def _check_stack(args: argparse.Namespace) -> int:
     from harness.stack import open_stack
-    from harness.webui.session import current_swarm, finish_swarm
+    from harness.webui.session import adopt_swarm, current_swarm, finish_swarm
 
     stack = open_stack(args.root)
     if stack is None:
@@ -211,6 +215,10 @@ def _check_stack(args: argparse.Namespace) -> int:
                            "run `harness swarm begin SCENARIO` before the load")
     if not Path(run_dir).is_dir():
         raise HarnessError(f"{run_dir} is not a run directory")
+    if args.whole_state:
+        if args.scenario is None or args.run_dir is None:
+            raise HarnessError("check --stack --whole-state needs the swarm's directory and --scenario")
+        run_dir = adopt_swarm(stack, Path(run_dir), args.scenario)
     outcome = finish_swarm(stack, Path(run_dir), drain_timeout=args.drain_timeout)
     print(outcome.summary)
     return outcome.exit_code
@@ -230,8 +238,8 @@ def handle_swarm_begin(args: argparse.Namespace) -> int:
     histories = (run_dir / "histories").resolve()
     print(f"swarm begun: {run_dir} (baseline saved)")
     print("run the load, recording into its histories/, e.g.:")
-    print(f"  HARNESS_HISTORY_DIR={histories} locust -f locustfiles/{args.scenario}.py "
-          f"--host {stack.state['app_url']}")
+    root = "" if args.root == Path(".harness") else f" --harness-root {args.root}"
+    print(f"  locust -f locustfiles/{args.scenario}.py --harness-history-dir {histories}{root}")
     print("then judge it (heal, drain, export, check, report):")
     print(f"  harness check --stack{'' if args.root == Path('.harness') else f' --root {args.root}'}")
     return 0

@@ -15,7 +15,9 @@ needs what the runner does around its load, in the same order:
    runner's own heal → drain → quiesce → export → final reads → check → report.
 
 Without step 1 there is no baseline: the whole state of a reused stack would be
-judged as the swarm's, so `finish_swarm` refuses a directory without settings.json.
+judged as the swarm's, so `finish_swarm` refuses a directory without settings.json,
+unless `adopt_swarm` wrote one on purpose (`--whole-state`: the stack served
+nothing but this swarm).
 """
 
 from __future__ import annotations
@@ -88,6 +90,32 @@ def begin_swarm(stack: RunningStack, runs_root: Path, scenario: str, *, plan: Pa
     return run_dir
 
 
+def adopt_swarm(stack: RunningStack, run_dir: Path, scenario: str, *,
+                min_acknowledged: int = DEFAULT_MIN_ACKNOWLEDGED) -> Path:
+    """Give a swarm that was never begun (e.g. the `runs/swarm-<time>-<pid>/histories`
+    a locustfile records into by default) the settings.json of a run, without a baseline:
+    the stack's whole state is judged as the swarm's. Right only on a stack that served
+    nothing before the swarm (a fresh `harness up`); returns the run directory."""
+    if scenario not in SCENARIOS:
+        raise HarnessError(f"unknown scenario {scenario!r}; choose one of {', '.join(SCENARIOS)}")
+    run_dir = Path(run_dir)
+    if run_dir.name == "histories" and not (run_dir / "histories").is_dir():
+        run_dir = run_dir.parent  # given the histories directory itself
+    if (run_dir / "settings.json").is_file():
+        raise HarnessError(f"{run_dir} already has settings.json; judge it without --whole-state")
+    if not (run_dir / "histories").is_dir():
+        raise HarnessError(f"{run_dir} has no histories/ directory")
+    state = stack.state
+    settings = {
+        "run_id": run_dir.name, "scenario": scenario, "mode": "swarm", "whole_state": True,
+        "unsafe_disable": list(state.get("unsafe_disable") or []),
+        "promised_paths": promised_paths(scenario, None), "min_acknowledged": min_acknowledged,
+        "stack": {key: value for key, value in state.items() if key not in ("webhook_secret", "internal_token")},
+    }
+    (run_dir / "settings.json").write_text(json.dumps(settings, indent=2) + "\n")
+    return run_dir
+
+
 def finish_swarm(stack: RunningStack, run_dir: Path, *, drain_timeout: float = 30.0) -> RunOutcome:
     """Heal, drain, quiesce, export, final reads, check and report a swarm's directory."""
     run_dir = Path(run_dir)
@@ -95,7 +123,8 @@ def finish_swarm(stack: RunningStack, run_dir: Path, *, drain_timeout: float = 3
     if not settings_path.is_file():
         raise HarnessError(
             f"{run_dir} has no settings.json: begin the swarm with `harness swarm begin SCENARIO` "
-            "before the load, so its baseline is saved")
+            "before the load, so its baseline is saved (or, on a stack that served nothing before "
+            "the swarm, judge its whole state: --whole-state --scenario SCENARIO)")
     try:
         settings = json.loads(settings_path.read_text())
     except ValueError as error:

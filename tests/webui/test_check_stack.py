@@ -81,3 +81,29 @@ def test_check_stack_needs_a_running_stack(tmp_path: Path) -> None:
     assert checked.returncode == 2 and "no stack is running" in checked.stderr
     plain = harness("check", cwd=tmp_path)
     assert plain.returncode == 2 and "--stack" in plain.stderr
+
+
+def test_whole_state_judges_a_swarm_that_was_never_begun(tmp_path: Path) -> None:
+    """A locustfile run by hand against a fresh `harness up` records into
+    runs/swarm-<time>-<pid>/histories by itself; --whole-state judges it without a baseline."""
+    from harness.stack import StackSettings, start_stack
+
+    fresh = start_stack(StackSettings(root=tmp_path / ".harness", app_workers=2, consumers=1))
+    try:
+        completed = subprocess.run(
+            [str(LOCUST), "-f", str(REPO / "locustfiles" / "timeout_replay.py"), "--headless", "-u", "6",
+             "-r", "6", "-t", "6s", "--harness-root", str(fresh.root)],
+            cwd=tmp_path, env=clean_env(), capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+        assert completed.returncode in (0, 1), completed.stderr[-3000:]
+        [histories] = list((tmp_path / "runs").glob("swarm-*/histories"))
+        refused = harness("check", "--stack", str(histories.parent), "--root", str(fresh.root), cwd=tmp_path)
+        assert refused.returncode == 2 and "--whole-state" in refused.stderr
+        checked = harness("check", "--stack", str(histories), "--whole-state", "--scenario", "timeout_replay",
+                          "--root", str(fresh.root), cwd=tmp_path)
+        assert checked.returncode == 0, checked.stdout + checked.stderr
+        settings = json.loads((histories.parent / "settings.json").read_text())
+        assert settings["whole_state"] is True and "scope" not in settings
+        for name in RUN_FILES[2:]:
+            assert (histories.parent / name).is_file(), name
+    finally:
+        fresh.down()
