@@ -867,23 +867,41 @@ def tenant_isolation(export: ExportState, index: HistoryIndex, findings: Finding
 
 
 def no_parked_payment(export: ExportState, index: HistoryIndex, findings: Findings) -> None:
-    """A valid payment message in the dead-letter stream whose payment the order does not hold."""
+    """A valid payment message in the dead-letter stream that was never handled, or
+    whose payment the order does not hold.
+
+    A valid message is parked only by a consumer that gave up on it; with the
+    scenario's own duplicates another copy may still pay the order, which hides the
+    loss from the payment check, so a valid message that never took effect under its
+    own id is a violation on its own.
+    """
     name = "no_parked_payment"
     for message_id, order_id, provider_ref, reason in export.valid_dead_letters:
         findings.checked[name] += 1
-        if order_id is None or provider_ref is None or export.holds(order_id, provider_ref):
+        handled = message_id in export.effects
+        held_payment = order_id is not None and provider_ref is not None and export.holds(
+            order_id, provider_ref)
+        if held_payment and handled:
+            continue
+        if order_id is None or provider_ref is None:
             continue
         acknowledged = message_id in index.ok_messages
         row = export.orders.get(order_id)
         held = [payment[P_REF] for payment in export.payments.get(order_id, ())]
-        what = ("a lost payment: the publish was acknowledged (ok)" if acknowledged
-                else "a parked payment")
+        if not held_payment:
+            what = ("a lost payment: the publish was acknowledged (ok)" if acknowledged
+                    else "a parked payment")
+            message = (f"valid message {message_id} ({provider_ref} for order {order_id}) was "
+                       f"dead-lettered ({reason}) and the order holds {', '.join(held) or 'no payment'}: {what}")
+        else:
+            message = (f"valid message {message_id} ({provider_ref} for order {order_id}) was "
+                       f"dead-lettered ({reason}) without ever being handled; only another copy "
+                       f"of the payment paid the order")
         findings.add(Finding(
-            name, f"valid message {message_id} ({provider_ref} for order {order_id}) was dead-lettered "
-                  f"({reason}) and the order holds {', '.join(held) or 'no payment'}: {what}",
+            name, message,
             order_ids=(order_id,), message_id=message_id, provider_ref=provider_ref,
             details={"message_id": message_id, "provider_ref": provider_ref, "reason": reason,
-                     "acknowledged": acknowledged, "held": held,
+                     "acknowledged": acknowledged, "held": held, "handled": handled,
                      "order_exported": row is not None}))
 
 

@@ -216,6 +216,7 @@ def test_a_pay_of_another_tenants_order_fails_even_without_an_expectation() -> N
 def test_dead_letters_that_park_nothing_pass_and_are_listed() -> None:
     run = answered_run()
     run.publish("o1", "pr1", "m1")
+    run.effect("m1", "o1", "pr1", "already_paid")  # handled once, then parked on a redelivery
     run.dead_letter("m1", valid=True, order_id="o1", provider_ref="pr1")  # the order holds it
     run.dead_letter("junk", valid=False, reason="no message_id")
     run.dead_letter("m-old")  # an export without the new fields
@@ -241,6 +242,17 @@ def test_an_acknowledged_payment_in_the_dead_letter_stream_is_lost() -> None:
     assert violation.details["acknowledged"] is True
     assert "lost payment" in violation.message and "delivered 1 times" in violation.message
     assert [op["op"] for op in violation.evidence["operations"]][-1] == "publish"
+
+
+def test_a_valid_message_parked_unhandled_fails_even_when_another_copy_paid_the_order() -> None:
+    run = answered_run()  # pr1 is held (paid through the API)
+    run.publish("o1", "pr1", "m1", "ok")
+    run.dead_letter("m1", valid=True, order_id="o1", provider_ref="pr1", reason="delivered 2 times")
+    result = run.check()
+    assert failed(result) == {"no_parked_payment"}
+    violation = result.invariant("no_parked_payment").violations[0]
+    assert violation.details["handled"] is False and violation.details["held"] == ["pr1"]
+    assert "without ever being handled" in violation.message
 
 
 def test_a_parked_payment_whose_publish_was_indeterminate_is_reported_too() -> None:
