@@ -336,6 +336,8 @@ def _install_worker(environment: Environment, process: LoadProcess) -> None:
         elif forwarder.unacknowledged:
             logger.warning("harness: quitting with %d history records not acknowledged by the master",
                            forwarder.unacknowledged)
+        logger.info("harness: %d history records sent to the master, %d acknowledged",
+                    forwarder.records_sent, forwarder.records_acked)
 
     runner.register_message(ACK_MESSAGE, on_ack)
     runner.register_message(FINISH_MESSAGE, on_finish)
