@@ -248,9 +248,20 @@ class ChaosTab:
 
     # actions (each invalidates the cached snapshot)
 
+    @property
+    def checking(self) -> bool:
+        return self._finisher is not None and not self._finisher.dead
+
+    def _not_while_checking(self) -> None:
+        # The check heals, drains and reads the state with the consumers paused: a fault
+        # (or a resume) in the middle would change what it reads.
+        if self.checking:
+            raise Problem(409, "Check in progress", "the run is being checked; wait for its verdict")
+
     def add_toxic(self, proxy: str, toxic_type: str, *, stream: str = "downstream",
                   attributes: Mapping[str, Any] | None = None, toxicity: float = 1.0,
                   name: str | None = None) -> dict[str, Any]:
+        self._not_while_checking()
         _check_name(proxy, "proxy")
         if name:
             _check_name(name, "toxic name")
@@ -272,6 +283,7 @@ class ChaosTab:
                 "toxicity": info.toxicity, "attributes": dict(info.attributes)}
 
     def remove_toxic(self, proxy: str, name: str) -> None:
+        self._not_while_checking()
         _check_name(proxy, "proxy")
         _check_name(name, "toxic name")
         try:
@@ -281,6 +293,7 @@ class ChaosTab:
         self._ended(f"toxic:{proxy}:{name}")
 
     def set_proxy(self, proxy: str, enabled: bool) -> None:
+        self._not_while_checking()
         _check_name(proxy, "proxy")
         nemesis = self.stack().nemesis()
         try:
@@ -298,6 +311,7 @@ class ChaosTab:
                               "stream": None, "attributes": None, "toxicity": None, "action": None})
 
     def service_action(self, service: str, action: str) -> None:
+        self._not_while_checking()
         _check_name(service, "service")
         if action not in SERVICE_ACTIONS:
             raise Problem(400, "Unknown action", f"action must be one of {', '.join(SERVICE_ACTIONS)}")
@@ -332,6 +346,7 @@ class ChaosTab:
         return {"applied": _describe(fault)}
 
     def heal(self) -> None:
+        self._not_while_checking()
         stack = self.stack()
         try:
             heal_everything(stack.nemesis(), stack)
@@ -363,7 +378,7 @@ class ChaosTab:
     def prepare_run(self) -> None:
         """A new run directory with its baseline, before the test starts; raises Problem
         while the previous run is still being checked (its consumers are paused)."""
-        if self._finisher is not None and not self._finisher.dead:
+        if self.checking:
             raise Problem(409, "Check in progress", "the previous run is still being checked; "
                                                     "start again when the Chaos tab shows its verdict")
         runner = self.environment.runner
@@ -413,7 +428,7 @@ class ChaosTab:
         if runner is not None and runner.state in (STATE_RUNNING, STATE_SPAWNING):
             raise Problem(409, "Test running", "stop the test first: a check heals every fault and "
                                                "pauses the consumers")
-        if self._finisher is not None and not self._finisher.dead:
+        if self.checking:
             return
         self.verdict = {"status": "checking", "run_id": self.run_dir.name,
                         "message": "settling histories, healing, draining, exporting, checking"}
@@ -504,7 +519,7 @@ def _settle(histories: Path) -> None:
     previous = None
     while time.monotonic() < deadline:
         sizes = tuple(sorted((path.name, path.stat().st_size) for path in histories.glob("*.jsonl")))
-        if sizes and sizes == previous:
+        if sizes == previous:  # no file at all twice in a row: nothing was recorded
             return
         previous = sizes
         gevent.sleep(SETTLE_POLL)
