@@ -33,15 +33,15 @@ from __future__ import annotations
 import random
 import re
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from harness.durations import parse_duration
 from harness.errors import HarnessError
+from harness.fieldcheck import FieldChecker
 
 METHODS = ("POST", "PUT", "PATCH", "DELETE")
 # Default expected answers per profile. The IETF draft's Error Scenarios give 400 for
@@ -332,43 +332,16 @@ def _mutable_field(body: Any) -> bool:
     return isinstance(body, str) and bool(_GENERATOR.match(body)) and body != "{key}"
 
 
-class _Where:
+class _Where(FieldChecker):
     """Field checks that raise ProbeConfigError with the source and the field's path."""
 
     def __init__(self, source: str) -> None:
-        self.source = source
-
-    def error(self, path: str, message: str) -> ProbeConfigError:
-        return ProbeConfigError(f"{self.source}: {path}: {message}")
-
-    def mapping(self, raw: Any, path: str, *, required: Sequence[str] = (),
-                optional: Sequence[str] = ()) -> dict[str, Any]:
-        if not isinstance(raw, dict):
-            raise self.error(path, "must be a mapping")
-        unknown = sorted(str(key) for key in raw if key not in required and key not in optional)
-        if unknown:
-            raise self.error(path, f"unknown key(s) {', '.join(unknown)} "
-                                   f"(allowed: {', '.join([*required, *optional])})")
-        missing = [key for key in required if key not in raw]
-        if missing:
-            raise self.error(path, f"missing {', '.join(missing)}")
-        return raw
-
-    def integer(self, raw: Any, path: str, *, minimum: int = 0) -> int:
-        if isinstance(raw, bool) or not isinstance(raw, int) or raw < minimum:
-            raise self.error(path, f"must be an integer >= {minimum}, not {raw!r}")
-        return raw
+        super().__init__(source, ProbeConfigError)
 
     def status(self, raw: Any, path: str) -> int:
         if isinstance(raw, bool) or not isinstance(raw, int) or not 100 <= raw <= 599:
             raise self.error(path, f"must be an HTTP status code, not {raw!r}")
         return raw
-
-    def duration(self, raw: Any, path: str) -> float:
-        try:
-            return parse_duration(raw)
-        except (ValueError, TypeError) as error:
-            raise self.error(path, str(error)) from None
 
     def url_path(self, raw: Any, path: str) -> str:
         if not isinstance(raw, str) or not raw.startswith("/") or any(c.isspace() for c in raw):
