@@ -245,15 +245,18 @@ class _Where(FieldChecker):
 
 # --- the schedule -------------------------------------------------------------------
 
-def schedule(plan: Plan, duration: float) -> list[FaultWindow]:
+def schedule(plan: Plan, duration: float, *, run_seed: int | None = None) -> list[FaultWindow]:
     """The windows of a run of `duration` seconds, sorted by start; deterministic.
 
+    `run_seed` (the run's `--seed`) is mixed into the random nemesis's own seed, so
+    runs with different seeds meet different random faults while one (plan, seed)
+    pair always gives the same schedule; the explicit windows never move.
     Windows that start at or after the end are dropped; one that would outlast the
     run is cut at its end, so every fault is healed while the load still runs.
     """
     windows = [w for w in plan.windows]
     if plan.random is not None:
-        windows.extend(_random_windows(plan.random, duration))
+        windows.extend(_random_windows(plan.random, duration, run_seed))
     result = []
     for window in windows:
         if window.at >= duration:
@@ -263,8 +266,8 @@ def schedule(plan: Plan, duration: float) -> list[FaultWindow]:
     return sorted(result, key=lambda w: (w.at, w.name))
 
 
-def _random_windows(spec: RandomNemesis, duration: float) -> list[FaultWindow]:
-    rng = random.Random(spec.seed)
+def _random_windows(spec: RandomNemesis, duration: float, run_seed: int | None) -> list[FaultWindow]:
+    rng = random.Random(spec.seed if run_seed is None else f"{spec.seed}:{run_seed}")
     windows = []
     at = spec.start
     index = 0

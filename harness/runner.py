@@ -186,7 +186,7 @@ def _run_in(spec: RunSpec, run_id: str, run_dir: Path, plan: Plan | None, guard:
 
         nemesis = stack.nemesis(recorder=guard)  # this stack's proxies; faults on the guard's lease
         heal_everything(nemesis, stack)
-        windows = schedule(plan, spec.duration) if plan is not None else []
+        windows = schedule(plan, spec.duration, run_seed=spec.seed) if plan is not None else []
         runner = NemesisRunner(nemesis, guard.processes_of(stack), run_dir / "faults.jsonl")
         if spec.scale_workers:
             from harness.compose import ComposeLocust

@@ -52,3 +52,14 @@ def test_a_control_passes_the_smoke_only_when_its_own_invariant_caught_it() -> N
 def test_a_correct_run_must_be_conclusive() -> None:
     assert _step(EXIT_OK, [], expect_violation=False, invariant=None).passed
     assert not _step(EXIT_INCONCLUSIVE, [], expect_violation=False, invariant=None).passed
+
+
+def test_the_runs_seed_moves_the_random_faults_but_not_the_fixed_windows() -> None:
+    from harness.faults import schedule
+
+    plan = load_plan(PLANS / "chaos.yaml")
+    first = schedule(plan, 30.0, run_seed=1)
+    assert first == schedule(plan, 30.0, run_seed=1)  # same seed, same schedule
+    assert first != schedule(plan, 30.0, run_seed=2)
+    fixed = load_plan(PLANS / "redis-kills.yaml")
+    assert schedule(fixed, 8.0, run_seed=1) == schedule(fixed, 8.0, run_seed=2) == schedule(fixed, 8.0)
