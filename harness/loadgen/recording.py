@@ -113,7 +113,8 @@ class LoadProcess:
     def configure(self, settings: LoadSettings) -> None:
         """New settings for the next test (only between tests: users read them at start)."""
         if settings != self.settings:
-            self.close()
+            # Not an end of test: a worker sends no final batch for this.
+            self.close(final=False)
             if self._redis is not None:
                 self._redis.close()
                 self._redis = None
@@ -136,7 +137,7 @@ class LoadProcess:
         """Was a toxic active on the app proxy as this request's connection opened?"""
         return None if self.toxic_watch is None else self.toxic_watch.faulted
 
-    def close(self) -> None:
+    def close(self, *, final: bool = True) -> None:
         """End of a test: the history closed (a worker: the final batch sent, not awaited)."""
         if self._flusher is not None:
             self._flusher.kill(block=False)
@@ -145,7 +146,10 @@ class LoadProcess:
             self.writer.close()
             self.writer = None
         if self.forwarder is not None and self.settings.history_dir:
-            self.forwarder.finish()
+            if final:
+                self.forwarder.finish()
+            else:
+                self.forwarder.flush()
         if self.toxic_watch is not None:
             self.toxic_watch.stop()
             self.toxic_watch = None
