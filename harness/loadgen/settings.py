@@ -151,7 +151,7 @@ class LoadSettings:
     history_dir: Path | None = None
     redis_url: str | None = None
     stream: str = DEFAULT_STREAM
-    webhook_secret: str = DEFAULT_SECRET
+    webhook_secret: str = field(default=DEFAULT_SECRET, repr=False)  # never in a log line
     seed: int = 0
     fresh_connections: bool = True
     request_timeout: float = 2.0
