@@ -3,7 +3,6 @@ helpers to prove that nothing (process or listening port) outlives a stack."""
 
 from __future__ import annotations
 
-import os
 import time
 import uuid
 from collections.abc import Iterator
@@ -14,16 +13,11 @@ import pytest
 import requests
 
 from harness import services as svc
-from harness.registry import REGISTRY_ENV
-from harness.stack import RunningStack, StackSettings, start_stack
+from harness.stack import RunningStack, start_stack
+from tests.support.registry import registry_for_session
+from tests.support.stacks import small_settings
 
 ORDER = {"sku": "sku-1", "quantity": 1, "amount_cents": 1000, "currency": "EUR"}
-
-
-def small_settings(root: Path, **overrides: Any) -> StackSettings:
-    values: dict[str, Any] = {"root": root, "app_workers": 2, "consumers": 1, "health_timeout": 20.0}
-    values.update(overrides)
-    return StackSettings(**values)
 
 
 def stack_ports(state: dict[str, Any]) -> list[int]:
@@ -49,20 +43,9 @@ def create_order(base_url: str, key: str | None = None, timeout: float = 5.0) ->
                          headers={"Idempotency-Key": key or f"k-{uuid.uuid4().hex}"})
 
 
-@pytest.fixture(scope="session", autouse=True)
-def private_registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """A registry of the tests' own: `down --all` here must never reach a stack that
-    another test session (or a person) started from this checkout."""
-    path = tmp_path_factory.mktemp("registry")
-    previous = os.environ.get(REGISTRY_ENV)
-    os.environ[REGISTRY_ENV] = str(path)
-    try:
-        yield path
-    finally:
-        if previous is None:
-            os.environ.pop(REGISTRY_ENV, None)
-        else:
-            os.environ[REGISTRY_ENV] = previous
+# A registry of the tests' own: `down --all` here must never reach a stack that
+# another test session (or a person) started from this checkout.
+private_registry = pytest.fixture(registry_for_session, scope="session", autouse=True, name="private_registry")
 
 
 @pytest.fixture(scope="module")

@@ -26,7 +26,8 @@ from harness.stack import (
     start_stack,
     write_state,
 )
-from tests.stack.conftest import create_order, small_settings, stack_ports, wait_until_gone
+from tests.stack.conftest import create_order, stack_ports, wait_until_gone
+from tests.support.stacks import small_settings
 
 
 def test_up_serves_through_the_proxies_and_down_leaves_nothing(tmp_path: Path) -> None:

@@ -14,7 +14,8 @@ import requests
 from harness import services as svc
 from harness.cli import main
 from harness.stack import StackError, open_stack, start_stack
-from tests.stack.conftest import create_order, small_settings, stack_ports, wait_until_gone
+from tests.stack.conftest import create_order, stack_ports, wait_until_gone
+from tests.support.stacks import small_settings
 
 
 def pid_of(state: dict, name: str) -> int:

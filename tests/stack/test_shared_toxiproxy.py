@@ -17,7 +17,8 @@ from harness.cli import main
 from harness.nemesis import Nemesis
 from harness.stack import StackError, start_stack
 from harness.toxiproxy.server import EmbeddedToxiproxy
-from tests.stack.conftest import create_order, small_settings, stack_ports, wait_until_gone
+from tests.stack.conftest import create_order, stack_ports, wait_until_gone
+from tests.support.stacks import small_settings
 
 FOREIGN = {"name": "app", "listen": "127.0.0.1:0", "upstream": "127.0.0.1:9"}
 

@@ -2,37 +2,21 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
-from harness.registry import REGISTRY_ENV
-from harness.stack import RunningStack, StackSettings, start_stack
+from harness.stack import RunningStack, start_stack
+from tests.support.registry import registry_for_session
+from tests.support.stacks import small_settings
 
-
-@pytest.fixture(scope="session", autouse=True)
-def private_registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """The tests' stacks go in a registry of their own, never in this checkout's."""
-    path = tmp_path_factory.mktemp("registry")
-    previous = os.environ.get(REGISTRY_ENV)
-    os.environ[REGISTRY_ENV] = str(path)
-    try:
-        yield path
-    finally:
-        if previous is None:
-            os.environ.pop(REGISTRY_ENV, None)
-        else:
-            os.environ[REGISTRY_ENV] = previous
+# The tests' stacks go in a registry of their own, never in this checkout's.
+private_registry = pytest.fixture(registry_for_session, scope="session", autouse=True, name="private_registry")
 
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningStack]:
     """A small stack (2 app workers, 1 consumer) on free loopback ports, stopped after the module."""
     root = tmp_path_factory.mktemp("stack") / ".harness"
-    running = start_stack(StackSettings(root=root, app_workers=2, consumers=1, health_timeout=30.0))
-    try:
+    with start_stack(small_settings(root, health_timeout=30.0)) as running:
         yield running
-    finally:
-        running.down()
