@@ -1,26 +1,26 @@
-"""Lifecycle tests start `harness` processes, each with a registry of its own (see
-lifecycle_helpers); in-process code here gets a private registry too."""
+"""Fixtures of the lifecycle tests.
+
+Each `harness` process a test starts gets a registry of its own (see lifecycle_helpers);
+in-process code here gets this package's private registry. `runs` collects the
+processes a test starts so that whatever they leave is killed after the test.
+"""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
-from harness.registry import REGISTRY_ENV
+from lifecycle_helpers import HarnessRun
+from tests.support.registry import registry_for_session
+
+private_registry = pytest.fixture(registry_for_session, scope="session", autouse=True, name="private_registry")
 
 
-@pytest.fixture(scope="session", autouse=True)
-def private_registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    path = tmp_path_factory.mktemp("registry")
-    previous = os.environ.get(REGISTRY_ENV)
-    os.environ[REGISTRY_ENV] = str(path)
-    try:
-        yield path
-    finally:
-        if previous is None:
-            os.environ.pop(REGISTRY_ENV, None)
-        else:
-            os.environ[REGISTRY_ENV] = previous
+@pytest.fixture
+def runs() -> Iterator[list[HarnessRun]]:
+    """The test appends each HarnessRun it starts; teardown SIGKILLs what is left of each."""
+    started: list[HarnessRun] = []
+    yield started
+    for run in started:
+        run.kill_everything()

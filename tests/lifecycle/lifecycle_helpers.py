@@ -182,11 +182,16 @@ class HarnessRun:
         if self.process is not None and self.process.poll() is None:
             self.process.kill()
             self.process.wait(timeout=10)
-        for pid in processes_with_env(self.marker):
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        sigkill_all(processes_with_env(self.marker))
+
+
+def sigkill_all(pids: list[int]) -> None:
+    """SIGKILL each pid; one that has exited meanwhile is no error."""
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
 
 
 def _describe(pid: int) -> str:

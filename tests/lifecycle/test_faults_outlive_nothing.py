@@ -25,6 +25,7 @@ from lifecycle_helpers import (
     HarnessRun,
     processes_with_env,
     read_json,
+    sigkill_all,
     toxics_on,
     under_load_with_toxic,
     wait_for,
@@ -41,11 +42,11 @@ windows:
 
 
 @pytest.fixture
-def runs() -> Iterator[list[HarnessRun]]:
-    started: list[HarnessRun] = []
-    yield started
-    for run in started:
-        run.kill_everything()
+def plan(tmp_path: Path) -> Path:
+    """PLAN, written where the test's run can read it."""
+    path = tmp_path / "plan.yaml"
+    path.write_text(PLAN)
+    return path
 
 
 def paused_consumer(run: HarnessRun) -> bool:
@@ -53,10 +54,8 @@ def paused_consumer(run: HarnessRun) -> bool:
     return under_load_with_toxic(run) and bool(lease and lease.get("services"))
 
 
-def test_sigkill_of_a_run_on_a_harness_up_stack_heals_it_and_keeps_it(tmp_path: Path,
-                                                                       runs: list[HarnessRun]) -> None:
-    plan = tmp_path / "plan.yaml"
-    plan.write_text(PLAN)
+def test_sigkill_of_a_run_on_a_harness_up_stack_heals_it_and_keeps_it(tmp_path: Path, runs: list[HarnessRun],
+                                                                       plan: Path) -> None:
     root = tmp_path / "stack"
     up = HarnessRun(tmp_path / "up", ["up", "--root", str(root), "--app-workers", "1", "--consumers", "2"])
     runs.append(up.start())
@@ -108,18 +107,20 @@ def shared_toxiproxy() -> Iterator[str]:
         yield toxiproxy.url
 
 
-def run_on_shared(tmp_path: Path, url: str, plan: Path) -> HarnessRun:
-    return HarnessRun(tmp_path, ["run", "mixed", "--plan", str(plan), "--duration", "30s", "--users", "2",
-                                 "--app-workers", "1", "--consumers", "2", "--root", str(tmp_path / "none"),
-                                 "--runs-dir", str(tmp_path / "runs")], {"TOXIPROXY_URL": url})
+@pytest.fixture
+def shared_run(tmp_path: Path, runs: list[HarnessRun], shared_toxiproxy: str, plan: Path) -> HarnessRun:
+    """A `harness run` of PLAN on the shared Toxiproxy, started (and killed after the test)."""
+    workdir = tmp_path / "w"
+    run = HarnessRun(workdir, ["run", "mixed", "--plan", str(plan), "--duration", "30s", "--users", "2",
+                               "--app-workers", "1", "--consumers", "2", "--root", str(workdir / "none"),
+                               "--runs-dir", str(workdir / "runs")], {"TOXIPROXY_URL": shared_toxiproxy})
+    runs.append(run.start())
+    return run
 
 
 def test_sigkill_of_a_run_on_a_shared_toxiproxy_removes_its_proxies_only(
-        tmp_path: Path, runs: list[HarnessRun], shared_toxiproxy: str) -> None:
-    plan = tmp_path / "plan.yaml"
-    plan.write_text(PLAN)
-    run = run_on_shared(tmp_path / "w", shared_toxiproxy, plan)
-    runs.append(run.start())
+        shared_run: HarnessRun, shared_toxiproxy: str) -> None:
+    run = shared_run
     assert run.wait_until(under_load_with_toxic, 60), run.output()[-3000:]
     names = set(Nemesis(shared_toxiproxy).proxies())
     ours = {name for name in names if name.startswith("run-")}
@@ -135,20 +136,13 @@ def test_sigkill_of_a_run_on_a_shared_toxiproxy_removes_its_proxies_only(
 
 
 def test_leftovers_of_a_run_killed_whole_are_reclaimed_by_the_next_up(
-        tmp_path: Path, runs: list[HarnessRun], shared_toxiproxy: str) -> None:
-    plan = tmp_path / "plan.yaml"
-    plan.write_text(PLAN)
-    run = run_on_shared(tmp_path / "w", shared_toxiproxy, plan)
-    runs.append(run.start())
+        tmp_path: Path, runs: list[HarnessRun], shared_run: HarnessRun, shared_toxiproxy: str) -> None:
+    run = shared_run
     # The lease records a toxic just before it is applied: wait until the server has it.
     assert run.wait_until(lambda r: under_load_with_toxic(r) and bool(toxics_on(shared_toxiproxy)), 60), \
         run.output()[-3000:]
     # As a cgroup kill would: every process of the run at once, nobody cleans up.
-    for pid in [*processes_with_env(run.marker)]:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+    sigkill_all(processes_with_env(run.marker))
     assert run.process is not None and run.process.wait(timeout=10) == -signal.SIGKILL
     assert wait_for(lambda: not processes_with_env(run.marker), 10)
     left_behind = set(Nemesis(shared_toxiproxy).proxies()) - {"app"}

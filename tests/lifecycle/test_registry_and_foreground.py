@@ -8,7 +8,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -16,14 +15,6 @@ import pytest
 from lifecycle_helpers import REPO, HarnessRun, read_json, wait_for
 
 pytestmark = pytest.mark.timeout(180)
-
-
-@pytest.fixture
-def runs() -> Iterator[list[HarnessRun]]:
-    started: list[HarnessRun] = []
-    yield started
-    for run in started:
-        run.kill_everything()
 
 
 def foreground(workdir: Path, root: Path) -> HarnessRun:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -43,14 +43,6 @@ MOMENTS: dict[str, tuple[list[str], dict[str, str], Callable[[HarnessRun], bool]
 }
 
 
-@pytest.fixture
-def harness_run(tmp_path: Path) -> Iterator[list[HarnessRun]]:
-    started: list[HarnessRun] = []
-    yield started
-    for run in started:
-        run.kill_everything()
-
-
 def start(tmp_path: Path, runs: list[HarnessRun], moment: str) -> HarnessRun:
     args, env, _, _ = MOMENTS[moment]
     run = HarnessRun(tmp_path / "w", ["run", "mixed", *args, "--runs-dir", str(tmp_path / "w" / "runs"),
@@ -62,8 +54,8 @@ def start(tmp_path: Path, runs: list[HarnessRun], moment: str) -> HarnessRun:
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGKILL], ids=["SIGTERM", "SIGKILL"])
 @pytest.mark.parametrize("moment", list(MOMENTS))
 def test_a_signal_at_any_moment_leaves_nothing_and_marks_the_run(
-        tmp_path: Path, harness_run: list[HarnessRun], moment: str, signum: int) -> None:
-    run = start(tmp_path, harness_run, moment)
+        tmp_path: Path, runs: list[HarnessRun], moment: str, signum: int) -> None:
+    run = start(tmp_path, runs, moment)
     _, _, reached, timeout = MOMENTS[moment]
     assert run.wait_until(reached, timeout), f"never reached {moment}:\n{run.output()[-3000:]}"
     since = run.signal(signum)

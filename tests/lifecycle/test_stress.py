@@ -12,7 +12,6 @@ import os
 import random
 import signal
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -23,14 +22,6 @@ RUNS = int(os.environ.get("HARNESS_STRESS_RUNS", "6"))
 SEED = int(os.environ.get("HARNESS_STRESS_SEED", "14"))
 
 pytestmark = pytest.mark.timeout(60 + 45 * RUNS)
-
-
-@pytest.fixture
-def runs() -> Iterator[list[HarnessRun]]:
-    started: list[HarnessRun] = []
-    yield started
-    for run in started:
-        run.kill_everything()
 
 
 def test_runs_killed_at_random_moments_leave_nothing(tmp_path: Path, runs: list[HarnessRun]) -> None:
