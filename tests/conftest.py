@@ -1,19 +1,24 @@
 """Fixtures shared by every test package.
 
 One private redis-server per test session on a free loopback port; each test that
-asks for `redis_url` gets its own logical database, flushed before use.
+asks for `redis_url` gets its own logical database, flushed before use. Tests that
+need an HTTP service of their own (the target app, an example) start it with
+`http_services` (tests/support/services.py), which stops it after the test.
 """
 
 from __future__ import annotations
 
 import itertools
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
 
 import pytest
 import redis
 
+from harness.ports import free_port
 from harness.redis_server import INSTALL_HINT, RedisServer
+from tests.support.services import READY_TIMEOUT, HttpService, http_service
 
 
 @pytest.fixture(scope="session")
@@ -40,3 +45,25 @@ def redis_url(redis_server: RedisServer, _database_numbers: Iterator[int]) -> st
     client.flushdb()
     client.close()
     return url
+
+
+@pytest.fixture
+def http_services(tmp_path: Path) -> Iterator[Callable[..., HttpService]]:
+    """`http_services(name, argv_for_port, env=...)` → an HttpService on a free port,
+    healthy; `argv_for_port(port)` gives its command line. Its log is
+    `<tmp_path>/<name>.log`; every service started is stopped after the test."""
+    started: list[HttpService] = []
+
+    def start(name: str, argv_for_port: Callable[[int], list[str]], *,
+              env: Mapping[str, str]) -> HttpService:
+        port = free_port()
+        service = http_service(name, argv_for_port(port), port=port, env=env, log_path=tmp_path / f"{name}.log")
+        # Listed before it starts: one that never gets healthy is stopped all the same.
+        started.append(service)
+        service.start()
+        service.wait_healthy(READY_TIMEOUT)
+        return service
+
+    yield start
+    for service in started:
+        service.stop()

@@ -5,48 +5,35 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 
 import pytest
 
-from harness.ports import free_port
-
-from probe_helpers import Service, start_service
+from probe_helpers import ROOT
+from tests.support.services import HttpService, target_app_gunicorn
 
 
 @pytest.fixture
-def example_service(tmp_path: Path) -> Iterator[Callable[[str], Service]]:
+def example_service(http_services: Callable[..., HttpService]) -> Callable[[str], HttpService]:
     """`example_service("naive" | "fixed")` → the aiohttp payments example, running."""
-    started: list[Service] = []
+    script = str(ROOT / "examples/payments_service.py")
 
-    def start(mode: str) -> Service:
-        port = free_port()
-        service = start_service([sys.executable, "examples/payments_service.py", "--mode", mode, "--port", str(port)],
-                         dict(os.environ), port, tmp_path / f"example-{mode}.log")
-        started.append(service)
-        return service
+    def start(mode: str) -> HttpService:
+        return http_services(f"example-{mode}",
+                             lambda port: [sys.executable, script, "--mode", mode, "--port", str(port)],
+                             env=os.environ)
 
-    yield start
-    for service in started:
-        service.stop()
+    return start
 
 
 @pytest.fixture
-def target_app(redis_url: str, tmp_path: Path) -> Iterator[Callable[[str], Service]]:
+def target_app(redis_url: str, http_services: Callable[..., HttpService]) -> Callable[[str], HttpService]:
     """`target_app(unsafe_disable)` → the target app under gunicorn on the test's Redis db."""
-    started: list[Service] = []
 
-    def start(unsafe_disable: str = "") -> Service:
-        port = free_port()
+    def start(unsafe_disable: str = "") -> HttpService:
         env = {**os.environ, "TARGET_APP_REDIS_URL": redis_url, "TARGET_APP_UNSAFE_DISABLE": unsafe_disable,
                "TARGET_APP_INVENTORY": "sku-1=10000000"}
-        service = start_service([sys.executable, "-m", "gunicorn", "--workers", "2", "--bind", f"127.0.0.1:{port}",
-                          "--log-level", "warning", "target_app.wsgi:app"], env, port,
-                         tmp_path / f"gunicorn-{unsafe_disable or 'correct'}.log")
-        started.append(service)
-        return service
+        return http_services(f"gunicorn-{unsafe_disable or 'correct'}",
+                             lambda port: target_app_gunicorn(port, workers=2), env=env)
 
-    yield start
-    for service in started:
-        service.stop()
+    return start
