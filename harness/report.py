@@ -31,6 +31,7 @@ from harness.plots import (
 )
 from harness.report_html import (
     badge,
+    card_table,
     faults_table,
     page,
     violations_section,
@@ -321,9 +322,8 @@ def _paths(result: Mapping[str, Any]) -> str:
                     f"<td class='num'>{escape(_count(count))}</td><td>{mark}</td></tr>")
     return ("<h2>Protective paths</h2><p class='note'>how often each protective path of the "
             "three layers ran in this run; a path the scenario or plan promised that ran zero "
-            "times makes the run inconclusive.</p><section class='card'><table><thead><tr>"
-            "<th>path</th><th class='num'>times</th><th></th></tr></thead>"
-            f"<tbody>{''.join(rows)}</tbody></table></section>")
+            "times makes the run inconclusive.</p>"
+            + card_table("<th>path</th><th class='num'>times</th><th></th>", "".join(rows)))
 
 
 def _dead_letters(result: Mapping[str, Any]) -> str:
@@ -366,9 +366,8 @@ def _duplicates(result: Mapping[str, Any]) -> str:
     ordered = sorted(duplicates.items(), key=lambda kv: (-(_num(kv[1]) or 0), str(kv[0])))
     rows = "".join(f"<tr><td><code>{escape(str(k))}</code></td>"
                    f"<td class='num'>{escape(str(v))}</td></tr>" for k, v in ordered)
-    return ("<h2>Duplicates provoked</h2><section class='card'><table><thead><tr>"
-            "<th>kind (the client's <code>expect</code>)</th><th class='num'>operations</th>"
-            f"</tr></thead><tbody>{rows}</tbody></table></section>")
+    return "<h2>Duplicates provoked</h2>" + card_table(
+        "<th>kind (the client's <code>expect</code>)</th><th class='num'>operations</th>", rows)
 
 
 def _card(content: str) -> str:

@@ -143,6 +143,13 @@ def key_value_table(pairs: Iterable[tuple[str, Any]], *, numeric: bool = True) -
     return f"<table><tbody>{rows}</tbody></table>"
 
 
+def card_table(head: str, rows: str, *, scroll: bool = False) -> str:
+    """A table in a card: `head` is the header row's cells (<th>…), `rows` the body's
+    <tr>s; `scroll` lets a wide table scroll sideways instead of widening the page."""
+    return (f"<section class='card{' scroll' if scroll else ''}'><table><thead><tr>{head}</tr></thead>"
+            f"<tbody>{rows}</tbody></table></section>")
+
+
 def badge(text: str, kind: str) -> str:
     return f"<span class='badge {escape(kind)}'>{escape(text)}</span>"
 

@@ -13,7 +13,7 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
-from harness.report_html import badge, faults_table, key_value_table, page, violations_section
+from harness.report_html import badge, card_table, faults_table, key_value_table, page, violations_section
 
 STATUS_BADGE = {"pass": "pass", "fail": "fail", "not observed": "warn", "not checkable": "muted"}
 
@@ -77,8 +77,8 @@ def _conformance(rows: list[Mapping[str, Any]]) -> str:
         f"<td class='wrap'>{escape(str(row['requirement']))}</td>"
         f"<td>{badge(str(row['status']), STATUS_BADGE.get(str(row['status']), 'muted'))}</td>"
         f"<td class='wrap'>{escape(str(row['evidence']))}</td></tr>" for row in rows)
-    return ("<section class='card scroll'><table><thead><tr><th>section</th><th>level</th><th>requirement</th>"
-            f"<th>result</th><th>evidence</th></tr></thead><tbody>{body}</tbody></table></section>")
+    return card_table("<th>section</th><th>level</th><th>requirement</th><th>result</th><th>evidence</th>",
+                      body, scroll=True)
 
 
 def _invariants(invariants: list[Mapping[str, Any]]) -> str:
@@ -88,8 +88,7 @@ def _invariants(invariants: list[Mapping[str, Any]]) -> str:
         f"<td class='num'>{escape(str(inv.get('checked', 0)))}</td>"
         f"<td>{badge('held', 'pass') if inv.get('passed') else badge(str(inv.get('violation_count')) + ' violated', 'fail')}"
         "</td></tr>" for inv in invariants)
-    return ("<section class='card'><table><thead><tr><th>invariant</th><th>what it proves</th>"
-            f"<th class='num'>checked</th><th>result</th></tr></thead><tbody>{body}</tbody></table></section>")
+    return card_table("<th>invariant</th><th>what it proves</th><th class='num'>checked</th><th>result</th>", body)
 
 
 def _kinds(counts: Mapping[str, Any]) -> str:
