@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import shlex
 import sys
 from pathlib import Path
@@ -110,6 +111,20 @@ def test_dockerfile_entry_points_exist(compose: dict) -> None:
         assert f"COPY {copied}" in dockerfile and (REPO / copied).exists()
 
 
+def stand_in_docker(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, script: str) -> Path:
+    """`docker` on PATH for this test is `script` (a template: `{python}` is this
+    interpreter); it appends its arguments to the returned log (FAKE_DOCKER_LOG)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "docker"
+    fake.write_text(script.format(python=sys.executable))
+    fake.chmod(0o755)
+    log = tmp_path / "docker.log"
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    monkeypatch.setenv("FAKE_DOCKER_LOG", str(log))
+    return log
+
+
 FAKE_DOCKER = """#!{python}
 import json, os, sys
 with open(os.environ["FAKE_DOCKER_LOG"], "a") as log:
@@ -123,14 +138,7 @@ if sys.argv[1] == "inspect":
 
 def test_compose_stack_through_a_stand_in_docker(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                  capsys: pytest.CaptureFixture[str]) -> None:
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    fake = bin_dir / "docker"
-    fake.write_text(FAKE_DOCKER.format(python=sys.executable))
-    fake.chmod(0o755)
-    log = tmp_path / "docker.log"
-    monkeypatch.setenv("PATH", f"{bin_dir}:{__import__('os').environ['PATH']}")
-    monkeypatch.setenv("FAKE_DOCKER_LOG", str(log))
+    log = stand_in_docker(tmp_path, monkeypatch, FAKE_DOCKER)
     with EmbeddedToxiproxy() as toxiproxy:
         nemesis = Nemesis(toxiproxy.url)
         for name in ("app", "redis"):
@@ -197,14 +205,7 @@ elif args[0] == "compose" and "run" in args:
 
 def test_compose_locust_runs_the_master_then_the_workers_into_the_run_directory(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, compose: dict) -> None:
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    fake = bin_dir / "docker"
-    fake.write_text(FAKE_LOCUST_DOCKER.format(python=sys.executable))
-    fake.chmod(0o755)
-    log = tmp_path / "docker.log"
-    monkeypatch.setenv("PATH", f"{bin_dir}:{__import__('os').environ['PATH']}")
-    monkeypatch.setenv("FAKE_DOCKER_LOG", str(log))
+    log = stand_in_docker(tmp_path, monkeypatch, FAKE_LOCUST_DOCKER)
     state = {"mode": "compose", "compose_file": str(COMPOSE_FILE), "project": PROJECT,
              "webhook_secret": "s3cret", "stream": "payments"}
     run_dir = tmp_path / "runs" / "r1"
