@@ -1,40 +1,18 @@
 """The README quick start of `fastapi-idempotency-key` (global ASGI middleware, memory
 backend), with `required=True` from its options, around a payments endpoint that
-takes 30 ms (the provider call) and a read-back route. Run by probe_middlewares.py."""
+takes 30 ms (the provider call) and a read-back route (fastapi_payments.py). Run by
+probe_middlewares.py."""
 
-import asyncio
-import sys
-import uuid
-
-import uvicorn
-from fastapi import FastAPI, HTTPException
+from fastapi import FastAPI
 from fastapi_idempotency_key import IdempotencyMiddleware, MemoryBackend
+
+from fastapi_payments import add_payment_routes, serve
 
 app = FastAPI(title="Payment API")
 app.add_middleware(IdempotencyMiddleware, backend=MemoryBackend(), header_name="Idempotency-Key",
                    default_ttl=86400, required=True)
-PAYMENTS: dict[str, dict] = {}
-
-
-@app.post("/payments", status_code=201)
-async def create_payment(payment: dict):
-    await asyncio.sleep(0.03)  # the payment provider
-    record = {"id": uuid.uuid4().hex, "status": "paid", "amount": payment["amount"]}
-    PAYMENTS[record["id"]] = record
-    return record
-
-
-@app.get("/payments/{payment_id}")
-async def read_payment(payment_id: str):
-    if payment_id not in PAYMENTS:
-        raise HTTPException(404)
-    return PAYMENTS[payment_id]
-
-
-@app.get("/healthz")
-async def healthz():
-    return {"status": "ok"}
+add_payment_routes(app)
 
 
 if __name__ == "__main__":
-    uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[1]), log_level="warning")
+    serve(app)
