@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -67,8 +68,9 @@ def count_operations(history: Path) -> tuple[int, float]:
 
 
 def run_point(workers: int, locustfile: Path, host: str, env: dict[str, str], *, users: int,
-              seconds: int, scratch: Path) -> tuple[float, float, int]:
-    """(operations per second, share of all cores busy, history files) of one run."""
+              seconds: int, scratch: Path) -> tuple[float, float, int, float]:
+    """(operations per second, share of all cores busy, history files, cores used by the
+    Locust processes) of one run, the last two over the whole run (start and stop included)."""
     from harness.ports import free_port
 
     history = scratch / f"n{workers}-{os.urandom(3).hex()}"
@@ -80,17 +82,25 @@ def run_point(workers: int, locustfile: Path, host: str, env: dict[str, str], *,
             "--processes", str(workers), "--master-bind-host", "127.0.0.1",
             "--master-bind-port", str(port), "--master-host", "127.0.0.1", "--master-port", str(port)]
     busy0, total0 = cpu_times()
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     subprocess.run(args, env=env, capture_output=True, text=True, timeout=seconds + 120, cwd=REPO,
                    check=True)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     busy1, total1 = cpu_times()
     operations, span = count_operations(history)
     files = len(list(history.glob("*.jsonl")))
-    return operations / span, (busy1 - busy0) / max(total1 - total0, 1e-9), files
+    # Jiffies of all cores -> seconds per core: total/ncpu is the elapsed wall time.
+    cores = os.cpu_count() or 1
+    wall = (total1 - total0) / cores / os.sysconf("SC_CLK_TCK")
+    locust_cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+    return (operations / span, (busy1 - busy0) / max(total1 - total0, 1e-9), files,
+            locust_cpu / max(wall, 1e-9))
 
 
 def measure(target: str, counts: list[int], args: argparse.Namespace
-            ) -> tuple[dict[int, float], dict[int, float]]:
-    """Median operations/s and median share of cores busy per worker count, for one target."""
+            ) -> tuple[dict[int, float], dict[int, float], dict[int, float]]:
+    """Medians per worker count, for one target: operations/s, share of all cores busy,
+    cores used by the Locust processes."""
     from harness.ports import free_port, wait_for_port
 
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HARNESS_", "TARGET_APP_"))}
@@ -123,17 +133,20 @@ def measure(target: str, counts: list[int], args: argparse.Namespace
                 env.update(load_environment(stack.state, seed=7))
             rates: dict[int, list[float]] = {n: [] for n in counts}
             busy: dict[int, list[float]] = {n: [] for n in counts}
+            load: dict[int, list[float]] = {n: [] for n in counts}
             for round_number in range(args.rounds):
                 order = counts if round_number % 2 == 0 else list(reversed(counts))
                 for workers in order:
                     users = args.stack_users if target == "stack" else args.users
-                    rate, share, files = run_point(workers, locustfile, host, env, users=users,
-                                                   seconds=args.seconds, scratch=scratch)
+                    rate, share, files, locust_cores = run_point(
+                        workers, locustfile, host, env, users=users, seconds=args.seconds,
+                        scratch=scratch)
                     rates[workers].append(rate)
                     busy[workers].append(share)
+                    load[workers].append(locust_cores)
                     print(f"round {round_number + 1} {target} workers={workers}: {rate:8.0f} "
-                          f"operations/s, cores busy {share * 100:5.1f}% ({files} history files)",
-                          flush=True)
+                          f"operations/s, all cores busy {share * 100:5.1f}%, Locust processes "
+                          f"{locust_cores:.2f} cores ({files} history files)", flush=True)
                     time.sleep(1)
         finally:
             if server is not None:
@@ -142,7 +155,8 @@ def measure(target: str, counts: list[int], args: argparse.Namespace
             if stack is not None:
                 stack.down()
     return ({n: statistics.median(rates[n]) for n in counts},
-            {n: statistics.median(busy[n]) for n in counts})
+            {n: statistics.median(busy[n]) for n in counts},
+            {n: statistics.median(load[n]) for n in counts})
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -163,13 +177,14 @@ def main(argv: list[str] | None = None) -> int:
     targets = ("stub", "stack") if args.target == "both" else (args.target,)
     medians: dict[str, dict[int, float]] = {}
     for target in targets:
-        medians[target], busy = measure(target, counts, args)
-        print(f"| worker processes | median operations/s ({target}) | vs 1 worker | cores busy |")
-        print("|---:|---:|---:|---:|")
+        medians[target], busy, load = measure(target, counts, args)
+        print(f"| worker processes | median operations/s ({target}) | vs 1 worker | all cores busy "
+              f"| cores used by Locust |")
+        print("|---:|---:|---:|---:|---:|")
         base = medians[target][counts[0]]
         for n in counts:
             print(f"| {n} | {medians[target][n]:,.0f} | {medians[target][n] / base:.2f}x | "
-                  f"{busy[n] * 100:.0f}% |", flush=True)
+                  f"{busy[n] * 100:.0f}% | {load[n]:.2f} |", flush=True)
     if args.plot:
         write_plot(args.plot, medians, cpu=os.cpu_count() or 0)
         print(f"plot: {args.plot}")
