@@ -92,7 +92,11 @@ class LocustProcess:
         self.workers_wait = workers_wait
         self.distributed = processes > 1 or remote_workers > 0 or master_bind is not None
         # Bound to loopback on a free port unless workers come from elsewhere.
-        self.master_bind = master_bind or (("127.0.0.1", free_port()) if self.distributed else None)
+        if master_bind is None and remote_workers > 0:
+            master_bind = ("0.0.0.0", DEFAULT_MASTER_PORT)  # reachable from other machines
+        elif master_bind is None and self.distributed:
+            master_bind = ("127.0.0.1", free_port())
+        self.master_bind = master_bind
         self._process: subprocess.Popen[bytes] | None = None
         self._workers: list[subprocess.Popen[bytes]] = []
 

@@ -1,17 +1,25 @@
 """A locustfile run by hand against `harness up`, as a new user would: no `eval`, no
 HARNESS_* variable, no --host. The Locust process finds the stack's state file under
 the current directory and takes the host, the webhook secret, Redis, the stream and
-Toxiproxy from it, and records its history into a swarm run directory of its own."""
+Toxiproxy from it, and records its history into a swarm run directory of its own.
+Its web UI offers every harness option, the secret as a masked field, and the
+stack's app as the host."""
 
 from __future__ import annotations
 
+import json
+import re
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import requests
 
+from harness.loadgen.settings import OPTIONS
+from harness.ports import free_port
 from tests.load.locust_run import LOCUSTFILES, clean_env, completions, harness_cli, records
 
 
@@ -51,3 +59,31 @@ def test_a_swarm_by_hand_needs_no_eval_and_records_history(workdir: tuple[Path, 
     assert any(invokes[op_id]["op"] == "publish" and c["type"] == "ok" for op_id, c in done.items())
     # Toxiproxy as well: each completion knows whether a toxic was active (none was).
     assert {c.get("toxic_hit") for c in done.values() if invokes[c["op_id"]]["op"] != "publish"} == {False}
+
+
+@pytest.mark.slow
+def test_the_web_ui_offers_every_option_with_the_stack_as_host(workdir: tuple[Path, dict[str, str]]) -> None:
+    work, env = workdir
+    state = json.loads((work / ".harness" / "state.json").read_text())
+    port = free_port()
+    ui = subprocess.Popen(
+        [sys.executable, "-m", "locust", "-f", str(LOCUSTFILES / "mixed.py"), "--web-host", "127.0.0.1",
+         "--web-port", str(port)], cwd=work, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        page = ""
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not page:
+            try:
+                page = requests.get(f"http://127.0.0.1:{port}/", timeout=2).text
+            except requests.ConnectionError:
+                time.sleep(0.2)
+    finally:
+        ui.terminate()
+        ui.wait(15)
+    assert page, "the web UI did not answer"
+    for spec in OPTIONS:
+        assert f'"{spec.dest}"' in page, spec.dest
+    secret = re.search(r'"harness_webhook_secret":\s*\{[^}]*"is_secret":\s*true', page)
+    assert secret, "the webhook secret is not a masked field"
+    assert state["webhook_secret"] not in page  # the stack's secret is never shown
+    assert state["app_url"] in page  # the host field is the stack's app
