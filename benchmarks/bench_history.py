@@ -43,8 +43,8 @@ class BenchUser(User):
     def create(self):
         key = self.actor.new_id("k")
         self.actor.post("create_order", "/api/v1/orders", PAYLOAD,
-                        headers={"Idempotency-Key": key},
-                        fields={"tenant": "default", "idempotency_key": key, "sku": "sku-1",
+                        headers={"Idempotency-Key": key}, tenant="default",
+                        fields={"idempotency_key": key, "sku": "sku-1",
                                 "quantity": 1, "amount_cents": 1000})
 '''
 
