@@ -53,13 +53,6 @@ def add_root_option(parser: argparse.ArgumentParser) -> None:
                         help="state directory of the stack (default .harness)")
 
 
-def require_stack(root: Path) -> RunningStack:
-    stack = open_stack(root)
-    if stack is None:
-        raise HarnessError(f"no stack is running in {root}; start one with `harness up`")
-    return stack
-
-
 # --- up ------------------------------------------------------------------------------
 
 def add_up(subparsers: argparse._SubParsersAction) -> None:
@@ -278,13 +271,24 @@ def parser_adders() -> list[Callable[[argparse._SubParsersAction], None]]:
             add_probe]
 
 
+def package_version() -> str:
+    """The installed distribution's version (the source tree's, for an editable install)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("idempotency-chaos-harness")
+    except PackageNotFoundError:
+        return "unknown (not installed)"
+
+
 def build_parser() -> Parser:
     parser = Parser(prog="harness", description="Idempotency chaos harness: prove that a "
                     "duplicated request never becomes a duplicated payment.",
                     epilog="exit codes: 0 pass, 1 an invariant was violated, 2 the harness "
                     "failed or the input was bad, 3 inconclusive (nothing violated, but a "
                     "promised path was never exercised or too little was acknowledged), "
-                    "130 interrupted")
+                    "128+N when stopped by signal N (130 Ctrl-C, 129 SIGHUP, 143 SIGTERM)")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {package_version()}")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for add in parser_adders():
         add(subparsers)

@@ -19,10 +19,6 @@ class ApiError(ToxiproxyError):
         self.message = message
         self.status = status
 
-    def joined(self, detail: str) -> "ApiError":
-        """The same kind of error with a detail appended, as Toxiproxy's joinError does."""
-        return ApiError(f"{self.message}: {detail}", self.status)
-
 
 def bad_request_body(detail: str) -> ApiError:
     return ApiError(f"bad request body: {detail}", 400)

@@ -1,0 +1,27 @@
+"""The command line's conventions: `--version`, `python -m harness`, exit codes in --help."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from importlib.metadata import version
+
+
+def _harness(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "harness", *args], capture_output=True, text=True,
+                          timeout=60, stdin=subprocess.DEVNULL)
+
+
+def test_version_names_the_installed_distribution() -> None:
+    completed = _harness("--version")
+    assert completed.returncode == 0
+    assert completed.stdout.strip() == f"harness {version('idempotency-chaos-harness')}"
+
+
+def test_help_through_python_dash_m_lists_every_exit_code() -> None:
+    completed = _harness("--help")
+    assert completed.returncode == 0
+    text = " ".join(completed.stdout.split())
+    for code in ("0 pass", "1 an invariant was violated", "2 the harness failed", "3 inconclusive",
+                 "143 SIGTERM"):
+        assert code in text, code
