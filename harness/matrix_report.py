@@ -30,6 +30,8 @@ class MatrixCell:
     invariants: list[str]
     run_dir: str
     error: str | None = None
+    # the run violated nothing but proved too little (a promised path never ran)
+    inconclusive: bool = False
 
 
 def _ordered(values: Sequence[str], preferred: Sequence[str]) -> list[str]:
@@ -47,11 +49,13 @@ def _grid(
 
 
 def cell_status(cell: MatrixCell) -> str:
-    """`error`, `false_alarm`, `pass` (correct app, green), `caught` or `missed`."""
+    """`error`, `false_alarm`, `inconclusive`, `pass` (correct app, green), `caught` or `missed`."""
     if cell.error is not None:
         return "error"
     if cell.mutant == "none":
-        return "false_alarm" if cell.caught else "pass"
+        if cell.caught:
+            return "false_alarm"
+        return "inconclusive" if cell.inconclusive else "pass"
     return "caught" if cell.caught else "missed"
 
 
@@ -65,6 +69,8 @@ def _cell_text(cell: MatrixCell | None) -> str:
         return "ERROR"
     if status == "pass":
         return "pass"
+    if status == "inconclusive":
+        return "INCONCLUSIVE"
     if status == "false_alarm":
         return f"FALSE ALARM: {shown}".rstrip(": ")
     if status == "caught":
@@ -121,6 +127,7 @@ _BADGES = {
     "pass": ("pass", "pass"),
     "caught": ("caught", "pass"),
     "false_alarm": ("FALSE ALARM", "fail"),
+    "inconclusive": ("INCONCLUSIVE", "warn"),
     "missed": ("not caught", "muted"),
     "error": ("harness error", "warn"),
 }

@@ -20,7 +20,7 @@ from typing import TextIO
 from harness.catalog import MUTANTS, SCENARIOS
 from harness.errors import HarnessError
 from harness.report import MatrixCell, format_matrix_table, write_matrix_report
-from harness.runner import EXIT_OK, EXIT_VIOLATION, RunOutcome, RunSpec, run
+from harness.runner import EXIT_INCONCLUSIVE, EXIT_OK, EXIT_VIOLATION, RunOutcome, RunSpec, run
 
 PLANS_DIR = Path(__file__).resolve().parent.parent / "plans"
 
@@ -220,7 +220,8 @@ def matrix(
             else:
                 result = outcome.result or {}
                 failed = [inv["name"] for inv in result.get("invariants", []) if not inv.get("passed")]
-                cell = MatrixCell(mutant, scenario, bool(failed), failed, str(outcome.run_dir))
+                cell = MatrixCell(mutant, scenario, bool(failed), failed, str(outcome.run_dir),
+                                  inconclusive=outcome.exit_code == EXIT_INCONCLUSIVE)
             cells.append(cell)
             if on_cell is not None:
                 on_cell(cell)
@@ -228,14 +229,19 @@ def matrix(
 
 
 def matrix_exit_code(cells: Sequence[MatrixCell]) -> int:
-    """0 when the correct app passes everywhere and every mutant is caught somewhere."""
+    """0 when the correct app passes everywhere (conclusively) and every mutant is caught
+    somewhere; 1 for a false alarm or a mutant caught nowhere; 3 when a correct-app cell
+    was inconclusive; 2 for a harness error."""
     if any(cell.error for cell in cells):
         return 2
     false_alarms = [c for c in cells if c.mutant == "none" and c.caught]
     missed = {c.mutant for c in cells if c.mutant != "none"} - {
         c.mutant for c in cells if c.mutant != "none" and c.caught
     }
-    return EXIT_VIOLATION if false_alarms or missed else EXIT_OK
+    if false_alarms or missed:
+        return EXIT_VIOLATION
+    # a correct-app cell that proved too little is not a green matrix either
+    return EXIT_INCONCLUSIVE if any(c.mutant == "none" and c.inconclusive for c in cells) else EXIT_OK
 
 
 def write_matrix(cells: Sequence[MatrixCell], runs_root: Path) -> Path:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 from html_probe import Probe
@@ -91,3 +92,19 @@ def test_errors_and_hostile_text(tmp_path: Path) -> None:
     probe = Probe(document)
     assert probe.find(id="verdict")[0]["data-valid"] == "false"
     assert probe.find("td", data_status="error")
+
+
+def test_an_inconclusive_correct_cell_is_shown_and_keeps_the_matrix_from_green(tmp_path: Path) -> None:
+    from harness.smoke import matrix_exit_code
+
+    cells = full_matrix(tmp_path)
+    assert matrix_exit_code(cells) == 0
+    index = next(i for i, c in enumerate(cells) if c.mutant == "none" and c.scenario == "mixed")
+    cells[index] = dataclasses.replace(cells[index], inconclusive=True)
+    assert matrix_exit_code(cells) == 3
+    none_row = next(line for line in format_matrix_table(cells).splitlines() if line.startswith("none "))
+    assert "INCONCLUSIVE" in none_row
+    path = tmp_path / "matrix.html"
+    write_matrix_report(path, cells)
+    [cell] = Probe(path.read_text()).find("td", data_mutant="none", data_scenario="mixed")
+    assert cell["data-status"] == "inconclusive"
