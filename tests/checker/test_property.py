@@ -230,8 +230,12 @@ def write_history(app: CorrectApp, path: Path) -> None:
         if op["op"] == "create_order":
             invoke.pop("order_id")
             completion["order_id"] = op.get("order_id")
-        invoke.update(type="invoke", time=op["invoke_time"])
-        completion.update(type=op["type"], op_id=op["op_id"], op=op["op"], time=op["complete_time"])
+        invoke.update(time=op["invoke_time"])
+        completion.update(op=op["op"], time=op["complete_time"])
+        # `type` and `op_id` first, as HistoryWriter writes them: the evidence pass
+        # reads those raw lines before it parses any
+        invoke = {"type": "invoke", "op_id": op["op_id"], **invoke}
+        completion = {"type": op["type"], "op_id": op["op_id"], **completion}
         lines += [orjson.dumps(invoke), orjson.dumps(completion)]
     path.write_bytes(b"\n".join(lines) + b"\n")
 
