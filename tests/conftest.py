@@ -67,3 +67,16 @@ def http_services(tmp_path: Path) -> Iterator[Callable[..., HttpService]]:
     yield start
     for service in started:
         service.stop()
+
+
+# Whole-run packages: every test in them starts stacks, swarms and runs the checker
+# end to end (minutes in all), so the fast inner loop `-m "not slow"` leaves them out.
+SLOW_PACKAGES = ("e2e", "lifecycle", "webui")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    tests_root = Path(__file__).parent
+    for item in items:
+        path = Path(item.fspath)
+        if path.is_relative_to(tests_root) and path.relative_to(tests_root).parts[0] in SLOW_PACKAGES:
+            item.add_marker(pytest.mark.slow)
