@@ -31,6 +31,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from types import FrameType
 
 import redis
 
@@ -43,7 +44,7 @@ from target_app.settings import Settings
 log = logging.getLogger("target_app.consumer")
 
 
-def publish_payment(redis_client: redis.Redis, stream: str, message_id: str, order_id: str,
+def publish_payment(redis_client: redis.Redis[str], stream: str, message_id: str, order_id: str,
                     provider_ref: str, amount_cents: int) -> str:
     """XADD one payment message; returns the entry id (for the load generator)."""
     entry_id = redis_client.xadd(stream, {"message_id": message_id, "order_id": order_id,
@@ -53,7 +54,7 @@ def publish_payment(redis_client: redis.Redis, stream: str, message_id: str, ord
 
 
 class Consumer:
-    def __init__(self, client: redis.Redis, settings: Settings, *, name: str | None = None,
+    def __init__(self, client: redis.Redis[str], settings: Settings, *, name: str | None = None,
                  inbox: Inbox | None = None) -> None:
         self.client = client  # decode_responses=True
         self.settings = settings
@@ -89,7 +90,7 @@ class Consumer:
                 handled += self.handle(entry_id, fields, 1)
         return handled
 
-    def reclaim(self) -> list[tuple[str, dict, int]]:
+    def reclaim(self) -> list[tuple[str, dict[str, str], int]]:
         reply = self.client.xautoclaim(self.settings.stream, self.settings.group, self.name,
                                        min_idle_time=self.settings.reclaim_idle_ms,
                                        start_id=self._claim_cursor, count=self.settings.consumer_batch)
@@ -106,7 +107,7 @@ class Consumer:
         counts = {item["message_id"]: int(item["times_delivered"]) for item in pending}
         return [(entry_id, fields, counts.get(entry_id, 1)) for entry_id, fields in claimed]
 
-    def handle(self, entry_id: str, fields: dict, deliveries: int) -> int:
+    def handle(self, entry_id: str, fields: dict[str, str], deliveries: int) -> int:
         """Apply one entry, or park it (see the module docstring); returns 1 when the
         entry is done with (acknowledged), 0 when it stays pending."""
         message = PaymentMessage.from_fields(fields)
@@ -143,7 +144,7 @@ class Consumer:
         pipe.execute()
         return 1
 
-    def dead_letter(self, entry_id: str, fields: dict, deliveries: int, reason: str) -> None:
+    def dead_letter(self, entry_id: str, fields: dict[str, str], deliveries: int, reason: str) -> None:
         pipe = self.client.pipeline(transaction=True)
         pipe.xadd(self.settings.dead_letter_stream, {
             "message_id": fields.get("message_id", ""), "entry_id": entry_id,
@@ -212,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     stop = threading.Event()
 
-    def on_signal(signum, _frame):
+    def on_signal(signum: int, _frame: FrameType | None) -> None:
         log.info("signal %d: stopping after the message in hand", signum)
         stop.set()
 

@@ -2,7 +2,7 @@
 
 Every change is one Lua script, so two concurrent payments for one order can never
 both apply, and an order is never created without its inventory reservation.
-The guard (DESIGN.md): a payment is accepted only in INVENTORY_RESERVED; PAID with
+The guard: a payment is accepted only in INVENTORY_RESERVED; PAID with
 the same provider_ref → already paid (no second payment, success to the caller);
 PAID with another ref → conflict (409); an amount different from the order's →
 mismatch (422); an unknown order, or an order of another tenant when the caller
@@ -22,11 +22,13 @@ from __future__ import annotations
 import json
 import time
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Literal
 
 import redis
 
-from target_app.idempotency import IdempotencyContext
+from target_app.idempotency.context import IdempotencyContext
 from target_app.keys import (
     COUNTERS,
     ORDERS_INDEX,
@@ -147,14 +149,27 @@ redis.call('SADD', KEYS[2], ARGV[1])
 return added
 """
 
-OUTCOME_STATUS = {"paid": 200, "already_paid": 200, "conflict": 409,
+# A JSON document the API answers with (an order, a stock level).
+Document = dict[str, object]
+PaymentOutcome = Literal["paid", "already_paid", "conflict", "amount_mismatch", "unknown_order"]
+CreateOutcome = Literal["created", "recovered", "mismatch", "unknown_sku", "out_of_stock"]
+
+OUTCOME_STATUS: Mapping[str, int] = {"paid": 200, "already_paid": 200, "conflict": 409,
                   "amount_mismatch": 422, "unknown_order": 404}
 
 
 @dataclass(frozen=True)
 class CreateResult:
-    outcome: str  # created | recovered | mismatch | unknown_sku | out_of_stock
-    order: dict | None = None
+    outcome: CreateOutcome
+    order: Document | None = None
+
+
+def payment_outcome(raw: object) -> PaymentOutcome:
+    """The MARK_PAID script's answer as a PaymentOutcome (anything else is a bug)."""
+    for outcome in ("paid", "already_paid", "conflict", "amount_mismatch", "unknown_order"):
+        if raw == outcome:
+            return outcome
+    raise ValueError(f"mark_paid answered {raw!r}")
 
 
 def payment_json(order_id: str, provider_ref: str, amount_cents: int, source: str,
@@ -164,8 +179,8 @@ def payment_json(order_id: str, provider_ref: str, amount_cents: int, source: st
                        "applied_at": now}, separators=(",", ":"))
 
 
-def decode_order(order_id: str, fields: dict) -> dict:
-    order = {
+def decode_order(order_id: str, fields: Mapping[str, str]) -> Document:
+    order: Document = {
         "id": order_id,
         "tenant": fields.get("tenant", "default"),
         "idempotency_key": fields.get("idempotency_key") or None,
@@ -184,7 +199,7 @@ def decode_order(order_id: str, fields: dict) -> dict:
 class Domain:
     """Orders, payments and inventory in Redis (a text client, decode_responses=True)."""
 
-    def __init__(self, client: redis.Redis, *, guard: bool = True, amount_check: bool = True,
+    def __init__(self, client: redis.Redis[str], *, guard: bool = True, amount_check: bool = True,
                  tenant_check: bool = True) -> None:
         self.client = client
         self.guard = guard
@@ -206,14 +221,14 @@ class Domain:
         replies = pipe.execute()
         return [sku for sku, created in zip(inventory, replies) if int(created) == 1]
 
-    def get_stock(self, sku: str) -> dict | None:
+    def get_stock(self, sku: str) -> Document | None:
         fields = self.client.hgetall(inventory_key(sku))
         if not fields:
             return None
         return {"sku": sku, "available": int(fields["available"]),
                 "added_total": int(fields.get("added_total", 0))}
 
-    def put_stock(self, sku: str, available: int) -> dict:
+    def put_stock(self, sku: str, available: int) -> Document:
         added = self._put_stock(keys=[inventory_key(sku), SKUS_INDEX], args=[sku, available])
         return {"sku": sku, "available": available, "added_total": int(added)}
 
@@ -232,10 +247,10 @@ class Domain:
         """
         order_id = "ord_" + uuid.uuid4().hex
         now = time.time()
-        fields = {"id": order_id, "tenant": tenant, "idempotency_key": idempotency_key or "",
+        fields: dict[str, str | int] = {"id": order_id, "tenant": tenant, "idempotency_key": idempotency_key or "",
                   "sku": sku, "quantity": quantity, "amount_cents": amount_cents,
                   "currency": currency, "status": "INVENTORY_RESERVED", "created_at": repr(now)}
-        flat: list = []
+        flat: list[str | int] = []
         for name, value in fields.items():
             flat += [name, value]
         if recovery is not None:
@@ -248,14 +263,16 @@ class Domain:
             args=[quantity, order_id, ttl, fingerprint, *flat],
         )
         if outcome == "recovered":
-            return CreateResult("recovered", self.get_order(found_id))
-        if outcome != "created":
+            return CreateResult("recovered", self.get_order(str(found_id)))
+        if outcome in ("mismatch", "unknown_sku", "out_of_stock"):
             return CreateResult(outcome)
+        if outcome != "created":
+            raise ValueError(f"order script answered {outcome!r}")
         order = decode_order(order_id, {k: str(v) for k, v in fields.items()})
         order["payments"] = []
         return CreateResult("created", order)
 
-    def get_order(self, order_id: str, *, tenant: str | None = None) -> dict | None:
+    def get_order(self, order_id: str, *, tenant: str | None = None) -> Document | None:
         """The order with its payments; None when unknown or, when `tenant` is given,
         owned by another tenant (counted as `tenant_refusals`)."""
         pipe = self.client.pipeline(transaction=False)
@@ -272,17 +289,18 @@ class Domain:
         return order
 
     def mark_paid(self, order_id: str, *, provider_ref: str, amount_cents: int, source: str,
-                  source_id: str, tenant: str | None = None) -> str:
+                  source_id: str, tenant: str | None = None) -> PaymentOutcome:
         """One atomic script; returns the outcome (see OUTCOME_STATUS). `tenant`: the
         caller's tenant (API); None for tenant-less callers (webhooks, messages)."""
         now = time.time()
-        return self._mark_paid(
+        outcome = self._mark_paid(
             keys=[order_key(order_id), payments_key(order_id), COUNTERS],
             args=[provider_ref, amount_cents,
                   payment_json(order_id, provider_ref, amount_cents, source, source_id, now),
                   repr(now), "1" if self.guard else "0", "1" if self.amount_check else "0",
                   tenant if tenant is not None and self.tenant_check else ""],
         )
+        return payment_outcome(outcome)
 
     def incr_counter(self, name: str, by: int = 1) -> None:
         self.client.hincrby(COUNTERS, name, by)

@@ -1,8 +1,19 @@
-"""The target app's exception root and RFC 9457 problem+json responses."""
+"""The target app's exception root and RFC 9457 problem+json responses.
+
+Every exception the app raises on purpose derives from TargetAppError. A Problem
+carries everything its response needs (status, title, detail, type, extra members,
+headers); routes/problems.py turns it into a Flask response, and
+`problem_wsgi_response` answers with it from WSGI middleware outside Flask.
+"""
 
 from __future__ import annotations
 
 import json
+from http import HTTPStatus
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from _typeshed.wsgi import StartResponse
 
 PROBLEM_CONTENT_TYPE = "application/problem+json"
 
@@ -38,10 +49,8 @@ class Problem(TargetAppError):
         return json.dumps(document, separators=(",", ":")).encode()
 
 
-def problem_wsgi_response(problem: Problem, start_response) -> list[bytes]:
+def problem_wsgi_response(problem: Problem, start_response: StartResponse) -> list[bytes]:
     """Answer a WSGI call with a problem (used by middleware outside Flask)."""
-    from http import HTTPStatus
-
     body = problem.body()
     try:
         phrase = HTTPStatus(problem.status).phrase

@@ -13,23 +13,31 @@ checker can tell a parked payment from a poison message.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 
 import redis
 
-from target_app.domain import decode_order
+from target_app.domain import Document, decode_order
 from target_app.inbox import PaymentMessage
-from target_app.keys import (COUNTER_NAMES, COUNTERS, MESSAGE_EFFECTS, ORDERS_INDEX, SKUS_INDEX,
-                             inventory_key, order_key, payments_key)
+from target_app.keys import (
+    COUNTER_NAMES,
+    COUNTERS,
+    MESSAGE_EFFECTS,
+    ORDERS_INDEX,
+    SKUS_INDEX,
+    inventory_key,
+    order_key,
+    payments_key,
+)
 
 CHUNK = 500
 
 
-def _line(document: dict) -> str:
+def _line(document: Mapping[str, object]) -> str:
     return json.dumps(document, separators=(",", ":")) + "\n"
 
 
-def _sscan_chunks(client: redis.Redis, key: str) -> Iterator[list[str]]:
+def _sscan_chunks(client: redis.Redis[str], key: str) -> Iterator[list[str]]:
     cursor = 0
     while True:
         cursor, members = client.sscan(key, cursor=cursor, count=CHUNK)
@@ -39,7 +47,7 @@ def _sscan_chunks(client: redis.Redis, key: str) -> Iterator[list[str]]:
             return
 
 
-def _decode(order_id: str, fields: dict) -> dict | None:
+def _decode(order_id: str, fields: Mapping[str, str]) -> Document | None:
     """The exported order, or None when the hash is empty or unreadable."""
     if not fields or not fields.get("status"):
         return None
@@ -62,8 +70,8 @@ def _payment_line(order_id: str, raw: str) -> str:
     return _line({"kind": "payment", **payment})
 
 
-def _dead_letter(fields: dict) -> dict:
-    original: dict = {}
+def _dead_letter(fields: Mapping[str, str]) -> Document:
+    original: dict[str, str] = {}
     try:
         loaded = json.loads(fields.get("fields") or "{}")
         if isinstance(loaded, dict):
@@ -86,7 +94,7 @@ def _dead_letter(fields: dict) -> dict:
             "valid": message.valid}
 
 
-def export_lines(client: redis.Redis, *, dead_letter_stream: str) -> Iterator[str]:
+def export_lines(client: redis.Redis[str], *, dead_letter_stream: str) -> Iterator[str]:
     """Every order, payment, message effect, inventory level, dead letter, then counters."""
     for order_ids in _sscan_chunks(client, ORDERS_INDEX):
         pipe = client.pipeline(transaction=False)

@@ -19,15 +19,26 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import redis
 
 from target_app.domain import MARK_PAID_FUNCTION, MAX_AMOUNT_CENTS, payment_json
 from target_app.errors import TargetAppError
-from target_app.keys import COUNTERS, INBOX_PROCESSED, MESSAGE_EFFECTS, is_safe_id, order_key, payments_key
+from target_app.keys import (
+    COUNTERS,
+    INBOX_PROCESSED,
+    MESSAGE_EFFECTS,
+    is_safe_id,
+    order_key,
+    payments_key,
+)
 from target_app.validation import is_identifier
+
+if TYPE_CHECKING:
+    from target_app.settings import Settings
 
 # KEYS[1] order hash, KEYS[2] its payments list, KEYS[3] counters hash,
 # KEYS[4] set of processed message ids, KEYS[5] message_effect list
@@ -68,7 +79,7 @@ class PaymentMessage:
     amount_cents: int | None  # None: not a positive integer (invalid message)
 
     @classmethod
-    def from_fields(cls, fields: dict[str, str]) -> "PaymentMessage":
+    def from_fields(cls, fields: Mapping[str, str]) -> PaymentMessage:
         raw = fields.get("amount_cents", "")
         amount = int(raw) if raw.isascii() and raw.isdigit() and 0 < int(raw) <= MAX_AMOUNT_CENTS else None
         return cls(message_id=fields.get("message_id", ""), order_id=fields.get("order_id", ""),
@@ -91,7 +102,7 @@ class PaymentMessage:
 
 
 class Inbox:
-    def __init__(self, client: redis.Redis, *, mode: str = "atomic", domain_guard: bool = True,
+    def __init__(self, client: redis.Redis[str], *, mode: str = "atomic", domain_guard: bool = True,
                  amount_check: bool = True, handler_delay_ms: int = 0,
                  before_apply: Callable[[PaymentMessage], None] | None = None) -> None:
         if mode not in ("atomic", "none", "nonatomic"):
@@ -105,7 +116,7 @@ class Inbox:
         self._script = client.register_script(INBOX_LUA)
 
     @classmethod
-    def for_settings(cls, client: redis.Redis, settings, **kwargs) -> "Inbox":
+    def for_settings(cls, client: redis.Redis[str], settings: Settings, **kwargs: Any) -> Inbox:
         mode = "none" if settings.unsafe("inbox") else "nonatomic" if settings.unsafe("inbox-nonatomic") else "atomic"
         return cls(client, mode=mode, domain_guard=not settings.unsafe("domain"),
                    amount_check=not settings.unsafe("domain-amount"), handler_delay_ms=settings.handler_delay_ms, **kwargs)
@@ -151,7 +162,7 @@ class Inbox:
         # An order id that is not a safe id never becomes a key: the script gets the
         # key of an empty id instead and, with this disposition, does not touch it.
         target = message.order_id if disposition == "apply" else ""
-        return self._script(
+        return str(self._script(
             keys=[order_key(target), payments_key(target), COUNTERS, INBOX_PROCESSED, MESSAGE_EFFECTS],
             args=[message.message_id, message.provider_ref, amount,
                   payment_json(message.order_id, message.provider_ref, amount, "message",
@@ -159,4 +170,4 @@ class Inbox:
                   repr(now), "1" if self.domain_guard else "0", "1" if dedup else "0",
                   "1" if mark else "0", disposition, receipt_head,
                   "1" if self.amount_check else "0"],
-        )
+        ))

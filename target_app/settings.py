@@ -128,7 +128,7 @@ class Settings:
         return self.consumer_name or f"{socket.gethostname()}-{os.getpid()}"
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None) -> "Settings":
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
         env = os.environ if environ is None else environ
         defaults = cls()
         return cls(

@@ -13,9 +13,17 @@ from __future__ import annotations
 
 import json
 import re
+from typing import IO, TYPE_CHECKING, NoReturn
 
 from target_app.errors import Problem
 from target_app.keys import is_safe_id
+
+if TYPE_CHECKING:
+    from _typeshed.wsgi import WSGIEnvironment
+
+# A parsed JSON object: member values are whatever JSON holds; each field is
+# checked by the function that reads it.
+JSONObject = dict[str, object]
 
 _CURRENCY = re.compile(r"[A-Z]{3}")
 _IDENTIFIER = re.compile(r"[\x21-\x7e]{1,200}")
@@ -33,7 +41,7 @@ class IncompleteBody(Problem):
                          type_="/problems/incomplete-body")
 
 
-def read_body(environ: dict, max_bytes: int, *, allow_incomplete: bool = False) -> bytes:
+def read_body(environ: WSGIEnvironment, max_bytes: int, *, allow_incomplete: bool = False) -> bytes:
     """The request body from `wsgi.input` (see the module docstring).
 
     `allow_incomplete` is the `incomplete-body` negative control: a short body is
@@ -41,7 +49,7 @@ def read_body(environ: dict, max_bytes: int, *, allow_incomplete: bool = False) 
     """
     too_large = Problem(413, "Body too large", f"the request body exceeds {max_bytes} bytes",
                         type_="/problems/body-too-large")
-    stream = environ.get("wsgi.input")
+    stream: IO[bytes] | None = environ.get("wsgi.input")
     raw_length = (environ.get("CONTENT_LENGTH") or "").strip()
     if raw_length:
         if not raw_length.isascii() or not raw_length.isdigit():
@@ -63,7 +71,7 @@ def read_body(environ: dict, max_bytes: int, *, allow_incomplete: bool = False) 
     return b""
 
 
-def _read_up_to(stream, limit: int) -> bytes:
+def _read_up_to(stream: IO[bytes] | None, limit: int) -> bytes:
     if stream is None or limit <= 0:
         return b""
     parts: list[bytes] = []
@@ -77,11 +85,11 @@ def _read_up_to(stream, limit: int) -> bytes:
     return b"".join(parts)
 
 
-def _reject_constant(name: str):
+def _reject_constant(name: str) -> NoReturn:
     raise ValueError(f"{name} is not valid JSON")
 
 
-def json_object(body: bytes) -> dict:
+def json_object(body: bytes) -> JSONObject:
     if not body:
         raise Problem(400, "Malformed JSON", "the request body is empty; a JSON object is required",
                       type_="/problems/malformed-json")
@@ -101,7 +109,7 @@ def _invalid(field: str, detail: str) -> Problem:
                    field=field)
 
 
-def positive_int(document: dict, field: str, *, maximum: int, minimum: int = 1) -> int:
+def positive_int(document: JSONObject, field: str, *, maximum: int, minimum: int = 1) -> int:
     if field not in document:
         raise _invalid(field, "is required")
     value = document[field]
@@ -120,7 +128,7 @@ def is_identifier(value: object) -> bool:
     return isinstance(value, str) and _IDENTIFIER.fullmatch(value) is not None
 
 
-def identifier(document: dict, field: str) -> str:
+def identifier(document: JSONObject, field: str) -> str:
     if field not in document:
         raise _invalid(field, "is required")
     value = document[field]
@@ -131,7 +139,7 @@ def identifier(document: dict, field: str) -> str:
     return value
 
 
-def key_identifier(document: dict, field: str) -> str:
+def key_identifier(document: JSONObject, field: str) -> str:
     """An id that becomes part of a Redis key (sku, order_id): 422 unless safe."""
     value = identifier(document, field)
     if not is_safe_id(value):
@@ -139,7 +147,7 @@ def key_identifier(document: dict, field: str) -> str:
     return value
 
 
-def currency(document: dict, field: str = "currency") -> str:
+def currency(document: JSONObject, field: str = "currency") -> str:
     value = document.get(field, None)
     if field not in document:
         raise _invalid(field, "is required")

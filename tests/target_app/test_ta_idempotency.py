@@ -10,8 +10,15 @@ import pytest
 import redis
 from flask import Flask, Response, request
 
-from target_app.idempotency import IdempotencyMiddleware, fingerprint
-from target_app.idempotency_store import MemoryStore, RedisStore
+from target_app.errors import StoreUnavailable
+from target_app.idempotency import (
+    IdempotencyContext,
+    IdempotencyMiddleware,
+    MemoryStore,
+    RedisStore,
+    context_of,
+    fingerprint,
+)
 
 
 class Clock:
@@ -237,8 +244,6 @@ class FlakyFinish(MemoryStore):
     def finish(self, *args, **kwargs):
         if self.failures:
             self.failures -= 1
-            from target_app.errors import StoreUnavailable
-
             raise StoreUnavailable("brownout")
         return super().finish(*args, **kwargs)
 
@@ -263,19 +268,17 @@ def test_finish_failing_for_good_is_503_and_keeps_the_key_in_flight():
 
 
 def test_the_handler_gets_an_explicit_context(redis_url):
-    from target_app.idempotency import IDEMPOTENCY_CONTEXT_ENVIRON, IdempotencyContext
-
     app = Flask(__name__)
     seen: list = []
 
     @app.post("/ctx")
     def ctx():
-        seen.append(request.environ.get(IDEMPOTENCY_CONTEXT_ENVIRON))
+        seen.append(context_of(request.environ))
         return "ok"
 
     @app.post("/open")
     def open_():
-        seen.append(request.environ.get(IDEMPOTENCY_CONTEXT_ENVIRON))
+        seen.append(context_of(request.environ))
         return "open"
 
     app.wsgi_app = IdempotencyMiddleware(
@@ -291,8 +294,6 @@ def test_the_handler_gets_an_explicit_context(redis_url):
 
 
 def test_a_release_request_from_the_handler_leaves_the_key_free(redis_url):
-    from target_app.idempotency import RELEASE_ENVIRON
-
     app = Flask(__name__)
     runs = {"n": 0}
 
@@ -300,7 +301,9 @@ def test_a_release_request_from_the_handler_leaves_the_key_free(redis_url):
     def refuse():
         runs["n"] += 1
         if runs["n"] == 1:
-            request.environ[RELEASE_ENVIRON] = True
+            context = context_of(request.environ)
+            assert context is not None
+            context.release_key()
             return Response("{}", status=409, mimetype="application/json")
         return Response("{}", status=201, mimetype="application/json")
 

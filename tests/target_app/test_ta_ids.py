@@ -66,7 +66,7 @@ def test_identifiers_use_fullmatch(client, paid_order):
 
 
 def test_a_malformed_path_never_reaches_the_idempotency_layer_as_a_payment_path(client, rclient):
-    from target_app.app import requires_idempotency_key
+    from target_app.idempotency import requires_idempotency_key
 
     assert requires_idempotency_key("POST", "/api/v1/orders/ord_1/payments")
     assert not requires_idempotency_key("POST", "/api/v1/orders/ord_1/payments\n")

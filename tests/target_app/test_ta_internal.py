@@ -8,7 +8,8 @@ from dataclasses import replace
 
 import pytest
 
-from target_app.app import bearer_token_matches, create_app
+from target_app.app import create_app
+from target_app.routes.internal import bearer_token_matches
 
 from ta_helpers import INTERNAL, INTERNAL_TOKEN
 

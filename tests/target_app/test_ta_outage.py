@@ -8,9 +8,9 @@ import time
 import pytest
 import redis
 
-from harness.redis_server import RedisServer
+from harness.stack.redis_server import RedisServer
 from target_app.app import create_app
-from target_app.idempotency_store import MemoryStore
+from target_app.idempotency import MemoryStore
 from target_app.settings import Settings
 
 from ta_helpers import INTERNAL, INTERNAL_TOKEN, ORDER, SECRET, signed_headers, webhook_body
@@ -92,7 +92,7 @@ def test_crashed_worker_lease_expires(redis_url):
     """A worker that began a request and died leaves an in-flight record; once its
     lease ends the same key runs for real."""
     from target_app.idempotency import fingerprint
-    from target_app.idempotency_store import RedisStore
+    from target_app.idempotency import RedisStore
 
     settings = Settings(redis_url=redis_url, webhook_secret=SECRET, inflight_lease=1)
     client = create_app(settings).test_client()

@@ -10,7 +10,8 @@ import redis
 
 from target_app.app import create_app
 from target_app.errors import StoreUnavailable
-from target_app.idempotency_store import RedisStore
+from target_app.idempotency import RedisStore
+from target_app.services import services_of
 from target_app.settings import Settings
 
 ORDER = {"sku": "sku-1", "quantity": 1, "amount_cents": 1000, "currency": "EUR"}
@@ -69,7 +70,7 @@ def test_without_the_api_layer_there_is_no_recovery_point(settings: Settings, re
 def lose_create_replies(http) -> dict:
     """Make the app's order script run but lose its reply once `state["lose"]` is set:
     the Redis connection drops after the script ran (a downstream fault)."""
-    domain = http.application.extensions["target_app"]["domain"]
+    domain = services_of(http.application).domain
     real = domain._create
     state = {"lose": True}
 
