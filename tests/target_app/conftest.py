@@ -12,11 +12,10 @@ from typing import Any
 
 import pytest
 import redis
+from ta_helpers import INTERNAL_TOKEN, SECRET, settings_env
 
 from target_app.app import create_app
 from target_app.settings import Settings
-
-from ta_helpers import INTERNAL_TOKEN, SECRET, settings_env
 from tests.support.services import HttpService, target_app_gunicorn
 
 

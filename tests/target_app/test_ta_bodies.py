@@ -11,9 +11,9 @@ import json
 import socket
 from dataclasses import replace
 
-from target_app.app import create_app
-
 from ta_helpers import ORDER, create_order, signed_headers, webhook_body
+
+from target_app.app import create_app
 
 
 def short(client, path: str, body: bytes, *, announced: int, headers: dict | None = None):

@@ -8,7 +8,6 @@ import uuid
 
 import redis
 import requests
-
 from ta_helpers import ORDER, signed_headers, webhook_body
 
 CONCURRENCY = 50

@@ -8,14 +8,13 @@ import uuid
 from dataclasses import replace
 
 import pytest
+from ta_helpers import SECRET, create_order, webhook_body
 
 from target_app.app import create_app
 from target_app.errors import ConfigError
 from target_app.inbox import Inbox, PaymentMessage
 from target_app.settings import UNSAFE_LAYERS, Settings, parse_unsafe_disable
 from target_app.webhooks import sign_webhook
-
-from ta_helpers import SECRET, create_order, webhook_body
 
 CONTROLS = ("api", "api-fingerprint", "api-tenant", "incomplete-body", "order-tenant", "domain",
             "domain-amount", "webhook-signature", "inbox", "inbox-nonatomic", "inbox-dead-letter")

@@ -12,13 +12,12 @@ from dataclasses import replace
 
 import pytest
 import redis
+from ta_helpers import INTERNAL
 
 from target_app.app import create_app
 from target_app.consumer import Consumer, publish_payment
 from target_app.domain import Domain
 from target_app.inbox import Inbox, PaymentMessage
-
-from ta_helpers import INTERNAL
 
 
 class BlippingInbox(Inbox):

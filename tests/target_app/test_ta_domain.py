@@ -6,16 +6,17 @@ import uuid
 
 import pytest
 import redis
-from hypothesis import HealthCheck, Phase, settings as hsettings, strategies as st
+from hypothesis import HealthCheck, Phase
+from hypothesis import settings as hsettings
+from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
+from ta_helpers import INTERNAL, create_order, signed_headers, webhook_body
 
 from target_app.app import create_app
 from target_app.consumer import publish_payment
 from target_app.domain import Domain
 from target_app.inbox import Inbox, PaymentMessage
 from target_app.settings import Settings
-
-from ta_helpers import INTERNAL, create_order, signed_headers, webhook_body
 
 
 def pay(client, order_id, provider_ref, amount=1000, key=None):

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import json
 
-from target_app.consumer import Consumer, publish_payment
-
 from ta_helpers import INTERNAL, create_order
+
+from target_app.consumer import Consumer, publish_payment
 
 
 def export(client) -> list[dict]:

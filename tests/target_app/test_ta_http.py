@@ -8,12 +8,18 @@ import uuid
 from dataclasses import replace
 
 import pytest
+from ta_helpers import (
+    INTERNAL,
+    ORDER,
+    SECRET,
+    create_order,
+    signed_headers,
+    webhook_body,
+)
 
 from target_app.app import create_app
 from target_app.inbox import Inbox, PaymentMessage
 from target_app.webhooks import SignatureError, sign_webhook, verify_signature
-
-from ta_helpers import INTERNAL, ORDER, SECRET, create_order, signed_headers, webhook_body
 
 
 def assert_problem(response, status: int) -> dict:

@@ -106,7 +106,7 @@ def test_server_error_is_not_cached(store_kind, redis_url):
 
 
 def test_exception_in_handler_releases_the_key(store_kind, redis_url):
-    app, state = build(make_store(store_kind, redis_url))
+    app, _state = build(make_store(store_kind, redis_url))
     app.testing = False
     calls = {"n": 0}
 
@@ -155,7 +155,7 @@ def test_bad_keys_are_rejected(store_kind, redis_url, key):
 
 
 def test_missing_key_is_rejected_and_other_routes_pass(store_kind, redis_url):
-    app, state = build(make_store(store_kind, redis_url))
+    app, _state = build(make_store(store_kind, redis_url))
     client = app.test_client()
     assert client.post("/things", json={}).status_code == 400
     assert client.post("/open").data == b"open"
@@ -171,7 +171,7 @@ def test_body_over_the_limit_is_413(store_kind, redis_url):
 
 
 def test_tenants_never_share_records(store_kind, redis_url):
-    app, state = build(make_store(store_kind, redis_url))
+    app, _state = build(make_store(store_kind, redis_url))
     client = app.test_client()
     a = client.post("/things", json={"t": 1}, headers={"Idempotency-Key": "same", "X-Tenant-ID": "A"})
     b = client.post("/things", json={"t": 1}, headers={"Idempotency-Key": "same", "X-Tenant-ID": "B"})

@@ -12,12 +12,11 @@ import uuid
 from dataclasses import replace
 
 import pytest
+from ta_helpers import ORDER, create_order, signed_headers, webhook_body
 
 from target_app.consumer import Consumer, publish_payment
 from target_app.inbox import Inbox, PaymentMessage
 from target_app.validation import is_identifier
-
-from ta_helpers import ORDER, create_order, signed_headers, webhook_body
 
 
 def pay(client, order_id: str, **body):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -12,13 +13,12 @@ import time
 from dataclasses import replace
 
 import pytest
+from ta_helpers import INTERNAL, ROOT, settings_env
 
 from target_app.app import create_app
 from target_app.consumer import Consumer, publish_payment
 from target_app.domain import Domain
 from target_app.inbox import HandlerFailed, Inbox, PaymentMessage
-
-from ta_helpers import INTERNAL, ROOT, settings_env
 
 
 def make_order(rclient, amount=1000) -> str:
@@ -195,21 +195,20 @@ def test_consumer_process_drains_and_stops_on_sigterm(settings, seeded, tmp_path
         publish_payment(seeded, "payments", f"m{n}", order_id, "pr_1", 1000)
     env = {**os.environ, **settings_env(settings), "TARGET_APP_CONSUMER_NAME": "proc-1",
            "TARGET_APP_CONSUMER_BLOCK_MS": "50"}
-    log = open(tmp_path / "consumer.log", "wb")
-    process = subprocess.Popen([sys.executable, "-m", "target_app.consumer"], cwd=ROOT, env=env,
-                               stdout=log, stderr=subprocess.STDOUT)
-    try:
-        deadline = time.monotonic() + 15
-        while len(effects(seeded)) < 5 and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert len(effects(seeded)) == 5
-        process.send_signal(signal.SIGTERM)
-        assert process.wait(timeout=10) == 0
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
-        log.close()
+    with open(tmp_path / "consumer.log", "wb") as log:
+        process = subprocess.Popen([sys.executable, "-m", "target_app.consumer"], cwd=ROOT, env=env,
+                                   stdout=log, stderr=subprocess.STDOUT)
+        try:
+            deadline = time.monotonic() + 15
+            while len(effects(seeded)) < 5 and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert len(effects(seeded)) == 5
+            process.send_signal(signal.SIGTERM)
+            assert process.wait(timeout=10) == 0
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
     assert seeded.xpending("payments", "target-app")["pending"] == 0
     assert len(payments(seeded, order_id)) == 1
     assert "stopped" in (tmp_path / "consumer.log").read_text()
@@ -218,7 +217,7 @@ def test_consumer_process_drains_and_stops_on_sigterm(settings, seeded, tmp_path
 def test_consumer_rejects_unknown_unsafe_layer(settings, tmp_path):
     env = {**os.environ, **settings_env(settings), "TARGET_APP_UNSAFE_DISABLE": "inbox,bogus"}
     result = subprocess.run([sys.executable, "-m", "target_app.consumer"], cwd=ROOT, env=env,
-                            capture_output=True, text=True, timeout=30)
+                            capture_output=True, text=True, timeout=30, check=False)
     assert result.returncode == 2 and "bogus" in result.stderr
 
 
@@ -230,37 +229,37 @@ def consumer_processes_race(settings, rclient, tmp_path, unsafe: str) -> list[di
            "TARGET_APP_HANDLER_DELAY_MS": "800", "TARGET_APP_RECLAIM_IDLE_MS": "100",
            "TARGET_APP_CONSUMER_BLOCK_MS": "20"}
     processes = []
-    try:
-        for name in ("proc-a", "proc-b"):
-            log = open(tmp_path / f"{name}.log", "wb")
-            processes.append((subprocess.Popen([sys.executable, "-m", "target_app.consumer"], cwd=ROOT,
-                                               env={**env, "TARGET_APP_CONSUMER_NAME": name},
-                                               stdout=log, stderr=subprocess.STDOUT), log))
-        deadline = time.monotonic() + 15
-        while time.monotonic() < deadline:  # both consumers are in their read loop
-            readers = [c for c in rclient.client_list() if c.get("cmd") in ("xreadgroup", "xautoclaim")]
-            if len(readers) >= 2:
-                break
-            time.sleep(0.05)
-        publish_payment(rclient, "payments", "m-proc", order_id, "pr_1", 1000)
-        deadline = time.monotonic() + 15
-        while time.monotonic() < deadline:
-            if rclient.xpending("payments", "target-app")["pending"] == 0 and effects(rclient):
-                break
-            time.sleep(0.05)
-        time.sleep(0.3)  # let a late second handler land, if there is one
-        claims = {c["name"]: c for c in rclient.xinfo_consumers("payments", "target-app")}
-        assert set(claims) == {"proc-a", "proc-b"}
-    finally:
-        for process, log in processes:
-            process.send_signal(signal.SIGTERM)
-        for process, log in processes:
-            try:
-                process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
-            log.close()
+    with contextlib.ExitStack() as logs:
+        try:
+            for name in ("proc-a", "proc-b"):
+                log = logs.enter_context(open(tmp_path / f"{name}.log", "wb"))
+                processes.append((subprocess.Popen([sys.executable, "-m", "target_app.consumer"], cwd=ROOT,
+                                                   env={**env, "TARGET_APP_CONSUMER_NAME": name},
+                                                   stdout=log, stderr=subprocess.STDOUT), log))
+            deadline = time.monotonic() + 15
+            while time.monotonic() < deadline:  # both consumers are in their read loop
+                readers = [c for c in rclient.client_list() if c.get("cmd") in ("xreadgroup", "xautoclaim")]
+                if len(readers) >= 2:
+                    break
+                time.sleep(0.05)
+            publish_payment(rclient, "payments", "m-proc", order_id, "pr_1", 1000)
+            deadline = time.monotonic() + 15
+            while time.monotonic() < deadline:
+                if rclient.xpending("payments", "target-app")["pending"] == 0 and effects(rclient):
+                    break
+                time.sleep(0.05)
+            time.sleep(0.3)  # let a late second handler land, if there is one
+            claims = {c["name"]: c for c in rclient.xinfo_consumers("payments", "target-app")}
+            assert set(claims) == {"proc-a", "proc-b"}
+        finally:
+            for process, _log in processes:
+                process.send_signal(signal.SIGTERM)
+            for process, _log in processes:
+                try:
+                    process.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+                    process.wait()
     assert len(payments(rclient, order_id)) == 1  # the domain layer holds either way
     return effects(rclient)
 

@@ -7,11 +7,10 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
+from ta_helpers import INTERNAL, INTERNAL_TOKEN
 
 from target_app.app import create_app
 from target_app.routes.internal import bearer_token_matches
-
-from ta_helpers import INTERNAL, INTERNAL_TOKEN
 
 ENDPOINTS = [("get", "/internal/v1/export", None), ("put", "/internal/v1/inventory/sku-1", {"available": 7})]
 

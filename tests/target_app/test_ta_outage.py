@@ -7,13 +7,19 @@ import time
 
 import pytest
 import redis
+from ta_helpers import (
+    INTERNAL,
+    INTERNAL_TOKEN,
+    ORDER,
+    SECRET,
+    signed_headers,
+    webhook_body,
+)
 
 from harness.stack.redis_server import RedisServer
 from target_app.app import create_app
 from target_app.idempotency import MemoryStore
 from target_app.settings import Settings
-
-from ta_helpers import INTERNAL, INTERNAL_TOKEN, ORDER, SECRET, signed_headers, webhook_body
 
 
 @pytest.fixture
@@ -91,8 +97,7 @@ def test_app_starts_while_redis_is_down_and_seeds_later(tmp_path):
 def test_crashed_worker_lease_expires(redis_url):
     """A worker that began a request and died leaves an in-flight record; once its
     lease ends the same key runs for real."""
-    from target_app.idempotency import fingerprint
-    from target_app.idempotency import RedisStore
+    from target_app.idempotency import RedisStore, fingerprint
 
     settings = Settings(redis_url=redis_url, webhook_secret=SECRET, inflight_lease=1)
     client = create_app(settings).test_client()

@@ -9,9 +9,9 @@ from __future__ import annotations
 import uuid
 from dataclasses import replace
 
-from target_app.app import create_app
-
 from ta_helpers import ORDER, signed_headers, webhook_body
+
+from target_app.app import create_app
 
 
 def create(client, tenant: str | None) -> dict:
