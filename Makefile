@@ -8,7 +8,7 @@ setup:
 	./scripts/setup.sh
 
 demo: setup
-	$(VENV)/bin/harness run mixed --plan plans/flaky-network.yaml --users 20 --duration 20s --seed 7
+	$(VENV)/bin/harness run mixed --plan flaky-network --users 20 --duration 20s --seed 7
 
 test: setup
 	$(VENV)/bin/python -m pytest $(PYTEST_ARGS)

@@ -46,7 +46,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from harness.ports import free_port  # noqa: E402
-from harness.redis_server import RedisServer  # noqa: E402
+from harness.stack.redis_server import RedisServer  # noqa: E402
 
 TOP_LEVEL_ALWAYS = {"evalsha", "eval", "evalsha_ro", "eval_ro"}
 # Sent once per new connection (redis-py's handshake), never per request.

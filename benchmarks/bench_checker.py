@@ -202,7 +202,7 @@ def measure(run_dir: Path) -> dict:
     code = (
         "import json, time, sys\n"
         "from pathlib import Path\n"
-        "from harness.checker import check_run\n"
+        "from harness.check.checker import check_run\n"
         "def hwm():\n"
         "    for line in open('/proc/self/status'):\n"
         "        if line.startswith('VmHWM:'):\n"

@@ -20,7 +20,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from harness.history import history_files, iter_operations
-from harness.runner import RunSpec, run
+from harness.run.runner import RunSpec, run
 
 
 def percentile(values: list[float], fraction: float) -> float:

@@ -1,6 +1,6 @@
 """History recording overhead: Locust requests/s with and without history, side by side.
 
-Both variants run the same recorded create_order request (harness.loadgen's channel:
+Both variants run the same recorded create_order request (harness.load's channel:
 fingerprint, invoke, classification, completion, Locust event) against the same
 fast stub endpoint; only HARNESS_HISTORY_DIR differs, so the difference is the cost
 of writing the records. Runs alternate (off, on, off, on, ...) to spread drift.
@@ -26,8 +26,8 @@ REPO = Path(__file__).resolve().parents[1]
 LOCUSTFILE = '''
 from locust import User, constant, events, task
 
-from harness.loadgen.actor import Actor
-from harness.loadgen.recording import install, load_process
+from harness.load.actor import Actor
+from harness.load.recording import install, load_process
 
 install(events)
 PAYLOAD = {"sku": "sku-1", "quantity": 1, "amount_cents": 1000, "currency": "EUR"}

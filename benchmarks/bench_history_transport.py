@@ -8,7 +8,7 @@ where the records go:
 - `files`: a standalone Locust process appends its records to its own history file
   (how a single-process run records);
 - `messages`: a Locust master and one worker (`--processes 1`): the worker sends its
-  records to the master in batches (harness.loadgen.transport), the master writes them;
+  records to the master in batches (harness.load.transport), the master writes them;
 - `distributed-none`: the same master and worker with no history at all, to tell the
   cost of the transport from the cost of Locust's master/worker mode itself.
 
@@ -38,8 +38,8 @@ VARIANTS = ("files", "messages", "distributed-none")
 LOCUSTFILE = '''
 from locust import User, constant, events, task
 
-from harness.loadgen.actor import Actor
-from harness.loadgen.recording import install, load_process
+from harness.load.actor import Actor
+from harness.load.recording import install, load_process
 
 install(events)
 PAYLOAD = {"sku": "sku-1", "quantity": 1, "amount_cents": 1000, "currency": "EUR"}

@@ -10,13 +10,13 @@ Targets:
 - `stub` (default): a one-process asyncio endpoint that answers every request at
   once, with bench_history_transport.py's recorded create_order user: measures the
   load side (Locust, the recording, the transport);
-- `stack`: a real stack (`harness.stack.start_stack`: the app under gunicorn, Redis,
+- `stack`: a real stack (`harness.stack.local.start_stack`: the app under gunicorn, Redis,
   the embedded Toxiproxy, consumers) and the `mixed` scenario: what a `harness run
   mixed --workers N` gets on this machine.
 
 Besides operations/s it prints how busy the machine's cores were during the load
 (from /proc/stat), which is where the saturation shows, and writes an SVG plot
-(harness.plots.line_chart) and the table to `benchmarks/results/`.
+(harness.report.plots.line_chart) and the table to `benchmarks/results/`.
 
     .venv/bin/python benchmarks/bench_workers.py [--target stub|stack|both] [--workers 1,2,4]
         [--seconds 10] [--rounds 2] [--users 40] [--stack-users 100]
@@ -122,13 +122,13 @@ def measure(target: str, counts: list[int], args: argparse.Namespace
                 host = f"http://127.0.0.1:{port}"
                 env["HARNESS_FRESH_CONNECTIONS"] = "0"
             else:
-                from harness.loadgen.settings import load_environment
-                from harness.stack import StackSettings, start_stack
+                from harness.load.settings import load_environment
+                from harness.stack.local import StackSettings, start_stack
 
                 stack = start_stack(StackSettings(
                     root=scratch / "stack", app_workers=2, consumers=2,
                     env={"TARGET_APP_INVENTORY": "sku-1=100000000,sku-2=5"}))
-                locustfile = REPO / "locustfiles" / "mixed.py"
+                locustfile = REPO / "harness" / "locustfiles" / "mixed.py"
                 host = str(stack.state["app_url"])
                 env.update(load_environment(stack.state, seed=7))
             rates: dict[int, list[float]] = {n: [] for n in counts}
@@ -193,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def write_plot(path: Path, medians: dict[str, dict[int, float]], *, cpu: int) -> None:
     """An SVG line per target: operations/s over worker processes (x)."""
-    from harness.plots import Series, line_chart
+    from harness.report.plots import Series, line_chart
 
     series = [Series(name=f"{target} (median ops/s)", color=COLORS.get(target, "#111827"),
                      points=sorted((float(n), value) for n, value in points.items()))

@@ -2,7 +2,7 @@
 
 A checker that fails correct runs is as useless as one that passes broken ones, and
 a flaky verdict teaches users to ignore it. This runs `mixed` (every channel at
-once) under `plans/chaos.yaml` on N different seeds, each with a fresh stack, and
+once) under `harness/plans/chaos.yaml` on N different seeds, each with a fresh stack, and
 prints one line per seed with the verdict, the operations and the faults applied.
 Any verdict other than PASS is listed with its reason; the exit code is 0 only when
 every seed passed.
@@ -19,9 +19,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from harness.runner import RunSpec, run
+from harness.run.runner import RunSpec, run
 
-PLAN = Path(__file__).resolve().parent.parent / "plans" / "chaos.yaml"
+PLAN = Path(__file__).resolve().parent.parent / "harness" / "plans" / "chaos.yaml"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -31,7 +31,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--users", type=int, default=10, help="Locust users per run (default 10)")
     parser.add_argument("--duration", type=float, default=10.0, help="seconds of load per run (default 10)")
     parser.add_argument("--scenario", default="mixed", help="scenario (default mixed)")
-    parser.add_argument("--plan", type=Path, default=PLAN, help="fault plan (default plans/chaos.yaml)")
+    parser.add_argument("--plan", type=Path, default=PLAN, help="fault plan (default harness/plans/chaos.yaml)")
     args = parser.parse_args(argv)
 
     verdicts: dict[str, int] = {}

@@ -47,7 +47,7 @@ from harness.ports import free_port  # noqa: E402
 from harness.probe.config import parse_config  # noqa: E402
 from harness.probe.conformance import REQUIREMENTS  # noqa: E402
 from harness.probe.runner import ProbeResult, ProbeSpec, run_probe  # noqa: E402
-from harness.redis_server import RedisServer  # noqa: E402
+from harness.stack.redis_server import RedisServer  # noqa: E402
 
 APPS = Path(__file__).resolve().parent / "middleware_apps"
 
@@ -234,7 +234,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--duration", type=float, default=8.0, help="seconds of load per middleware (default 8)")
     parser.add_argument("--users", type=int, default=8)
     parser.add_argument("--seed", type=int, default=7)
-    parser.add_argument("--plan", type=Path, default=ROOT / "plans" / "probe.yaml")
+    parser.add_argument("--plan", type=Path, default=ROOT / "harness" / "plans" / "probe.yaml")
     parser.add_argument("--out", type=Path, default=ROOT / "runs" / f"middlewares-{time.strftime('%Y%m%d-%H%M%S')}",
                         help="run directories go here, one per middleware (default runs/middlewares-<time>)")
     parser.add_argument("--results", type=Path, default=ROOT / "benchmarks" / "results" / "probe_middlewares.md")

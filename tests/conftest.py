@@ -17,7 +17,7 @@ import pytest
 import redis
 
 from harness.ports import free_port
-from harness.redis_server import INSTALL_HINT, RedisServer
+from harness.stack.redis_server import INSTALL_HINT, RedisServer
 from tests.support.services import READY_TIMEOUT, HttpService, http_service
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harness.compose import PROJECT
+from harness.stack.compose import PROJECT
 
 ROOT = Path(__file__).resolve().parents[1]
 COMPOSE = ROOT / "docker-compose.yml"
@@ -118,7 +118,7 @@ def test_the_dockerfile_base_is_pinned_and_dependencies_come_before_the_code() -
     installs = [i for i, line in enumerate(lines) if line.startswith("RUN") and "pip install" in line
                 or line.startswith("&& pip install")]
     pyproject = next(i for i, line in copies if "pyproject.toml" in line)
-    code = min(i for i, line in copies if any(f" {d}" in line for d in ("target_app", "harness", "locustfiles")))
+    code = min(i for i, line in copies if any(f" {d}" in line for d in ("target_app", "harness")))
     assert installs and pyproject < min(installs) < code, \
         "COPY pyproject.toml, install the dependencies, then COPY the code (layer caching)"
     assert not any(line.startswith("COPY . ") for line in lines)

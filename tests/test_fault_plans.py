@@ -11,7 +11,7 @@ from typing import Any
 import orjson
 import pytest
 
-from harness.faults import (
+from harness.nemesis.plans import (
     FaultWindow,
     NemesisRunner,
     PlanError,
@@ -22,11 +22,11 @@ from harness.faults import (
     parse_plan,
     schedule,
 )
-from harness.nemesis import Nemesis
+from harness.nemesis.toxiproxy_client import Nemesis
 from harness.ports import free_port
 from harness.toxiproxy.server import EmbeddedToxiproxy
 
-PLANS = Path(__file__).resolve().parents[1] / "plans"
+PLANS = Path(__file__).resolve().parents[1] / "harness" / "plans"
 TOXIC = {"proxy": "app", "type": "latency", "stream": "downstream", "attributes": {"latency": 800}}
 
 
@@ -67,9 +67,9 @@ TOXIC = {"proxy": "app", "type": "latency", "stream": "downstream", "attributes"
 )
 def test_bad_plans_name_the_file_and_field(raw: dict[str, Any], field: str, words: str) -> None:
     with pytest.raises(PlanError) as caught:
-        parse_plan(raw, source="plans/bad.yaml")
+        parse_plan(raw, source="harness/plans/bad.yaml")
     message = str(caught.value)
-    assert message.startswith(f"plans/bad.yaml: {field}: "), message
+    assert message.startswith(f"harness/plans/bad.yaml: {field}: "), message
     assert words in message
 
 

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import pytest
 import requests
 
-from harness.nemesis import (
+from harness.nemesis.toxiproxy_client import (
     Nemesis,
     NemesisConflict,
     NemesisError,

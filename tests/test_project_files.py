@@ -8,6 +8,8 @@ from pathlib import Path
 
 import yaml
 
+from harness.bundled import plan_path
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -42,7 +44,7 @@ def test_make_targets_set_up_before_they_run() -> None:
 def test_the_demo_plan_exists() -> None:
     makefile = (ROOT / "Makefile").read_text()
     plan = re.search(r"--plan (\S+)", makefile).group(1)
-    assert (ROOT / plan).is_file()
+    assert plan_path(plan).is_file()
 
 
 def test_the_smoke_workflow_runs_the_smoke_job_on_compose_and_keeps_the_runs() -> None:

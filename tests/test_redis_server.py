@@ -1,6 +1,6 @@
 import redis
 
-from harness.redis_server import RedisServer
+from harness.stack.redis_server import RedisServer
 
 
 def test_redis_url_fixture_gives_an_empty_private_database(redis_url: str) -> None:

@@ -3,7 +3,7 @@
 `check` is pure (no I/O); `check_run` reads a run directory (docs/internals.md) and
 calls it. This module holds the inputs and outputs: the export reduced to compact
 tuples (`ExportState`), the result types, the verdict and the evidence; the
-history index and the invariants themselves live in harness.invariants. The
+history index and the invariants themselves live in harness.check.invariants. The
 history is read in one streaming pass; when something failed, a second pass picks
 out the operations that touched the failing subjects, so evidence never needs the
 whole history in memory.
@@ -28,9 +28,9 @@ import orjson
 
 from harness.errors import HarnessError
 from harness.history import HistoryError, history_files
-from harness.invariants import (INVARIANTS, PAID_OUTCOMES, Finding, Findings, HistoryIndex,
+from harness.check.invariants import (INVARIANTS, PAID_OUTCOMES, Finding, Findings, HistoryIndex,
                                 evaluate_export, evaluate_history, jepsen_counts, scope_key)
-from harness.run_scope import scoped_export
+from harness.check.run_scope import scoped_export
 
 __all__ = ["DEFAULT_MIN_ACKNOWLEDGED", "PATHS", "VERDICTS", "CheckResult", "CheckerError",
            "ExportState", "HistoryFiles", "InvariantResult", "Violation", "check", "check_run",
@@ -88,7 +88,7 @@ class CheckerError(HarnessError):
 Payment = tuple[str, Any, Any, Any, Any]
 # A message effect as kept: (message_id, order_id, outcome).
 Effect = tuple[str, Any, Any]
-# An exported order (harness.invariants.O_*): (id, scope, status, tenant, sku, quantity, amount).
+# An exported order (harness.check.invariants.O_*): (id, scope, status, tenant, sku, quantity, amount).
 OrderRow = tuple[str, str, Any, Any, Any, Any, Any]
 # A valid dead-lettered payment message: (message_id, order_id, provider_ref, reason).
 DeadPayment = tuple[Any, Any, Any, str]
@@ -758,7 +758,7 @@ def _judging_settings(settings: Mapping[str, Any]) -> tuple[list[str], int]:
 
 def _scoped(run_dir: Path, export: Iterator[dict[str, Any]], scope: Any,
             dropped: set[Any]) -> Iterable[dict[str, Any]]:
-    """The export narrowed to this run on a reused stack (harness.run_scope); the
+    """The export narrowed to this run on a reused stack (harness.check.run_scope); the
     older orders it leaves out go to `dropped`."""
     if not scope:
         return export

@@ -1,7 +1,7 @@
 """The history folded into compact per-subject records, and the invariants.
 
 Memory must grow with the number of orders, not of operations (DESIGN.md, Scale):
-the export (harness.checker.ExportState, proportional to orders) is loaded first,
+the export (harness.check.checker.ExportState, proportional to orders) is loaded first,
 then the history is streamed once and folded into small records: attempt flags
 per (order, provider_ref), the ok order ids per idempotency key, one int per key
 for its original and replayed answers, one int per key for the bodies sent under it.
@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from harness.checker import ExportState
+    from harness.check.checker import ExportState
 
 INVARIANTS: tuple[tuple[str, str], ...] = (
     ("one_payment_per_order", "One payment per order"),

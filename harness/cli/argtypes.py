@@ -4,8 +4,11 @@ line, why it cannot (argparse reports it as `argument --x: <message>`)."""
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
+from harness import bundled
 from harness.durations import parse_duration
+from harness.errors import HarnessError
 
 
 def _whole_number(text: str) -> int:
@@ -35,3 +38,11 @@ def duration(text: str) -> float:
         return parse_duration(text)
     except ValueError as error:
         raise argparse.ArgumentTypeError(str(error)) from error
+
+
+def plan(text: str) -> Path:
+    """A bundled plan's name (`chaos`) or the path of a plan YAML file, found before anything starts."""
+    try:
+        return bundled.plan_path(text)
+    except HarnessError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None

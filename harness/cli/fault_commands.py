@@ -14,10 +14,10 @@ import os
 from pathlib import Path
 from typing import Any
 
-from harness.argtypes import non_negative_int
+from harness.cli.argtypes import non_negative_int
 from harness.errors import HarnessError
-from harness.nemesis import STREAMS, Nemesis, validate_toxic
-from harness.stack import RunningStack, open_stack
+from harness.nemesis.toxiproxy_client import STREAMS, Nemesis, validate_toxic
+from harness.stack.local import RunningStack, open_stack
 from harness.toxiproxy.toxics import TOXIC_ATTRIBUTES
 
 PROCESS_ACTIONS = ("kill", "pause", "resume", "restart", "start")

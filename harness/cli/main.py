@@ -17,12 +17,12 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from harness.argtypes import non_negative_int, positive_int
+from harness.cli.argtypes import non_negative_int, positive_int
 from harness.errors import HarnessError
-from harness.lifeline import Lifeline, exit_code_for, interrupt_signals
-from harness.loadgen.settings import load_environment
-from harness.nemesis import Nemesis, NemesisError
-from harness.stack import (
+from harness.processes.lifeline import Lifeline, exit_code_for, interrupt_signals
+from harness.load.settings import load_environment
+from harness.nemesis.toxiproxy_client import Nemesis, NemesisError
+from harness.stack.local import (
     RunningStack,
     StackAlreadyRunning,
     StackSettings,
@@ -102,7 +102,7 @@ def handle_up(args: argparse.Namespace) -> int:
     print("  harness fault add latency --proxy app --latency 800   # then the same curl again")
     print("  harness status; harness fault clear; harness down")
     if args.foreground:
-        from harness.stack_commands import hold_in_foreground
+        from harness.cli.stack_commands import hold_in_foreground
 
         sys.stdout.flush()
         return hold_in_foreground(stack)
@@ -121,7 +121,7 @@ def add_down(subparsers: argparse._SubParsersAction) -> None:
 
 def handle_down(args: argparse.Namespace) -> int:
     if args.all:
-        from harness.stack_commands import down_all
+        from harness.cli.stack_commands import down_all
 
         return down_all()
     stack = open_stack(args.root)
@@ -192,7 +192,7 @@ def handle_status(args: argparse.Namespace) -> int:
     if args.all:
         if args.env:
             raise UsageError("status: --all and --env do not go together")
-        from harness.stack_commands import status_all
+        from harness.cli.stack_commands import status_all
 
         return status_all(as_json=args.json)
     stack = open_stack(args.root)
@@ -264,10 +264,10 @@ def handle_toxiproxy_serve(args: argparse.Namespace) -> int:
 
 def parser_adders() -> list[Callable[[argparse._SubParsersAction], None]]:
     """Every subcommand's `add_*` function; a new subcommand is one more entry here."""
-    from harness import faults_cli, run_commands
+    from harness.cli import fault_commands, run_commands
     from harness.probe.cli import add_probe
 
-    return [add_up, add_down, add_status, faults_cli.add_fault, run_commands.add_parsers, add_toxiproxy,
+    return [add_up, add_down, add_status, fault_commands.add_fault, run_commands.add_parsers, add_toxiproxy,
             add_probe]
 
 

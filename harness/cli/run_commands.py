@@ -12,11 +12,13 @@ import argparse
 from dataclasses import replace
 from pathlib import Path
 
-from harness.argtypes import duration, non_negative_int, positive_int
+from harness.bundled import bundled_plan_names
+from harness.cli.argtypes import duration, non_negative_int, positive_int
+from harness.cli.argtypes import plan as plan_argument
 from harness.errors import HarnessError
 from harness.catalog import DEFAULT_MIN_ACKNOWLEDGED, MUTANTS, SCENARIOS
-from harness.runner import RunSpec, check_saved_run, run
-from harness.smoke import (
+from harness.run.runner import RunSpec, check_saved_run, run
+from harness.run.smoke import (
     DEFAULT_PARALLEL,
     format_matrix_table,
     matrix,
@@ -65,7 +67,8 @@ def add_parsers(subparsers: argparse._SubParsersAction) -> None:
         description="Start (or use) the stack, swarm it, heal, drain, check, report.",
     )
     run_parser.add_argument("scenario", choices=SCENARIOS)
-    run_parser.add_argument("--plan", type=Path, help="fault plan YAML (plans/*.yaml)")
+    run_parser.add_argument("--plan", type=plan_argument, metavar="NAME|FILE",
+                            help="fault plan: a bundled name (" + ", ".join(bundled_plan_names()) + ") or a YAML file")
     run_parser.add_argument("--unsafe-disable", type=_mutants, default=(),
                             help="negative control: comma list of " + ", ".join(MUTANTS))
     _add_load_options(run_parser, users=20, default_duration="30s")
@@ -177,7 +180,7 @@ def handle_worker(args: argparse.Namespace) -> int:
     import os
     import sys
 
-    from harness.locust_process import locustfile_for, parse_master_address
+    from harness.load.locust_process import locustfile_for, parse_master_address
 
     host, port = parse_master_address(args.master)
     # Deliberate duplicates get 4xx answers: data for the checker, not a failed worker.
@@ -204,7 +207,7 @@ def handle_check(args: argparse.Namespace) -> int:
 
 
 def _check_stack(args: argparse.Namespace) -> int:
-    from harness.stack import open_stack
+    from harness.stack.local import open_stack
     from harness.webui.session import adopt_swarm, current_swarm, finish_swarm
 
     stack = open_stack(args.root)
@@ -226,7 +229,7 @@ def _check_stack(args: argparse.Namespace) -> int:
 
 
 def handle_swarm_begin(args: argparse.Namespace) -> int:
-    from harness.stack import open_stack
+    from harness.stack.local import open_stack
     from harness.webui.session import begin_swarm
 
     if args.plan is not None and not args.plan.is_file():
@@ -240,7 +243,7 @@ def handle_swarm_begin(args: argparse.Namespace) -> int:
     print(f"swarm begun: {run_dir} (baseline saved)")
     print("run the load, recording into its histories/, e.g.:")
     root = "" if args.root == Path(".harness") else f" --harness-root {args.root}"
-    print(f"  locust -f locustfiles/{args.scenario}.py --harness-history-dir {histories}{root}")
+    print(f"  locust -f harness/locustfiles/{args.scenario}.py --harness-history-dir {histories}{root}")
     print("then judge it (heal, drain, export, check, report):")
     print(f"  harness check --stack{'' if args.root == Path('.harness') else f' --root {args.root}'}")
     return 0

@@ -1,7 +1,7 @@
 """The stack commands that span the registry or hold the terminal:
 `harness status --all`, `harness down --all` and `harness up --foreground`.
 
-`--all` reads the registry (`harness.registry`), never the process table: every stack
+`--all` reads the registry (`harness.processes.registry`), never the process table: every stack
 this checkout started, the ones `harness up` left and the ones a run owns (under
 `runs/<id>/stack`). An entry whose stack is gone is dropped on the way.
 """
@@ -14,10 +14,10 @@ import time
 from pathlib import Path
 from typing import Any, TextIO
 
-from harness import registry
-from harness import services as svc
+from harness.processes import registry
+from harness.stack import services as svc
 from harness.errors import HarnessError
-from harness.stack import RunningStack, StackError, open_stack
+from harness.stack.local import RunningStack, StackError, open_stack
 
 FOREGROUND_POLL = 0.5
 

@@ -17,9 +17,9 @@ from typing import Any
 import gevent
 
 from harness.history import Client
-from harness.loadgen.http import HttpChannel, Reply
-from harness.loadgen.recording import LoadProcess
-from harness.loadgen.stream import publish
+from harness.load.http import HttpChannel, Reply
+from harness.load.recording import LoadProcess
+from harness.load.stream import publish
 
 TENANTS = ("default", "tenant-a", "tenant-b")
 MAX_REMEMBERED = 16

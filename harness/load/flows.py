@@ -32,9 +32,9 @@ from typing import Any
 import orjson
 
 from harness.history import DEFAULT_TENANT
-from harness.loadgen.actor import TENANTS, Actor, DelayedWebhook, Order, concurrently
-from harness.loadgen.http import Reply
-from harness.loadgen.signing import BAD_SIGNATURES, signature_headers
+from harness.load.actor import TENANTS, Actor, DelayedWebhook, Order, concurrently
+from harness.load.http import Reply
+from harness.load.signing import BAD_SIGNATURES, signature_headers
 
 ORDERS_PATH = "/api/v1/orders"
 WEBHOOK_PATH = "/webhooks/payments"

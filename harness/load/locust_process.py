@@ -4,7 +4,7 @@ One process (standalone) when the run has one load process; otherwise Locust's o
 master/worker mode: a master (`--master --expect-workers N`) plus `workers` local
 `locust --worker` processes, and `remote_workers` more that join over TCP from
 elsewhere (`harness worker --master HOST:PORT`). Workers send their histories to the
-master with Locust's messaging (`harness.loadgen.transport`); the master writes them
+master with Locust's messaging (`harness.load.transport`); the master writes them
 into the run's history directory.
 
 Locust runs in a process group of its own (its local workers included) and never
@@ -24,12 +24,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from harness import bundled
 from harness.errors import HarnessError
 from harness.ports import free_port
-from harness.services import _child_setup
-
-LOCUSTFILES = Path(__file__).resolve().parent.parent / "locustfiles"
-
+from harness.stack.services import _child_setup
 
 DEFAULT_MASTER_PORT = 5557
 
@@ -50,10 +48,7 @@ def parse_master_address(text: str, *, default_host: str = "127.0.0.1") -> tuple
 
 
 def locustfile_for(scenario: str) -> Path:
-    path = LOCUSTFILES / f"{scenario}.py"
-    if not path.is_file():
-        raise HarnessError(f"no locustfile for scenario {scenario!r} at {path}")
-    return path
+    return bundled.locustfile(scenario)
 
 
 class LocustProcess:
@@ -72,7 +67,7 @@ class LocustProcess:
         output_dir: Path,
         env: Mapping[str, str],
         stop_timeout: float = 3.0,
-        guard: Any = None,  # a harness.lifeline.RunGuard
+        guard: Any = None,  # a harness.processes.lifeline.RunGuard
         remote_workers: int = 0,
         master_bind: tuple[str, int] | None = None,
         workers_wait: float = 120.0,

@@ -2,12 +2,12 @@
 
 A locustfile calls `install(events)` once at import (that is how Locust wires
 listeners). It registers the harness options on Locust's parser
-(`harness.loadgen.settings`) and, per Locust process:
+(`harness.load.settings`) and, per Locust process:
 
 - standalone (no master): a `LoadProcess` whose history writer appends to one file
   of its own in the history directory;
 - a worker: a `LoadProcess` whose history goes to the master as messages
-  (`harness.loadgen.transport.HistoryForwarder`);
+  (`harness.load.transport.HistoryForwarder`);
 - the master: no users, a `HistoryCollector` that writes each worker's batches to a
   file per worker, so one run directory holds every worker's history.
 
@@ -48,9 +48,9 @@ from locust.event import Events
 from locust.runners import STATE_STOPPED, MasterRunner, WorkerRunner
 
 from harness.history import LOAD_STARTED, Client, HistoryWriter, history_path
-from harness.loadgen.settings import LoadSettings, add_options, swarm_history_dir
-from harness.loadgen.toxics import ToxicWatch
-from harness.loadgen.transport import (
+from harness.load.settings import LoadSettings, add_options, swarm_history_dir
+from harness.load.toxics import ToxicWatch
+from harness.load.transport import (
     ACK_MESSAGE,
     BATCH_MESSAGE,
     FINISH_MESSAGE,
@@ -206,7 +206,7 @@ def worker_name() -> str:
 def load_process(environment: Environment) -> LoadProcess:
     process = getattr(environment, _ATTRIBUTE, None)
     if process is None:
-        raise RuntimeError("harness.loadgen.recording.install(events) was not called by the locustfile")
+        raise RuntimeError("harness.load.recording.install(events) was not called by the locustfile")
     return process
 
 

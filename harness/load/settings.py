@@ -1,7 +1,7 @@
 """Every setting of a load process, as a Locust command-line option.
 
 `add_options(parser)` registers them (a locustfile does it through
-`harness.loadgen.recording.install`, on `events.init_command_line_parser`), so they
+`harness.load.recording.install`, on `events.init_command_line_parser`), so they
 show in `locust --help` and in the web UI's start form (the webhook secret as a
 masked field), and Locust itself passes them from the master to its workers (they
 are in `environment.parsed_options`, which every spawn message carries).
@@ -238,12 +238,12 @@ class LoadSettings:
 def find_stack(root: Path) -> tuple[Path | None, dict[str, Any]]:
     """(root, state) of the stack running in `root`, or (None, {}).
 
-    Only the state file is read (no side effects, unlike `harness.stack.open_stack`);
+    Only the state file is read (no side effects, unlike `harness.stack.local.open_stack`);
     a state whose supervisor is gone is stale and ignored. A compose stack has no
     supervisor, its state is taken as it is.
     """
-    from harness.services import pid_alive  # light: /proc reads only
-    from harness.stack import StackError, read_state
+    from harness.stack.services import pid_alive  # light: /proc reads only
+    from harness.stack.local import StackError, read_state
 
     root = Path(root).expanduser().resolve()
     try:

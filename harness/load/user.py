@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from locust import User, between
 
-from harness.loadgen.actor import Actor
-from harness.loadgen.recording import load_process
+from harness.load.actor import Actor
+from harness.load.recording import load_process
 
 
 class DuplicatingUser(User):
     """Opens its Actor when it starts and closes it when it stops; scenarios add tasks
-    that call `harness.loadgen.flows` with `self.actor`."""
+    that call `harness.load.flows` with `self.actor`."""
 
     abstract = True
     wait_time = between(0.0, 0.05)

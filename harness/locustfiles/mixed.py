@@ -2,14 +2,14 @@
 and the stream at the same time (`cross_channel`). The tenant attempts (`shared_key`,
 `cross_tenant_read`, `cross_tenant_pay`) come with its timeout_replay rounds.
 
-Run by hand: locust -f locustfiles/mixed.py --host http://127.0.0.1:PORT
+Run by hand: locust -f harness/locustfiles/mixed.py --host http://127.0.0.1:PORT
 """
 
 from locust import events, task
 
-from harness.loadgen import flows
-from harness.loadgen.recording import install
-from harness.loadgen.user import DuplicatingUser
+from harness.load import flows
+from harness.load.recording import install
+from harness.load.user import DuplicatingUser
 from harness.webui import install as install_chaos_tab
 
 install_chaos_tab(events)  # first: it names each test's run directory (docs/webui.md)

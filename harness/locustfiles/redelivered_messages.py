@@ -1,17 +1,17 @@
 """A producer that publishes payment messages with duplicates: the same message_id as
 a new stream entry, and the same fact under a new message_id.
 
-Run by hand: locust -f locustfiles/redelivered_messages.py --host http://127.0.0.1:PORT
+Run by hand: locust -f harness/locustfiles/redelivered_messages.py --host http://127.0.0.1:PORT
 (HARNESS_REDIS_URL and HARNESS_STREAM point at the app's Redis). Catches the `inbox`
-mutant without faults; with TARGET_APP_HANDLER_DELAY_MS and plans/consumer-crashes.yaml
+mutant without faults; with TARGET_APP_HANDLER_DELAY_MS and harness/plans/consumer-crashes.yaml
 (a pause longer than the reclaim time) also the `inbox-nonatomic` mutant.
 """
 
 from locust import events, task
 
-from harness.loadgen import flows
-from harness.loadgen.recording import install
-from harness.loadgen.user import DuplicatingUser
+from harness.load import flows
+from harness.load.recording import install
+from harness.load.user import DuplicatingUser
 from harness.webui import install as install_chaos_tab
 
 install_chaos_tab(events)  # first: it names each test's run directory (docs/webui.md)

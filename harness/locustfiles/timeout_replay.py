@@ -4,19 +4,19 @@ Idempotency-Key at once (`shared_key`), another tenant reading or paying a user'
 order (`cross_tenant_read`, `cross_tenant_pay`: 404).
 
 Run by hand against a running stack (settings from `harness status --env`):
-    locust -f locustfiles/timeout_replay.py --host http://127.0.0.1:PORT
+    locust -f harness/locustfiles/timeout_replay.py --host http://127.0.0.1:PORT
 Catches the `api`, `api-fingerprint`, `api-tenant` and `order-tenant` controls
-without faults; with plans/flaky-network.yaml it also replays requests whose
+without faults; with harness/plans/flaky-network.yaml it also replays requests whose
 responses were lost after the server committed, reaches the API layer's recovery
 point (Redis replies lost after the create script ran) and retries bodies cut in
-transit (the `incomplete-body` control; plans/cut-bodies.yaml too).
+transit (the `incomplete-body` control; harness/plans/cut-bodies.yaml too).
 """
 
 from locust import events, task
 
-from harness.loadgen import flows
-from harness.loadgen.recording import install
-from harness.loadgen.user import DuplicatingUser
+from harness.load import flows
+from harness.load.recording import install
+from harness.load.user import DuplicatingUser
 from harness.webui import install as install_chaos_tab
 
 install_chaos_tab(events)  # first: it names each test's run directory (docs/webui.md)

@@ -39,7 +39,7 @@ import yaml
 from harness.catalog import PATHS
 from harness.errors import HarnessError
 from harness.fieldcheck import FieldChecker
-from harness.nemesis import NemesisInvalid, validate_toxic
+from harness.nemesis.toxiproxy_client import NemesisInvalid, validate_toxic
 
 PROCESS_ACTIONS = ("kill", "pause", "restart")
 _NAME = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any, Protocol
 
-from harness.nemesis import Nemesis, NemesisNotFound, NemesisVerifyError, ProxyInfo, ToxicInfo
+from harness.nemesis.toxiproxy_client import Nemesis, NemesisNotFound, NemesisVerifyError, ProxyInfo, ToxicInfo
 
 
 class FaultRecorder(Protocol):

@@ -1,6 +1,6 @@
 """`harness probe`: the subcommand's parser and handler.
 
-    harness probe --config probe.yaml [--upstream host:port] [--plan plans/flaky-network.yaml]
+    harness probe --config probe.yaml [--upstream host:port] [--plan flaky-network]
     harness probe --upstream 127.0.0.1:8000 --path /payments \\
         --body '{"amount_cents": "{int:1-999}", "currency": "EUR"}' --id-pointer /id
 
@@ -16,7 +16,8 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from harness.argtypes import duration, non_negative_int, positive_int
+from harness.cli.argtypes import duration, non_negative_int, positive_int
+from harness.cli.argtypes import plan as plan_argument
 from harness.probe.config import PROFILES, ProbeConfig, ProbeConfigError, load_config, parse_upstream, simple_config
 from harness.probe.checker import DEFAULT_MIN_ACKNOWLEDGED
 from harness.probe.runner import ProbeSpec, run_probe
@@ -30,7 +31,7 @@ def add_probe(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--config", type=Path, help="probe config (YAML); see docs/probe.md")
     parser.add_argument("--upstream", help="the service, host:port (overrides the config's)")
     parser.add_argument("--toxiproxy-url", help="a running Toxiproxy to use instead of the embedded one")
-    parser.add_argument("--plan", type=Path, help="fault plan; its windows act on proxy `app` (the probe's)")
+    parser.add_argument("--plan", type=plan_argument, metavar="NAME|FILE", help="fault plan; its windows act on proxy `app` (the probe's)")
     parser.add_argument("--out", type=Path, help="run directory (default runs/probe-<time>)")
     parser.add_argument("--users", type=positive_int, help="Locust users (overrides load.users)")
     parser.add_argument("--duration", type=duration, help="load duration, e.g. 10s (overrides load.duration)")

@@ -18,7 +18,7 @@
     load: {users: 8, duration: 5s, seed: 7, client_timeout: 1s, max_attempts: 4,
            mix: {double_click: 0.35, replay: 0.3, payload_mismatch: 0.3, missing_key: 0.1,
                  impatient: 0.15}}
-    plan: plans/flaky-network.yaml    # optional: faults on proxy `app` (the probe's proxy)
+    plan: flaky-network    # optional: faults on proxy `app` (the probe's proxy)
 
 Generated fields in a body template: a string that is exactly `{uuid}`, `{int:A-B}`,
 `{key}` (this request's Idempotency-Key) or `{choice:a|b|c}` becomes a fresh value
@@ -40,6 +40,7 @@ from typing import Any
 
 import yaml
 
+from harness.bundled import plan_path
 from harness.errors import HarnessError
 from harness.fieldcheck import FieldChecker
 
@@ -157,10 +158,20 @@ def load_config(path: Path) -> ProbeConfig:
     except yaml.YAMLError as error:
         raise ProbeConfigError(f"{path}: not valid YAML: {str(error).splitlines()[0]}") from None
     config = parse_config(raw, source=str(path))
-    if config.plan is not None and not config.plan.is_absolute():
-        # A plan named in the file is relative to the file, like an include.
-        config = replace(config, plan=(path.parent / config.plan))
+    if config.plan is not None:
+        config = replace(config, plan=_resolve_plan(config.plan, beside=path))
     return config
+
+
+def _resolve_plan(plan: Path, *, beside: Path) -> Path:
+    """A plan file is relative to the config file, like an include; a bare name is a bundled plan."""
+    relative = beside.parent / plan
+    if not plan.is_absolute() and relative.is_file():
+        return relative
+    try:
+        return plan_path(plan)
+    except HarnessError as error:
+        raise ProbeConfigError(f"{beside}: plan: {error}") from None
 
 
 def parse_config(raw: Any, *, source: str = "<config>") -> ProbeConfig:

@@ -4,7 +4,7 @@ Fixtures:
 - `toxiproxy` (session): a Toxiproxy for the session, `TOXIPROXY_URL` when set, else
   the embedded server on a free loopback port; a `ToxiproxyHandle` (url, embedded).
 - `chaos_stack`: the harness's own stack (target app, Redis, consumers behind
-  Toxiproxy) started with `harness.stack.start_stack` in a temporary root and
+  Toxiproxy) started with `harness.stack.local.start_stack` in a temporary root and
   stopped after the test; `@pytest.mark.chaos_stack(app_workers=2, consumers=1,
   unsafe_disable="api")` sets it up.
 - `idempotency_probe`: a function `probe(upstream, config=None, **options)` that
@@ -20,7 +20,7 @@ Markers: `chaos` (a test that injects faults; deselect with `-m "not chaos"`),
 
     @pytest.mark.chaos
     def test_payments_are_idempotent(idempotency_probe, my_service):
-        result = idempotency_probe(my_service.address, "probe.yaml", plan="plans/probe.yaml")
+        result = idempotency_probe(my_service.address, "probe.yaml", plan="probe")
         assert result.passed, result.summary()
 
 Imports of the harness happen inside the fixtures, so loading the plugin costs a
@@ -71,7 +71,7 @@ def toxiproxy() -> Iterator[ToxiproxyHandle]:
 @pytest.fixture
 def chaos_stack(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """The harness stack (RunningStack: `.state["app_url"]`, `.state["app_direct_url"]`, ...)."""
-    from harness.stack import StackSettings, start_stack
+    from harness.stack.local import StackSettings, start_stack
 
     marker = request.node.get_closest_marker("chaos_stack")
     options = dict(marker.kwargs) if marker else {}

@@ -2,7 +2,7 @@
 did, the fault windows and every violation with its evidence.
 
 Built from result.json's document alone (so a saved run can be re-rendered), with
-the shared HTML helpers of harness.report_html; every string is escaped there or
+the shared HTML helpers of harness.report.html; every string is escaped there or
 here, because answers come from a service the harness does not trust.
 """
 
@@ -13,7 +13,7 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
-from harness.report_html import badge, card_table, faults_table, key_value_table, page, violations_section
+from harness.report.html import badge, card_table, faults_table, key_value_table, page, violations_section
 
 STATUS_BADGE = {"pass": "pass", "fail": "fail", "not observed": "warn", "not checkable": "muted"}
 

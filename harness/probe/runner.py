@@ -5,7 +5,7 @@
    loopback port, or a proxy named `probe_<pid>_<token>` on a real Toxiproxy given
    by URL, removed afterwards);
 2. runs Locust headless with the probe's users against the proxy, and the fault
-   plan's windows beside it (harness.faults.NemesisRunner). A plan addresses the
+   plan's windows beside it (harness.nemesis.plans.NemesisRunner). A plan addresses the
    probe's proxy as `app`, so the project's own network plans work unchanged;
    process faults are refused (the probe does not own the service's processes);
 3. after the load and the healing, reads back (directly from the upstream) every
@@ -32,7 +32,7 @@ import orjson
 import requests
 
 from harness.errors import HarnessError
-from harness.faults import (
+from harness.nemesis.plans import (
     FaultWindow,
     NemesisRunner,
     Plan,
@@ -44,9 +44,9 @@ from harness.faults import (
     schedule,
 )
 from harness.history import Client, HistoryWriter, history_files, iter_operations
-from harness.junit import write_junit
-from harness.locust_process import LocustProcess
-from harness.nemesis import Nemesis, NemesisError
+from harness.report.junit import write_junit
+from harness.load.locust_process import LocustProcess
+from harness.nemesis.toxiproxy_client import Nemesis, NemesisError
 from harness.ports import free_port
 from harness.probe.checker import DEFAULT_MIN_ACKNOWLEDGED, ProbeCheck, check
 from harness.probe.conformance import DRAFT, ConformanceRow, conformance, rows_to_dicts

@@ -33,16 +33,26 @@ from urllib.parse import quote, urlsplit
 import requests
 
 REGISTRY_ENV = "HARNESS_REGISTRY"
-CHECKOUT = Path(__file__).resolve().parent.parent
 HTTP_TIMEOUT = 2.0
 RESULT_FILE = "result.json"
 INTERRUPTED_FILE = "interrupted.json"
 
 
 def registry_dir() -> Path:
-    """Where this checkout keeps its registry (read on every call: tests point it elsewhere)."""
+    """Where the registry lives (read on every call: tests point it elsewhere).
+
+    `$HARNESS_REGISTRY`, else `.harness/registry` in the checkout the harness runs from,
+    else (an installed harness: site-packages is no place to write) the user's state
+    directory, `$XDG_STATE_HOME/idempotency-harness/registry`.
+    """
     configured = os.environ.get(REGISTRY_ENV)
-    return Path(configured).resolve() if configured else CHECKOUT / ".harness" / "registry"
+    if configured:
+        return Path(configured).resolve()
+    checkout = Path(__file__).resolve().parents[2]
+    if (checkout / "pyproject.toml").is_file() and (checkout / "harness").is_dir():
+        return checkout / ".harness" / "registry"
+    state_home = Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state")
+    return state_home / "idempotency-harness" / "registry"
 
 
 def digest(text: str) -> str:
@@ -269,7 +279,7 @@ def _heal_toxiproxy(url: str, lease: Mapping[str, Any], live_claims: set[tuple[s
 
 def _start_service(root: Path, service: str) -> str:
     """Ask a stack's supervisor to start (or resume) a service a dead run left faulted."""
-    from harness.stack import StackError, open_stack  # the stack module imports this one
+    from harness.stack.local import StackError, open_stack  # the stack module imports this one
 
     try:
         stack = open_stack(root, reclaim=False)

@@ -15,7 +15,7 @@ from html import escape
 from pathlib import Path
 
 from harness.catalog import MUTANTS, SCENARIOS
-from harness.report_html import badge, page
+from harness.report.html import badge, page
 
 # Rows: the correct app first, then each mutant; columns: the scenarios.
 MUTANT_ORDER = ("none", *MUTANTS)

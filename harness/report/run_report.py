@@ -2,7 +2,7 @@
 
 The check result (format in docs/internals.md, "Check result") says what held;
 the run directory's histories and fault log say what the run looked like. The
-history is streamed once into per-second buckets (`harness.report_series`), so a
+history is streamed once into per-second buckets (`harness.report.series`), so a
 long run costs memory per second of run time, not per operation.
 """
 
@@ -19,9 +19,9 @@ from typing import Any
 import orjson
 
 from harness.history import HistoryError, history_files, iter_operations
-from harness.junit import verdict_of, write_junit
-from harness.matrix_report import MatrixCell, format_matrix_table, write_matrix_report
-from harness.plots import (
+from harness.report.junit import verdict_of, write_junit
+from harness.report.matrix import MatrixCell, format_matrix_table, write_matrix_report
+from harness.report.plots import (
     FaultWindow,
     Segment,
     Series,
@@ -29,14 +29,14 @@ from harness.plots import (
     line_chart,
     stacked_bar_chart,
 )
-from harness.report_html import (
+from harness.report.html import (
     badge,
     card_table,
     faults_table,
     page,
     violations_section,
 )
-from harness.report_series import RunSeries, build_series, percentile
+from harness.report.series import RunSeries, build_series, percentile
 
 __all__ = [
     "MatrixCell",

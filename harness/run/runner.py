@@ -22,20 +22,20 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from harness.catalog import DEFAULT_MIN_ACKNOWLEDGED, MUTANTS, SCENARIO_PROMISES, SCENARIOS
-from harness.checker import HistoryFiles, check_run
-from harness.drain import export_state, wait_for_drain
+from harness.check.checker import HistoryFiles, check_run
+from harness.run.drain import export_state, wait_for_drain
 from harness.errors import HarnessError
-from harness.faults import NemesisRunner, Plan, load_plan, schedule
-from harness.final_reads import FINAL_READS_FILE, orders_to_read, read_orders
+from harness.nemesis.plans import NemesisRunner, Plan, load_plan, schedule
+from harness.check.final_reads import FINAL_READS_FILE, orders_to_read, read_orders
 from harness.history import LOAD_STARTED, history_files
-from harness.lifeline import RunGuard
-from harness.loadgen.settings import load_environment
-from harness.locust_process import LocustProcess, locustfile_for, parse_master_address
-from harness.nemesis import Nemesis, NemesisError
-from harness.progress import ProgressLine
-from harness.registry import interrupted_marker
-from harness.report import summary_line, write_reports
-from harness.stack import (
+from harness.processes.lifeline import RunGuard
+from harness.load.settings import load_environment
+from harness.load.locust_process import LocustProcess, locustfile_for, parse_master_address
+from harness.nemesis.toxiproxy_client import Nemesis, NemesisError
+from harness.run.progress import ProgressLine
+from harness.processes.registry import interrupted_marker
+from harness.report.run_report import summary_line, write_reports
+from harness.stack.local import (
     RunningStack,
     StackError,
     StackSettings,
@@ -189,7 +189,7 @@ def _run_in(spec: RunSpec, run_id: str, run_dir: Path, plan: Plan | None, guard:
         windows = schedule(plan, spec.duration, run_seed=spec.seed) if plan is not None else []
         runner = NemesisRunner(nemesis, guard.processes_of(stack), run_dir / "faults.jsonl")
         if spec.scale_workers:
-            from harness.compose import ComposeLocust
+            from harness.stack.compose import ComposeLocust
 
             locust = ComposeLocust(state=state, scenario=spec.scenario, users=spec.users,
                                    spawn_rate=spec.spawn_rate or float(spec.users), duration=spec.duration,

@@ -17,12 +17,11 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TextIO
 
+from harness import bundled
 from harness.catalog import MUTANTS, SCENARIOS
 from harness.errors import HarnessError
-from harness.report import MatrixCell, format_matrix_table, write_matrix_report
-from harness.runner import EXIT_INCONCLUSIVE, EXIT_OK, EXIT_VIOLATION, RunOutcome, RunSpec, run
-
-PLANS_DIR = Path(__file__).resolve().parent.parent / "plans"
+from harness.report.run_report import MatrixCell, format_matrix_table, write_matrix_report
+from harness.run.runner import EXIT_INCONCLUSIVE, EXIT_OK, EXIT_VIOLATION, RunOutcome, RunSpec, run
 
 # The plan each scenario runs under in the smoke job: the duplicate source it targets.
 SCENARIO_PLANS: dict[str, str | None] = {
@@ -75,7 +74,7 @@ MUTANT_CASES = (
 
 
 def plan_path(name: str | None) -> Path | None:
-    return None if name is None else PLANS_DIR / f"{name}.yaml"
+    return None if name is None else bundled.plan_path(name)
 
 
 @dataclass

@@ -27,9 +27,9 @@ from typing import Any
 
 import yaml
 
-from harness import registry
-from harness.nemesis import Nemesis, NemesisError
-from harness.stack import StackAlreadyRunning, StackError, StackSettings, read_state, remove_state, write_state
+from harness.processes import registry
+from harness.nemesis.toxiproxy_client import Nemesis, NemesisError
+from harness.stack.local import StackAlreadyRunning, StackError, StackSettings, read_state, remove_state, write_state
 
 PROJECT = "idempotency-harness"
 CORE_SERVICES = ("redis", "toxiproxy", "app", "consumer")
@@ -202,7 +202,7 @@ class ComposeStack:
 
     def nemesis(self, recorder: Any = None) -> Any:
         """A `StackNemesis` on the compose Toxiproxy (proxies app and redis)."""
-        from harness.stack_nemesis import stack_nemesis
+        from harness.nemesis.stack_proxies import stack_nemesis
 
         return stack_nemesis(self.state, recorder)
 
@@ -267,7 +267,7 @@ def open_compose_stack(root: Path, state: dict[str, Any]) -> ComposeStack:
 # Where the compose file mounts the run directory in the Locust containers
 # (docker-compose.yml, x-locust) and where the image keeps the locustfiles.
 CONTAINER_RUN_DIR = "/srv/harness/run"
-CONTAINER_LOCUSTFILES = "locustfiles"
+CONTAINER_LOCUSTFILES = "harness/locustfiles"
 LOCUST_SERVICES = ("locust-master", "locust-worker")
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import signal
 
-from harness.services import set_parent_death_signal
+from harness.stack.services import set_parent_death_signal
 
 
 def post_fork(server: object, worker: object) -> None:

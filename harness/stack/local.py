@@ -1,12 +1,12 @@
 """The stack (Jepsen's db): Redis, Toxiproxy, the app and its consumers.
 
-`start_stack(settings)` starts a supervisor process (`harness.supervisor`) that owns
+`start_stack(settings)` starts a supervisor process (`harness.stack.supervisor`) that owns
 every service and keeps running after the caller returns; `open_stack(root)` attaches
 to one from its state file; `RunningStack` is the handle both return. Process faults
 go to the supervisor over its control socket, because only it can wait on its
-children. The compose variant (`harness.compose`) offers the same handle.
+children. The compose variant (`harness.stack.compose`) offers the same handle.
 
-Every stack is entered in the registry (`harness.registry`) before it starts and
+Every stack is entered in the registry (`harness.processes.registry`) before it starts and
 leaves it when it stops, so `harness status --all` / `down --all` find them all. Its
 owner is `up` (outlives the command), `run` or `foreground` (dies with the process
 that started it: pass that process's `Lifeline`).
@@ -31,8 +31,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from harness import registry
-from harness import services as svc
+from harness.processes import registry
+from harness.stack import services as svc
 from harness.errors import HarnessError
 
 STATE_FILE = "state.json"
@@ -149,7 +149,7 @@ def _is_supervisor(pid: object, root: Path) -> bool:
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
     except OSError:
         return False
-    return b"harness.supervisor" in cmdline and str(root).encode() in cmdline
+    return b"harness.stack.supervisor" in cmdline and str(root).encode() in cmdline
 
 
 # --- the handle -----------------------------------------------------------------
@@ -236,7 +236,7 @@ class RunningStack:
 
     def nemesis(self, recorder: Any = None) -> Any:
         """A `StackNemesis`: this stack's proxies by their plain names (app, redis)."""
-        from harness.stack_nemesis import stack_nemesis
+        from harness.nemesis.stack_proxies import stack_nemesis
 
         return stack_nemesis(self.state, recorder)
 
@@ -312,13 +312,13 @@ def _url_port(url: str) -> int:
 def start_stack(settings: StackSettings, *, lifeline: Any = None) -> RunningStack:
     """Start a supervisor for settings.root and wait until every service is healthy.
 
-    With a `harness.lifeline.Lifeline` (required for owners other than `up`), the
+    With a `harness.processes.lifeline.Lifeline` (required for owners other than `up`), the
     supervisor stops as soon as this process dies, however it dies.
     """
     if settings.owner != "up" and lifeline is None and not settings.compose:
         raise StackError(f"a stack owned by {settings.owner!r} needs its owner's lifeline")
     if settings.compose:
-        from harness.compose import start_compose_stack
+        from harness.stack.compose import start_compose_stack
 
         return start_compose_stack(settings)  # type: ignore[return-value]
     root = settings.root.resolve()
@@ -334,7 +334,7 @@ def start_stack(settings: StackSettings, *, lifeline: Any = None) -> RunningStac
     env = dict(os.environ)
     env[svc.STACK_MARKER_VAR] = str(root)
     env[registry.REGISTRY_ENV] = str(registry.registry_dir())  # the supervisor unregisters itself
-    argv = [sys.executable, "-m", "harness.supervisor", "--root", str(root)]
+    argv = [sys.executable, "-m", "harness.stack.supervisor", "--root", str(root)]
     pass_fds: tuple[int, ...] = ()
     if lifeline is not None:
         argv += ["--lifeline-fd", str(lifeline.read_fd)]
@@ -413,7 +413,7 @@ def open_stack(root: Path, *, reclaim: bool = True) -> RunningStack | None:
     if state is None:
         return None
     if state.get("mode") == "compose":
-        from harness.compose import open_compose_stack
+        from harness.stack.compose import open_compose_stack
 
         return open_compose_stack(root, state)  # type: ignore[return-value]
     if not _is_supervisor(state.get("supervisor_pid"), root):

@@ -1,6 +1,6 @@
 """The supervisor: the one process that owns a local stack's services.
 
-`harness up` starts `python -m harness.supervisor --root ROOT` in its own session and
+`harness up` starts `python -m harness.stack.supervisor --root ROOT` in its own session and
 waits for one JSON line on the supervisor's stdout (`{"ok": true}` once every service
 is healthy, or `{"ok": false, "error": ...}`). The supervisor then keeps running after
 `harness up` returns: it writes ROOT/state.json, answers process-fault requests on a
@@ -41,11 +41,11 @@ from pathlib import Path
 
 import requests
 
-from harness import registry
-from harness import services as svc
-from harness.nemesis import Nemesis, NemesisConflict, NemesisError
+from harness.processes import registry
+from harness.stack import services as svc
+from harness.nemesis.toxiproxy_client import Nemesis, NemesisConflict, NemesisError
 from harness.ports import free_port
-from harness.stack import (
+from harness.stack.local import (
     DEFAULT_APP_ENV,
     StackSettings,
     control_socket_path,
@@ -481,7 +481,7 @@ def run(root: Path, lifeline_fd: int | None = None) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m harness.supervisor")
+    parser = argparse.ArgumentParser(prog="python -m harness.stack.supervisor")
     parser.add_argument("--root", type=Path, required=True)
     parser.add_argument("--lifeline-fd", type=int, help="read end of the owner's lifeline pipe")
     args = parser.parse_args(argv)

@@ -2,7 +2,7 @@
 when it stops.
 
 A locustfile installs it with one line, `harness.webui.install(events)`, placed before
-`harness.loadgen.recording.install(events)` (so its `test_start` listener names the
+`harness.load.recording.install(events)` (so its `test_start` listener names the
 run's history directory before the recording opens its file). It is active only in
 the process that serves the web UI: a master or a standalone runner, never a worker,
 never a headless run (`harness run` is unaffected).
@@ -53,10 +53,11 @@ from locust.runners import STATE_RUNNING, STATE_SPAWNING, WorkerRunner
 
 from harness.catalog import SCENARIOS
 from harness.errors import HarnessError
-from harness.faults import ProcessFault, ProxyDownFault, ToxicFault, load_plan
-from harness.nemesis import NemesisError
-from harness.runner import heal_everything
-from harness.stack import SERVICE_ACTIONS, RunningStack, StackError, open_stack
+from harness import bundled
+from harness.nemesis.plans import ProcessFault, ProxyDownFault, ToxicFault, load_plan
+from harness.nemesis.toxiproxy_client import NemesisError
+from harness.run.runner import heal_everything
+from harness.stack.local import SERVICE_ACTIONS, RunningStack, StackError, open_stack
 from harness.toxiproxy.toxics import TOXIC_ATTRIBUTES
 from harness.webui.session import begin_swarm, finish_swarm
 
@@ -83,8 +84,8 @@ def add_options(parser: Any) -> None:
     hidden = {"include_in_web_ui": False} if hasattr(parser, "args_included_in_web_ui") else {}
     group.add_argument("--chaos-runs-dir", default="runs", help="where each test start's run directory goes "
                        "(default runs)", **hidden)
-    group.add_argument("--chaos-plans-dir", default="plans", help="fault plans offered in the tab "
-                       "(default plans)", **hidden)
+    group.add_argument("--chaos-plans-dir", default="", help="fault plans offered in the tab "
+                       "(default: the plans bundled with the harness)", **hidden)
     group.add_argument("--chaos-scenario", default="", help="scenario name in the run's settings "
                        "(default: the locustfile's name)", **hidden)
     group.add_argument("--chaos-drain-timeout", type=float, default=30.0,
@@ -115,7 +116,7 @@ class ChaosOptions:
         return cls(
             stack_root=Path(str(values.get("harness_root") or ".harness")),
             runs_root=Path(str(values.get("chaos_runs_dir") or "runs")),
-            plans_dir=Path(str(values.get("chaos_plans_dir") or "plans")),
+            plans_dir=Path(str(values["chaos_plans_dir"])) if values.get("chaos_plans_dir") else bundled.plans_dir(),
             scenario=scenario,
             drain_timeout=float(values.get("chaos_drain_timeout") or 30.0),
             check_on_stop=bool(int(values.get("chaos_check_on_stop", 1))),
@@ -405,7 +406,7 @@ class ChaosTab:
             histories = str((self.run_dir / "histories").resolve())
             options = self.environment.parsed_options
             if options is not None:
-                # harness.loadgen.recording resolves its settings from here at test_start
+                # harness.load.recording resolves its settings from here at test_start
                 # (this listener runs first), and Locust sends it to the workers.
                 options.harness_history_dir = histories
             self.verdict = {"status": "recording", "run_id": self.run_dir.name}
@@ -475,7 +476,7 @@ def _check_name(value: str, what: str) -> None:
 
 
 def _nemesis_problem(error: NemesisError) -> Problem:
-    from harness.nemesis import NemesisConflict, NemesisInvalid, NemesisNotFound, NemesisUnreachable
+    from harness.nemesis.toxiproxy_client import NemesisConflict, NemesisInvalid, NemesisNotFound, NemesisUnreachable
 
     status = {NemesisNotFound: 404, NemesisConflict: 409, NemesisInvalid: 400,
               NemesisUnreachable: 503}.get(type(error), 502)
@@ -716,7 +717,7 @@ def install(events: Events) -> None:
         tab = attach(environment)
         if tab is not None:
             # Added at init, after every listener a locustfile registered at import: the
-            # check starts once the recording has its final batches (harness.loadgen.recording).
+            # check starts once the recording has its final batches (harness.load.recording).
             environment.events.test_stop.add_listener(lambda **_: tab.on_test_stop())
 
     @events.test_start.add_listener

@@ -1,6 +1,6 @@
 """A swarm the harness did not start, from its beginning to its verdict.
 
-`harness run` starts Locust itself; a person who runs `locust -f locustfiles/mixed.py`
+`harness run` starts Locust itself; a person who runs `locust -f harness/locustfiles/mixed.py`
 against `harness up` (or presses Start in the web UI) does not. Judging such a swarm
 needs what the runner does around its load, in the same order:
 
@@ -9,9 +9,9 @@ needs what the runner does around its load, in the same order:
    promised paths, min_acknowledged, the stack) and `baseline.ndjson`, the export of
    the stack's state before the swarm. The stack usually served earlier runs; the
    checker judges only what the swarm created or changed, against that baseline
-   (harness.run_scope), and never by clocks. The stack remembers its current swarm
+   (harness.check.run_scope), and never by clocks. The stack remembers its current swarm
    in `ROOT/swarm.json`, so `harness check --stack` finds it.
-2. after the load, `finish_swarm(stack, run_dir)`: `harness.runner.finish_run`, the
+2. after the load, `finish_swarm(stack, run_dir)`: `harness.run.runner.finish_run`, the
    runner's own heal → drain → quiesce → export → final reads → check → report.
 
 Without step 1 there is no baseline: the whole state of a reused stack would be
@@ -30,11 +30,11 @@ from pathlib import Path
 from typing import Any
 
 from harness.catalog import DEFAULT_MIN_ACKNOWLEDGED, SCENARIOS
-from harness.drain import export_state
+from harness.run.drain import export_state
 from harness.errors import HarnessError
-from harness.faults import load_plan
-from harness.runner import BASELINE_FILE, RunOutcome, finish_run, promised_paths
-from harness.stack import RunningStack
+from harness.nemesis.plans import load_plan
+from harness.run.runner import BASELINE_FILE, RunOutcome, finish_run, promised_paths
+from harness.stack.local import RunningStack
 
 SWARM_POINTER = "swarm.json"  # in the stack's root: the swarm begun last on it
 

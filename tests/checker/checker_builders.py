@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-from harness.checker import CheckResult, check
+from harness.check.checker import CheckResult, check
 
 
 def digest(text: str) -> str:

@@ -8,7 +8,7 @@ from typing import Any
 import orjson
 import pytest
 
-from harness.checker import CheckerError, check_run
+from harness.check.checker import CheckerError, check_run
 from harness.history import Client, HistoryWriter, body_digest
 
 

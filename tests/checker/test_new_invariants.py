@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from checker_builders import Run, failed
-from harness.invariants import KEY_MISMATCH
+from harness.check.invariants import KEY_MISMATCH
 
 
 def answered_run() -> Run:

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from checker_builders import digest
 from checker_model import CorrectApp, play
-from harness.checker import HistoryFiles, check
+from harness.check.checker import HistoryFiles, check
 
 MODES = st.sampled_from(["ok", "ok", "ok", "info_applied", "info_lost", "5xx"])
 ORDER = st.integers(0, 9)

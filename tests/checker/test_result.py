@@ -6,8 +6,8 @@ import orjson
 import pytest
 
 from checker_builders import Run
-from harness.checker import VIOLATION_CAP, CheckerError, CheckResult, check
-from harness.invariants import INVARIANTS
+from harness.check.checker import VIOLATION_CAP, CheckerError, CheckResult, check
+from harness.check.invariants import INVARIANTS
 
 
 def lost_payment_run() -> Run:

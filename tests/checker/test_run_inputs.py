@@ -9,9 +9,9 @@ from typing import Any
 import orjson
 import pytest
 
-from harness.checker import CheckerError, check_run, read_operations
+from harness.check.checker import CheckerError, check_run, read_operations
 from harness.history import HistoryError, history_files, iter_operations
-from harness.run_scope import counters_of, scoped_export
+from harness.check.run_scope import counters_of, scoped_export
 from test_check_run import make_run, write_lines
 
 

@@ -6,7 +6,7 @@ import orjson
 import pytest
 
 from checker_builders import Run
-from harness.checker import PATHS, CheckerError, CheckResult, check
+from harness.check.checker import PATHS, CheckerError, CheckResult, check
 
 
 def test_paths_count_the_app_counters_or_what_clients_saw_whichever_is_larger() -> None:

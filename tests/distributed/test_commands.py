@@ -8,13 +8,13 @@ from pathlib import Path
 import pytest
 
 from harness.errors import HarnessError
-from harness.locust_process import LocustProcess, parse_master_address
-from harness.runner import RunSpec
+from harness.load.locust_process import LocustProcess, parse_master_address
+from harness.run.runner import RunSpec
 from tests.load.locust_run import clean_env, harness_cli
 
 
 def process(**overrides: object) -> LocustProcess:
-    values: dict[str, object] = dict(locustfile=Path("locustfiles/mixed.py"), host="http://h:1", users=4,
+    values: dict[str, object] = dict(locustfile=Path("harness/locustfiles/mixed.py"), host="http://h:1", users=4,
                                      spawn_rate=4.0, duration=5.0, processes=1, output_dir=Path("out"),
                                      env={})
     values.update(overrides)

@@ -18,7 +18,7 @@ import orjson
 import pytest
 
 from harness.history import HistoryError
-from harness.loadgen.transport import (
+from harness.load.transport import (
     ACK_MESSAGE,
     BATCH_MESSAGE,
     FINISH_MESSAGE,

@@ -11,7 +11,7 @@ from pathlib import Path
 from e2e_helpers import SmokeRun, harness
 
 from harness.catalog import MUTANTS, SCENARIOS
-from harness.smoke import EXTRA_CORRECT_RUNS, MUTANT_CASES
+from harness.run.smoke import EXTRA_CORRECT_RUNS, MUTANT_CASES
 
 EXPECTED_CATCH = {case.mutant: case.invariant for case in MUTANT_CASES}
 

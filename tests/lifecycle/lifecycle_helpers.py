@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from harness import services as svc
-from harness.registry import REGISTRY_ENV
+from harness.stack import services as svc
+from harness.processes.registry import REGISTRY_ENV
 
 REPO = Path(__file__).resolve().parents[2]
 CLEAN_WITHIN = 10.0  # the bound: seconds from the signal until nothing is left

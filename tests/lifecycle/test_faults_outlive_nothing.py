@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from harness.nemesis import Nemesis
+from harness.nemesis.toxiproxy_client import Nemesis
 from harness.toxiproxy.server import EmbeddedToxiproxy
 from lifecycle_helpers import (
     HarnessRun,

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from harness import registry
-from harness.lifeline import Interrupted, exit_code_for, interrupt_signals
-from harness.nemesis import Nemesis
-from harness.stack_nemesis import StackNemesis
+from harness.processes import registry
+from harness.processes.lifeline import Interrupted, exit_code_for, interrupt_signals
+from harness.nemesis.toxiproxy_client import Nemesis
+from harness.nemesis.stack_proxies import StackNemesis
 from harness.toxiproxy.server import EmbeddedToxiproxy
 
 
@@ -110,7 +110,7 @@ def test_signals_map_to_exit_codes() -> None:
 
 def test_a_run_that_fails_half_way_leaves_the_rest_to_its_janitor(tmp_path: Path, toxiproxy: str) -> None:
     from harness.errors import HarnessError
-    from harness.lifeline import RunGuard
+    from harness.processes.lifeline import RunGuard
 
     nemesis = Nemesis(toxiproxy)
     nemesis._request("POST", "/proxies", "setup", {"name": "p", "listen": "127.0.0.1:0", "upstream": "127.0.0.1:9"})
@@ -129,7 +129,7 @@ def test_a_run_that_fails_half_way_leaves_the_rest_to_its_janitor(tmp_path: Path
 
 
 def test_a_run_interrupted_by_ctrl_c_is_marked_and_leaves_no_lease(tmp_path: Path) -> None:
-    from harness.lifeline import RunGuard
+    from harness.processes.lifeline import RunGuard
 
     run_dir = tmp_path / "run"
     run_dir.mkdir()

@@ -35,7 +35,7 @@ SLOW_CONSUMER = {"TARGET_APP_HANDLER_DELAY_MS": "100"}
 
 MOMENTS: dict[str, tuple[list[str], dict[str, str], Callable[[HarnessRun], bool], float]] = {
     "stack-starting": (["--duration", "6s", "--users", "2", *SMALL], {}, stack_starting, 30),
-    "load": (["--duration", "20s", "--users", "3", "--plan", "plans/flaky-network.yaml", *SMALL], {},
+    "load": (["--duration", "20s", "--users", "3", "--plan", "flaky-network", *SMALL], {},
              under_load_with_toxic, 40),
     "drain": (["--duration", "4s", "--users", "4", "--app-workers", "1", "--consumers", "1",
                "--drain-timeout", "90s"], SLOW_CONSUMER, draining, 60),

@@ -32,7 +32,7 @@ def test_runs_killed_at_random_moments_leave_nothing(tmp_path: Path, runs: list[
         delay = round(rng.uniform(0.3, 14.0), 2)
         workdir = tmp_path / f"r{index}"
         run = HarnessRun(workdir, ["run", "mixed", "--duration", "6s", "--users", "3",
-                                   "--plan", "plans/flaky-network.yaml", "--app-workers", "1",
+                                   "--plan", "flaky-network", "--app-workers", "1",
                                    "--consumers", "2", "--root", str(tmp_path / "none"),
                                    "--runs-dir", str(workdir / "runs")])
         runs.append(run.start())

@@ -1,7 +1,7 @@
 """Run a locustfile headless in a subprocess and read back what it recorded.
 
 Locust monkey-patches the process it is imported in, so the tests never import it
-(nor harness.loadgen); they run `python -m locust` the way the harness does.
+(nor harness.load); they run `python -m locust` the way the harness does.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from harness.history import history_files, iter_records
 from harness.ports import free_port
 
 REPO = Path(__file__).resolve().parents[2]
-LOCUSTFILES = REPO / "locustfiles"
+LOCUSTFILES = REPO / "harness" / "locustfiles"
 
 
 def run_locust(locustfile: str, host: str, env: dict[str, str], *, users: int = 4,

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from harness.loadgen.settings import OPTIONS
+from harness.load.settings import OPTIONS
 from harness.ports import free_port
 from tests.load.locust_run import LOCUSTFILES, clean_env, completions, harness_cli, records
 

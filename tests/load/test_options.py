@@ -2,7 +2,7 @@
 as the default for what is not given, web UI flags, values Locust can send to workers.
 
 Locust monkey-patches the process that imports it, so what needs Locust's own parser
-runs in a subprocess; `harness.loadgen.settings` itself imports no Locust.
+runs in a subprocess; `harness.load.settings` itself imports no Locust.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from pathlib import Path
 import msgpack
 import pytest
 
-from harness.loadgen.settings import OPTIONS, LoadConfigError, LoadSettings, add_options
+from harness.load.settings import OPTIONS, LoadConfigError, LoadSettings, add_options
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -101,7 +101,7 @@ def test_resolved_settings_travel_as_plain_values(tmp_path: Path) -> None:
 def test_locust_shows_every_option_in_the_web_ui_and_masks_the_secret() -> None:
     code = (
         "from locust.argument_parser import get_empty_argument_parser\n"
-        "from harness.loadgen.settings import add_options\n"
+        "from harness.load.settings import add_options\n"
         "parser = get_empty_argument_parser()\n"
         "add_options(parser, {})\n"
         "import json\n"

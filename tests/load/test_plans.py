@@ -15,13 +15,13 @@ from pathlib import Path
 
 import pytest
 
-from harness.drain import iter_export, wait_for_drain
-from harness.faults import NemesisRunner, load_plan, schedule
-from harness.nemesis import Nemesis
-from harness.stack import RunningStack, StackSettings, start_stack
+from harness.run.drain import iter_export, wait_for_drain
+from harness.nemesis.plans import NemesisRunner, load_plan, schedule
+from harness.nemesis.toxiproxy_client import Nemesis
+from harness.stack.local import RunningStack, StackSettings, start_stack
 from tests.load.locust_run import completions, expect_counts, load_env, records, run_locust
 
-PLANS = Path(__file__).resolve().parents[2] / "plans"
+PLANS = Path(__file__).resolve().parents[2] / "harness" / "plans"
 SMOKE_SECONDS = 8
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from harness.nemesis import Nemesis
+from harness.nemesis.toxiproxy_client import Nemesis
 from harness.ports import free_port
 from harness.toxiproxy.server import EmbeddedToxiproxy
 from tests.load.locust_run import completions, records, run_locust

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from harness.history import ORDER_ANSWER_FIELDS, PAYMENT_ANSWER_FIELDS, REJECT_STATUS
-from harness.stack import RunningStack, StackSettings, start_stack
+from harness.stack.local import RunningStack, StackSettings, start_stack
 from tests.load.locust_run import completions, expect_counts, load_env, records, run_locust
 
 TENANT_ATTEMPTS = {"shared_key", "cross_tenant_read", "cross_tenant_pay"}

@@ -1,8 +1,8 @@
 """The load signs webhooks with its own code: the signatures it makes verify with the
 app's verifier (valid ones) or are refused by it (the deliberately bad ones), and
-nothing under harness/loadgen imports the target app.
+nothing under harness/load imports the target app.
 
-The signer is imported directly: harness.loadgen.signing is plain stdlib, so the
+The signer is imported directly: harness.load.signing is plain stdlib, so the
 test process is not monkey-patched by Locust.
 """
 
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.loadgen.signing import (
+from harness.load.signing import (
     BAD_SIGNATURES,
     SIGNATURE_HEADER,
     SIGNATURE_SKEW,
@@ -80,7 +80,7 @@ def _imported_modules(path: Path) -> set[str]:
     return names
 
 
-@pytest.mark.parametrize("folder", ["harness/loadgen", "locustfiles"])
+@pytest.mark.parametrize("folder", ["harness/load", "harness/locustfiles"])
 def test_the_load_imports_nothing_from_the_target_app(folder: str) -> None:
     files = sorted((REPO / folder).rglob("*.py"))
     assert files

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.cli import main
+from harness.cli.main import main
 from harness.probe.config import (
     ProbeConfigError,
     load_config,
@@ -44,6 +44,8 @@ def test_conflict_profile_and_endpoint_overrides() -> None:
 
 def test_full_config_and_round_trip(tmp_path: Path) -> None:
     path = tmp_path / "probe.yaml"
+    (tmp_path / "plans").mkdir()
+    (tmp_path / "plans" / "x.yaml").write_text("seed: 1\n")
     path.write_text(
         "upstream: 127.0.0.1:8000\nheaders: {Authorization: Bearer t, X-Tenant-ID: t1}\n"
         "endpoints:\n  - name: pay\n    method: put\n    path: /p\n    body: {a: '{uuid}', b: 1}\n"
@@ -130,7 +132,7 @@ def test_cli_exits_2_with_one_line_naming_the_field(tmp_path: Path, capsys: pyte
 
 
 def test_process_faults_and_foreign_proxies_are_refused(tmp_path: Path) -> None:
-    from harness.faults import PlanError, parse_plan
+    from harness.nemesis.plans import PlanError, parse_plan
     from harness.probe.runner import plan_windows
 
     kill = parse_plan({"seed": 1, "windows": [{"at": "1s", "for": "1s",
@@ -140,7 +142,7 @@ def test_process_faults_and_foreign_proxies_are_refused(tmp_path: Path) -> None:
     redis = parse_plan({"seed": 1, "windows": [{"at": "1s", "for": "1s", "proxy_down": "redis"}]})
     with pytest.raises(PlanError, match="proxy 'redis' does not exist"):
         plan_windows(redis, 5, "app")
-    probe_plan = parse_plan(__import__("yaml").safe_load((ROOT / "plans/probe.yaml").read_text()))
+    probe_plan = parse_plan(__import__("yaml").safe_load((ROOT / "harness/plans/probe.yaml").read_text()))
     windows = plan_windows(probe_plan, 10, "probe_1_ab")
     assert windows and {w.fault.proxy for w in windows} == {"probe_1_ab"}
 
@@ -162,3 +164,13 @@ def test_an_unreachable_upstream_is_a_harness_failure(tmp_path: Path, capsys: py
                  "--out", str(tmp_path / "run")])
     assert code == 2
     assert f"upstream {upstream} does not accept connections" in capsys.readouterr().err
+
+
+def test_a_plan_named_in_the_config_is_a_bundled_plan_or_a_clear_error(tmp_path: Path) -> None:
+    path = tmp_path / "probe.yaml"
+    endpoints = "endpoints:\n  - {name: pay, method: post, path: /p, body: {a: '{uuid}'}, id: {header: Location}}\n"
+    path.write_text(endpoints + "plan: probe\n")
+    assert load_config(path).plan == ROOT / "harness" / "plans" / "probe.yaml"
+    path.write_text(endpoints + "plan: nowhere\n")
+    with pytest.raises(ProbeConfigError, match=r"plan: no bundled plan 'nowhere': choose one of .*probe"):
+        load_config(path)

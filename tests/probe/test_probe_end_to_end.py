@@ -1,5 +1,5 @@
 """`harness probe` end to end: real services behind the embedded Toxiproxy, Locust
-duplicates under plans/probe.yaml, a verdict and a report directory.
+duplicates under harness/plans/probe.yaml, a verdict and a report directory.
 
 The probe must find the naive example's check-then-insert race and pass its fixed
 variant; pass the target app through its public API and fail each of its API-layer
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.cli import main
+from harness.cli.main import main
 from harness.probe.config import load_config
 from harness.probe.runner import ProbeSpec, run_probe
 

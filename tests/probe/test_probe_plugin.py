@@ -24,7 +24,7 @@ def test_a_team_adds_a_chaos_check_in_a_few_lines(pytester: pytest.Pytester, exa
         import pytest
 
         CONFIG = {str(ROOT / "examples/payments_service.yaml")!r}
-        PLAN = {str(ROOT / "plans/probe.yaml")!r}
+        PLAN = {str(ROOT / "harness/plans/probe.yaml")!r}
 
         @pytest.mark.chaos
         @pytest.mark.probe_config(CONFIG, duration=3, plan=PLAN)

@@ -26,7 +26,7 @@ import orjson
 import harness.history as history_module
 from harness.history import Client, HistoryWriter
 from harness.catalog import PATHS
-from harness.invariants import INVARIANTS
+from harness.check.invariants import INVARIANTS
 
 START = 1_764_493_200.0  # a fixed unix time: 2025-11-30 09:00 UTC
 DURATION = 60.0
@@ -197,7 +197,7 @@ def build_run(run_dir: Path, *, failing: bool, order_id: str = "ord_7f3a") -> di
 
 
 def main(argv: list[str]) -> int:
-    from harness.report import summary_line, write_reports
+    from harness.report.run_report import summary_line, write_reports
 
     out = Path(argv[1] if len(argv) > 1 else "sample-run")
     if (out / "histories").exists():

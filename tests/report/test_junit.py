@@ -9,8 +9,8 @@ from typing import Any
 
 from report_sample import base_result
 
-from harness.junit import junit_xml, write_junit
-from harness.report import write_reports
+from harness.report.junit import junit_xml, write_junit
+from harness.report.run_report import write_reports
 
 
 def test_one_testcase_per_invariant_and_failures(

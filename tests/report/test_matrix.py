@@ -7,7 +7,7 @@ from pathlib import Path
 
 from html_probe import Probe
 
-from harness.report import MatrixCell, format_matrix_table, write_matrix_report
+from harness.report.run_report import MatrixCell, format_matrix_table, write_matrix_report
 
 SCENARIOS = ("timeout_replay", "duplicate_webhooks", "redelivered_messages", "mixed")
 CATCHES = {  # mutant -> scenario -> invariants that caught it
@@ -95,7 +95,7 @@ def test_errors_and_hostile_text(tmp_path: Path) -> None:
 
 
 def test_an_inconclusive_correct_cell_is_shown_and_keeps_the_matrix_from_green(tmp_path: Path) -> None:
-    from harness.smoke import matrix_exit_code
+    from harness.run.smoke import matrix_exit_code
 
     cells = full_matrix(tmp_path)
     assert matrix_exit_code(cells) == 0

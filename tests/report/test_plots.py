@@ -6,7 +6,7 @@ import xml.etree.ElementTree as ET
 
 from html_probe import SVG
 
-from harness.plots import (
+from harness.report.plots import (
     FaultWindow,
     Segment,
     Series,

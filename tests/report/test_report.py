@@ -12,8 +12,8 @@ from html_probe import SVG, Probe, svgs
 from report_sample import FAULTS, START, base_result
 
 from harness.history import Client, HistoryWriter
-from harness.report import ReportPaths, render_report, summary_line, write_reports
-from harness.report_series import RunSeries
+from harness.report.run_report import ReportPaths, render_report, summary_line, write_reports
+from harness.report.series import RunSeries
 
 PLOTS = ("throughput", "latency", "errors", "outcomes", "layers")
 TIME_PLOTS = ("throughput", "latency", "errors")

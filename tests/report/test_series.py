@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from harness.report_series import build_series, percentile
+from harness.report.series import build_series, percentile
 
 T0 = 1_700_000_000.0
 

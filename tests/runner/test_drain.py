@@ -4,7 +4,7 @@ import time
 import pytest
 import redis
 
-from harness.drain import DrainTimeout, stream_backlog, wait_for_drain
+from harness.run.drain import DrainTimeout, stream_backlog, wait_for_drain
 
 
 def _state(redis_url: str) -> dict:

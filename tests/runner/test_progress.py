@@ -1,7 +1,7 @@
 import io
 
 from harness.history import Client, HistoryWriter
-from harness.progress import ProgressLine
+from harness.run.progress import ProgressLine
 
 
 def test_progress_counts_completions_as_they_are_flushed(tmp_path) -> None:

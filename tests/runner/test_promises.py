@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 
 from harness.catalog import SCENARIO_PROMISES
-from harness.faults import PlanError, load_plan, parse_plan
-from harness.runner import EXIT_INCONCLUSIVE, EXIT_OK, EXIT_VIOLATION, RunOutcome, promised_paths
-from harness.smoke import SmokeStep
+from harness.nemesis.plans import PlanError, load_plan, parse_plan
+from harness.run.runner import EXIT_INCONCLUSIVE, EXIT_OK, EXIT_VIOLATION, RunOutcome, promised_paths
+from harness.run.smoke import SmokeStep
 
-PLANS = Path(__file__).resolve().parents[2] / "plans"
+PLANS = Path(__file__).resolve().parents[2] / "harness" / "plans"
 WINDOW = {"at": "1s", "for": "1s", "proxy_down": "redis"}
 
 
@@ -55,7 +55,7 @@ def test_a_correct_run_must_be_conclusive() -> None:
 
 
 def test_the_runs_seed_moves_the_random_faults_but_not_the_fixed_windows() -> None:
-    from harness.faults import schedule
+    from harness.nemesis.plans import schedule
 
     plan = load_plan(PLANS / "chaos.yaml")
     first = schedule(plan, 30.0, run_seed=1)

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 import requests
 
-from harness import services as svc
-from harness.stack import RunningStack, start_stack
+from harness.stack import services as svc
+from harness.stack.local import RunningStack, start_stack
 from tests.support.registry import registry_for_session
 from tests.support.stacks import small_settings
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from harness.cli import build_parser, main
+from harness.cli.main import build_parser, main
 from harness.ports import free_port, wait_for_port
 
 

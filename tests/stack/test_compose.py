@@ -14,13 +14,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harness.cli import main
-from harness.compose import CONTAINER_RUN_DIR, PROJECT, ComposeLocust, read_layout, start_compose_stack
+from harness.cli.main import main
+from harness.stack.compose import CONTAINER_RUN_DIR, PROJECT, ComposeLocust, read_layout, start_compose_stack
 from harness.errors import HarnessError
-from harness.runner import RunSpec
-from harness.nemesis import Nemesis
+from harness.run.runner import RunSpec
+from harness.nemesis.toxiproxy_client import Nemesis
 from harness.ports import free_port
-from harness.stack import StackSettings, open_stack
+from harness.stack.local import StackSettings, open_stack
 from harness.toxiproxy.server import EmbeddedToxiproxy
 
 REPO = Path(__file__).resolve().parents[2]
@@ -107,7 +107,7 @@ def test_dockerfile_entry_points_exist(compose: dict) -> None:
     locustfile = commands[2][commands[2].index("-f") + 1]
     default = locustfile.split(":-", 1)[1].rstrip("}") if locustfile.startswith("${") else locustfile
     assert (REPO / default).is_file()
-    for copied in ("target_app", "harness", "locustfiles", "pyproject.toml"):
+    for copied in ("target_app", "harness", "pyproject.toml"):
         assert f"COPY {copied}" in dockerfile and (REPO / copied).exists()
 
 
@@ -223,7 +223,7 @@ def test_compose_locust_runs_the_master_then_the_workers_into_the_run_directory(
     service = master.index("locust-master")
     assert master[5:service][:2] == ["run", "--rm"] and "--use-aliases" in master
     command = master[service + 1:]
-    assert command[:3] == ["locust", "-f", "locustfiles/mixed.py"]
+    assert command[:3] == ["locust", "-f", "harness/locustfiles/mixed.py"]
     for flag, value in (("--expect-workers", "3"), ("--users", "12"), ("--spawn-rate", "6"),
                         ("--run-time", "4s"), ("--host", "http://toxiproxy:8666"),
                         ("--csv", f"{CONTAINER_RUN_DIR}/locust/stats")):
@@ -234,7 +234,7 @@ def test_compose_locust_runs_the_master_then_the_workers_into_the_run_directory(
     # What the compose file interpolates reached the containers' side.
     recorded = json.loads((run_dir / "histories" / "w1-1.jsonl").read_text())
     assert recorded == {"seed": "11", "uid": str(__import__("os").getuid()), "secret": "s3cret",
-                        "locustfile": "locustfiles/mixed.py"}
+                        "locustfile": "harness/locustfiles/mixed.py"}
     # And the compose file mounts the run directory where ComposeLocust writes into it.
     for name in ("locust-master", "locust-worker"):
         service_def = compose["services"][name]
@@ -251,8 +251,8 @@ def test_scale_workers_needs_a_compose_stack(tmp_path: Path) -> None:
     with pytest.raises(HarnessError, match="compose stack"):
         ComposeLocust(state={"mode": "local"}, scenario="mixed", users=1, spawn_rate=1, duration=1,
                       workers=2, run_dir=tmp_path, seed=0)
-    from harness.cli import build_parser
+    from harness.cli.main import build_parser
     args = build_parser().parse_args(["run", "mixed", "--compose", "--scale-workers", "4"])
-    from harness.run_commands import _spec
+    from harness.cli.run_commands import _spec
     assert _spec(args, "mixed").scale_workers == 4
     assert _spec(build_parser().parse_args(["run", "mixed"]), "mixed").scale_workers == 0

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 import requests
 
-from harness.cli import main
-from harness.nemesis import Nemesis
-from harness.stack import RunningStack
+from harness.cli.main import main
+from harness.nemesis.toxiproxy_client import Nemesis
+from harness.stack.local import RunningStack
 from tests.stack.conftest import create_order
 
 

@@ -15,9 +15,9 @@ import pytest
 import redis
 import requests
 
-from harness import services as svc
-from harness.cli import main
-from harness.stack import (
+from harness.stack import services as svc
+from harness.cli.main import main
+from harness.stack.local import (
     StackAlreadyRunning,
     StackError,
     StackSettings,
@@ -204,7 +204,7 @@ def test_settings_are_validated() -> None:
 
 
 def test_an_external_toxiproxy_gets_the_proxies_and_loses_them_at_down(tmp_path: Path) -> None:
-    from harness.nemesis import Nemesis
+    from harness.nemesis.toxiproxy_client import Nemesis
     from harness.toxiproxy.server import EmbeddedToxiproxy
 
     root = tmp_path / "h"

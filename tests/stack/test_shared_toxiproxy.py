@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from harness import registry
-from harness.cli import main
-from harness.nemesis import Nemesis
-from harness.stack import StackError, start_stack
+from harness.processes import registry
+from harness.cli.main import main
+from harness.nemesis.toxiproxy_client import Nemesis
+from harness.stack.local import StackError, start_stack
 from harness.toxiproxy.server import EmbeddedToxiproxy
 from tests.stack.conftest import create_order, stack_ports, wait_until_gone
 from tests.support.stacks import small_settings

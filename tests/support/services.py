@@ -1,6 +1,6 @@
 """HTTP services the tests start themselves, launched as the stack launches its own.
 
-`HttpService` is a `harness.services.Service` (own process group, parent-death
+`HttpService` is a `harness.stack.services.Service` (own process group, parent-death
 signal, SIGTERM then SIGKILL of the whole group on stop, the log's tail in the error
 when it never gets healthy) that answers HTTP on 127.0.0.1:`port` and counts as
 healthy once GET /healthz answers 200. The `http_services` fixture (tests/conftest.py)
@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
-from harness import services as svc
+from harness.stack import services as svc
 
 ROOT = Path(__file__).resolve().parents[2]
 READY_TIMEOUT = 20.0

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from harness.stack import StackSettings
+from harness.stack.local import StackSettings
 
 
 def small_settings(root: Path, **overrides: Any) -> StackSettings:

@@ -149,7 +149,7 @@ def test_version_flag() -> None:
 
 
 def test_harness_cli_serve_takes_the_same_flags() -> None:
-    from harness.cli import build_parser
+    from harness.cli.main import build_parser
 
     args = build_parser().parse_args(
         ["toxiproxy", "serve", "-host", "127.0.0.1", "-port", "0", "-config", "c.json", "-proxy-metrics",

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from harness.stack import RunningStack, start_stack
+from harness.stack.local import RunningStack, start_stack
 from tests.support.registry import registry_for_session
 from tests.support.stacks import small_settings
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from harness.stack import RunningStack
+from harness.stack.local import RunningStack
 
 from webui_helpers import CHROMIUM_FLAGS, LocustWebUI, chromium_path, start_locust_web
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from harness.stack import RunningStack
+from harness.stack.local import RunningStack
 
 from webui_helpers import LocustWebUI, start_locust_web
 

@@ -8,7 +8,7 @@ import json
 import subprocess
 from pathlib import Path
 
-from harness.stack import RunningStack
+from harness.stack.local import RunningStack
 
 from webui_helpers import LOCUST, REPO, clean_env, harness
 
@@ -19,7 +19,7 @@ RUN_FILES = ("settings.json", "baseline.ndjson", "export.ndjson", "final_reads.n
 def swarm(stack: RunningStack, workdir: Path, histories: Path, seconds: int = 6) -> None:
     """`locust --headless` by hand, recording into `histories`."""
     completed = subprocess.run(
-        [str(LOCUST), "-f", str(REPO / "locustfiles" / "timeout_replay.py"), "--headless", "-u", "6", "-r", "6",
+        [str(LOCUST), "-f", str(REPO / "harness" / "locustfiles" / "timeout_replay.py"), "--headless", "-u", "6", "-r", "6",
          "-t", f"{seconds}s", "--harness-root", str(stack.root), "--harness-history-dir", str(histories)],
         cwd=workdir, env=clean_env(), capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
     assert completed.returncode in (0, 1), completed.stderr[-3000:]  # 1: some requests failed, by design
@@ -86,12 +86,12 @@ def test_check_stack_needs_a_running_stack(tmp_path: Path) -> None:
 def test_whole_state_judges_a_swarm_that_was_never_begun(tmp_path: Path) -> None:
     """A locustfile run by hand against a fresh `harness up` records into
     runs/swarm-<time>-<pid>/histories by itself; --whole-state judges it without a baseline."""
-    from harness.stack import StackSettings, start_stack
+    from harness.stack.local import StackSettings, start_stack
 
     fresh = start_stack(StackSettings(root=tmp_path / ".harness", app_workers=2, consumers=1))
     try:
         completed = subprocess.run(
-            [str(LOCUST), "-f", str(REPO / "locustfiles" / "timeout_replay.py"), "--headless", "-u", "6",
+            [str(LOCUST), "-f", str(REPO / "harness" / "locustfiles" / "timeout_replay.py"), "--headless", "-u", "6",
              "-r", "6", "-t", "6s", "--harness-root", str(fresh.root)],
             cwd=tmp_path, env=clean_env(), capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
         assert completed.returncode in (0, 1), completed.stderr[-3000:]

@@ -39,7 +39,7 @@ def harness(*args: str, cwd: Path, timeout: float = 180) -> subprocess.Completed
 
 @dataclass
 class LocustWebUI:
-    """`locust -f locustfiles/SCENARIO.py` with its web UI, standalone, on loopback."""
+    """`locust -f harness/locustfiles/SCENARIO.py` with its web UI, standalone, on loopback."""
 
     process: subprocess.Popen[bytes]
     url: str
@@ -82,10 +82,10 @@ def start_locust_web(scenario: str, stack_root: Path, workdir: Path, *, workers:
     port = free_port()
     log = workdir / f"locust-{port}.log"
     runs = workdir / "runs"
-    locustfile = str(REPO / "locustfiles" / f"{scenario}.py")
+    locustfile = str(REPO / "harness" / "locustfiles" / f"{scenario}.py")
     argv = [str(LOCUST), "-f", locustfile, "--web-host", "127.0.0.1",
             "--web-port", str(port), "--harness-root", str(stack_root), "--chaos-runs-dir", str(runs),
-            "--chaos-plans-dir", str(REPO / "plans"), "--chaos-drain-timeout", "20"]
+            "--chaos-plans-dir", str(REPO / "harness" / "plans"), "--chaos-drain-timeout", "20"]
     master_port = free_port() if workers else 0
     if workers:
         argv += ["--master", "--master-bind-host", "127.0.0.1", "--master-bind-port", str(master_port)]

@@ -1,0 +1,1 @@
+"""The checker: a run's history and final state in, a verdict with evidence out."""

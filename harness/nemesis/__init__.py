@@ -1,0 +1,1 @@
+"""The nemesis: faults, fault plans and their schedule, through Toxiproxy and the stack."""

@@ -1,0 +1,1 @@
+"""One run from start to verdict (Jepsen's run!): the runner, the smoke job, the matrix."""

@@ -1,0 +1,1 @@
+"""The stack (Jepsen's db): Redis, Toxiproxy, the app and its consumers, local or under compose."""
