@@ -58,7 +58,7 @@ OWN_PROBES = {"info", "ping", "config|resetstat"}
 def script_inner_commands(package: Path = ROOT / "target_app") -> frozenset[str]:
     """Every command name the app's Lua scripts call (`redis.call('NAME'` / pcall)."""
     names: set[str] = set()
-    for source in package.glob("*.py"):
+    for source in package.rglob("*.py"):
         names.update(name.lower() for name in re.findall(r"redis\.p?call\(\s*'([A-Za-z]+)'", source.read_text()))
     return frozenset(names)
 
