@@ -111,6 +111,7 @@ def main(argv: list[str] | None = None) -> int:
     sys.path.insert(0, str(REPO))
     sys.path.insert(0, str(HERE))
     import bench_history
+
     from harness.ports import free_port, wait_for_port
 
     port = free_port()

@@ -4,8 +4,8 @@ control has a smoke case that names the invariant that must catch it."""
 from __future__ import annotations
 
 from harness.catalog import MUTANTS, PATHS, SCENARIO_PROMISES, SCENARIOS
-from harness.run.smoke import MUTANT_CASES
 from harness.check.checker import check
+from harness.run.smoke import MUTANT_CASES
 from target_app.settings import UNSAFE_LAYERS
 
 

@@ -4,7 +4,6 @@ provider call) and a read-back route (fastapi_payments.py). Run by probe_middlew
 
 from fastapi import FastAPI
 from fastapi_idempotency import IdempotencyMiddleware
-
 from fastapi_payments import add_payment_routes, serve
 
 app = FastAPI()

@@ -5,7 +5,6 @@ probe_middlewares.py."""
 
 from fastapi import FastAPI
 from fastapi_idempotency_key import IdempotencyMiddleware, MemoryBackend
-
 from fastapi_payments import add_payment_routes, serve
 
 app = FastAPI(title="Payment API")

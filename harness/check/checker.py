@@ -26,11 +26,20 @@ from typing import Any
 
 import orjson
 
+from harness.check.invariants import (
+    INVARIANTS,
+    PAID_OUTCOMES,
+    Finding,
+    Findings,
+    HistoryIndex,
+    evaluate_export,
+    evaluate_history,
+    jepsen_counts,
+    scope_key,
+)
+from harness.check.run_scope import scoped_export
 from harness.errors import HarnessError
 from harness.history import HistoryError, history_files
-from harness.check.invariants import (INVARIANTS, PAID_OUTCOMES, Finding, Findings, HistoryIndex,
-                                evaluate_export, evaluate_history, jepsen_counts, scope_key)
-from harness.check.run_scope import scoped_export
 
 __all__ = ["DEFAULT_MIN_ACKNOWLEDGED", "PATHS", "VERDICTS", "CheckResult", "CheckerError",
            "ExportState", "HistoryFiles", "InvariantResult", "Violation", "check", "check_run",

@@ -19,9 +19,9 @@ from typing import Any, NoReturn
 
 from harness.cli.argtypes import non_negative_int, positive_int
 from harness.errors import HarnessError
-from harness.processes.lifeline import Lifeline, exit_code_for, interrupt_signals
 from harness.load.settings import load_environment
 from harness.nemesis.toxiproxy_client import Nemesis, NemesisError
+from harness.processes.lifeline import Lifeline, exit_code_for, interrupt_signals
 from harness.stack.local import (
     RunningStack,
     StackAlreadyRunning,

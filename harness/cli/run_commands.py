@@ -13,10 +13,10 @@ from dataclasses import replace
 from pathlib import Path
 
 from harness.bundled import bundled_plan_names
+from harness.catalog import DEFAULT_MIN_ACKNOWLEDGED, MUTANTS, SCENARIOS
 from harness.cli.argtypes import duration, non_negative_int, positive_int
 from harness.cli.argtypes import plan as plan_argument
 from harness.errors import HarnessError
-from harness.catalog import DEFAULT_MIN_ACKNOWLEDGED, MUTANTS, SCENARIOS
 from harness.run.runner import RunSpec, check_saved_run, run
 from harness.run.smoke import (
     DEFAULT_PARALLEL,

@@ -14,9 +14,9 @@ import time
 from pathlib import Path
 from typing import Any, TextIO
 
+from harness.errors import HarnessError
 from harness.processes import registry
 from harness.stack import services as svc
-from harness.errors import HarnessError
 from harness.stack.local import RunningStack, StackError, open_stack
 
 FOREGROUND_POLL = 0.5

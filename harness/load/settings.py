@@ -242,8 +242,8 @@ def find_stack(root: Path) -> tuple[Path | None, dict[str, Any]]:
     a state whose supervisor is gone is stale and ignored. A compose stack has no
     supervisor, its state is taken as it is.
     """
-    from harness.stack.services import pid_alive  # light: /proc reads only
     from harness.stack.local import StackError, read_state
+    from harness.stack.services import pid_alive  # light: /proc reads only
 
     root = Path(root).expanduser().resolve()
     try:

@@ -18,8 +18,8 @@ from pathlib import Path
 
 from harness.cli.argtypes import duration, non_negative_int, positive_int
 from harness.cli.argtypes import plan as plan_argument
-from harness.probe.config import PROFILES, ProbeConfig, ProbeConfigError, load_config, parse_upstream, simple_config
 from harness.probe.checker import DEFAULT_MIN_ACKNOWLEDGED
+from harness.probe.config import PROFILES, ProbeConfig, ProbeConfigError, load_config, parse_upstream, simple_config
 from harness.probe.runner import ProbeSpec, run_probe
 
 

@@ -32,6 +32,8 @@ import orjson
 import requests
 
 from harness.errors import HarnessError
+from harness.history import Client, HistoryWriter, history_files, iter_operations
+from harness.load.locust_process import LocustProcess
 from harness.nemesis.plans import (
     FaultWindow,
     NemesisRunner,
@@ -43,15 +45,13 @@ from harness.nemesis.plans import (
     load_plan,
     schedule,
 )
-from harness.history import Client, HistoryWriter, history_files, iter_operations
-from harness.report.junit import write_junit
-from harness.load.locust_process import LocustProcess
 from harness.nemesis.toxiproxy_client import Nemesis, NemesisError
 from harness.ports import free_port
-from harness.probe.checker import DEFAULT_MIN_ACKNOWLEDGED, ProbeCheck, check
-from harness.probe.conformance import DRAFT, ConformanceRow, conformance, rows_to_dicts
-from harness.probe.config import ProbeConfig
 from harness.probe.answers import CONFIG_ENV, HISTORY_ENV, json_pointer
+from harness.probe.checker import DEFAULT_MIN_ACKNOWLEDGED, ProbeCheck, check
+from harness.probe.config import ProbeConfig
+from harness.probe.conformance import DRAFT, ConformanceRow, conformance, rows_to_dicts
+from harness.report.junit import write_junit
 
 PLAN_PROXY = "app"  # how a plan names the probe's proxy
 EXIT_CODES = {"pass": 0, "fail": 1, "inconclusive": 3}

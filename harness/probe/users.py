@@ -35,8 +35,8 @@ from typing import Any
 
 import gevent
 import orjson
-from locust import User, between, task  # first: Locust monkey-patches ssl before requests loads it
 import requests
+from locust import User, between, task  # first: Locust monkey-patches ssl before requests loads it
 from locust.env import Environment
 from locust.event import Events
 from locust.runners import MasterRunner

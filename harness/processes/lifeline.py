@@ -130,7 +130,7 @@ class Lifeline:
                 pass
         self.read_fd = self._write_fd = -1
 
-    def __enter__(self) -> "Lifeline":
+    def __enter__(self) -> Lifeline:
         return self
 
     def __exit__(self, kind: type[BaseException] | None, value: BaseException | None,
@@ -171,7 +171,7 @@ class RunGuard:
 
     # lifecycle
 
-    def __enter__(self) -> "RunGuard":
+    def __enter__(self) -> RunGuard:
         setattr(threading.current_thread(), GUARD_ATTRIBUTE, self)
         registry.write_lease(self.lease)
         if self._want_janitor:

@@ -103,15 +103,15 @@ class Owner:
     start: int | None
 
     @classmethod
-    def current(cls) -> "Owner":
+    def current(cls) -> Owner:
         return cls.of(os.getpid())
 
     @classmethod
-    def of(cls, pid: int) -> "Owner":
+    def of(cls, pid: int) -> Owner:
         return cls(pid, process_start_time(pid))
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any] | None) -> "Owner":
+    def from_json(cls, data: Mapping[str, Any] | None) -> Owner:
         data = data or {}
         return cls(int(data.get("pid") or 0), data.get("start"))
 

@@ -19,6 +19,13 @@ from typing import Any
 import orjson
 
 from harness.history import HistoryError, history_files, iter_operations
+from harness.report.html import (
+    badge,
+    card_table,
+    faults_table,
+    page,
+    violations_section,
+)
 from harness.report.junit import verdict_of, write_junit
 from harness.report.matrix import MatrixCell, format_matrix_table, write_matrix_report
 from harness.report.plots import (
@@ -28,13 +35,6 @@ from harness.report.plots import (
     horizontal_bar_chart,
     line_chart,
     stacked_bar_chart,
-)
-from harness.report.html import (
-    badge,
-    card_table,
-    faults_table,
-    page,
-    violations_section,
 )
 from harness.report.series import RunSeries, build_series, percentile
 

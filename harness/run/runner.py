@@ -23,18 +23,18 @@ from typing import Any, TextIO
 
 from harness.catalog import DEFAULT_MIN_ACKNOWLEDGED, MUTANTS, SCENARIO_PROMISES, SCENARIOS
 from harness.check.checker import HistoryFiles, check_run
-from harness.run.drain import export_state, wait_for_drain
-from harness.errors import HarnessError
-from harness.nemesis.plans import NemesisRunner, Plan, load_plan, schedule
 from harness.check.final_reads import FINAL_READS_FILE, orders_to_read, read_orders
+from harness.errors import HarnessError
 from harness.history import LOAD_STARTED, history_files
-from harness.processes.lifeline import RunGuard
-from harness.load.settings import load_environment
 from harness.load.locust_process import LocustProcess, locustfile_for, parse_master_address
+from harness.load.settings import load_environment
+from harness.nemesis.plans import NemesisRunner, Plan, load_plan, schedule
 from harness.nemesis.toxiproxy_client import Nemesis, NemesisError
-from harness.run.progress import ProgressLine
+from harness.processes.lifeline import RunGuard
 from harness.processes.registry import interrupted_marker
 from harness.report.run_report import summary_line, write_reports
+from harness.run.drain import export_state, wait_for_drain
+from harness.run.progress import ProgressLine
 from harness.stack.local import (
     RunningStack,
     StackError,

@@ -27,8 +27,8 @@ from typing import Any
 
 import yaml
 
-from harness.processes import registry
 from harness.nemesis.toxiproxy_client import Nemesis, NemesisError
+from harness.processes import registry
 from harness.stack.local import StackAlreadyRunning, StackError, StackSettings, read_state, remove_state, write_state
 
 PROJECT = "idempotency-harness"
@@ -137,7 +137,7 @@ class ComposeStack:
     def state(self) -> dict[str, Any]:
         return read_state(self.root) or self._state
 
-    def __enter__(self) -> "ComposeStack":
+    def __enter__(self) -> ComposeStack:
         return self
 
     def __exit__(self, kind: type[BaseException] | None, value: BaseException | None,

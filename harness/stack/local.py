@@ -31,9 +31,9 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from harness.errors import HarnessError
 from harness.processes import registry
 from harness.stack import services as svc
-from harness.errors import HarnessError
 
 STATE_FILE = "state.json"
 SETTINGS_FILE = "stack-settings.json"
@@ -175,7 +175,7 @@ class RunningStack:
             self._state = current
         return self._state
 
-    def __enter__(self) -> "RunningStack":
+    def __enter__(self) -> RunningStack:
         return self
 
     def __exit__(self, kind: type[BaseException] | None, value: BaseException | None,

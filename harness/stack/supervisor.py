@@ -41,10 +41,10 @@ from pathlib import Path
 
 import requests
 
-from harness.processes import registry
-from harness.stack import services as svc
 from harness.nemesis.toxiproxy_client import Nemesis, NemesisConflict, NemesisError
 from harness.ports import free_port
+from harness.processes import registry
+from harness.stack import services as svc
 from harness.stack.local import (
     DEFAULT_APP_ENV,
     StackSettings,

@@ -29,7 +29,7 @@ class GoNumber(float):
 
     literal: str
 
-    def __new__(cls, literal: str) -> "GoNumber":
+    def __new__(cls, literal: str) -> GoNumber:
         number = super().__new__(cls, literal)
         number.literal = literal
         return number

@@ -39,7 +39,7 @@ def _discard(data: bytes) -> None:
 class Side(asyncio.Protocol):
     """The protocol on either socket; it only forwards events to its Connection."""
 
-    def __init__(self, connection: "Connection", is_client: bool) -> None:
+    def __init__(self, connection: Connection, is_client: bool) -> None:
         self.connection = connection
         self.is_client = is_client
         self.transport: asyncio.Transport | None = None
@@ -107,7 +107,7 @@ class CountingSide(Side):
 class Direction:
     """Bytes from one side to the other through this connection's share of a chain."""
 
-    def __init__(self, connection: "Connection", source: Side, sink: Side, upstream: bool) -> None:
+    def __init__(self, connection: Connection, source: Side, sink: Side, upstream: bool) -> None:
         self.connection = connection
         self.upstream = upstream
         self.source_side = source
@@ -298,7 +298,7 @@ class Direction:
 class Connection:
     """A client connection to a proxy and its upstream connection."""
 
-    def __init__(self, proxy: "Proxy") -> None:
+    def __init__(self, proxy: Proxy) -> None:
         self.proxy = proxy
         # The metric labels, fixed when the connection opens (as Toxiproxy's link).
         self.listener = proxy.listen

@@ -24,8 +24,8 @@ prometheus-client is imported only when a flag is on.
 
 from __future__ import annotations
 
-import gzip
 import asyncio
+import gzip
 import platform
 import threading
 from collections.abc import Callable, Iterable, Iterator

@@ -154,7 +154,7 @@ class EmbeddedToxiproxy:
     def url(self) -> str:
         return f"http://{self.host}:{self.port}"
 
-    def start(self) -> "EmbeddedToxiproxy":
+    def start(self) -> EmbeddedToxiproxy:
         self._thread = threading.Thread(target=self._run, name="embedded-toxiproxy", daemon=True)
         self._thread.start()
         if not self._ready.wait(self._start_timeout):
@@ -194,7 +194,7 @@ class EmbeddedToxiproxy:
             self._thread.join(timeout=10)
             self._thread = None
 
-    def __enter__(self) -> "EmbeddedToxiproxy":
+    def __enter__(self) -> EmbeddedToxiproxy:
         return self.start()
 
     def __exit__(

@@ -224,7 +224,7 @@ class LinkControl(Protocol):
     def reset_connection(self) -> None: ...
 
 
-def _resolve(future: "asyncio.Future[bool]") -> None:
+def _resolve(future: asyncio.Future[bool]) -> None:
     if not future.done():
         future.set_result(True)
 

@@ -51,9 +51,9 @@ from locust.env import Environment
 from locust.event import Events
 from locust.runners import STATE_RUNNING, STATE_SPAWNING, WorkerRunner
 
+from harness import bundled
 from harness.catalog import SCENARIOS
 from harness.errors import HarnessError
-from harness import bundled
 from harness.nemesis.plans import ProcessFault, ProxyDownFault, ToxicFault, load_plan
 from harness.nemesis.toxiproxy_client import NemesisError
 from harness.run.runner import heal_everything

@@ -30,9 +30,9 @@ from pathlib import Path
 from typing import Any
 
 from harness.catalog import DEFAULT_MIN_ACKNOWLEDGED, SCENARIOS
-from harness.run.drain import export_state
 from harness.errors import HarnessError
 from harness.nemesis.plans import load_plan
+from harness.run.drain import export_state
 from harness.run.runner import BASELINE_FILE, RunOutcome, finish_run, promised_paths
 from harness.stack.local import RunningStack
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from checker_builders import Run, digest, failed
 
-
 # -- one_payment_per_order ---------------------------------------------------------
 
 def test_one_paid_order_is_valid() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from checker_builders import Run, failed
+
 from harness.check.invariants import KEY_MISMATCH
 
 

@@ -12,11 +12,11 @@ from typing import Any
 
 import orjson
 import pytest
+from checker_builders import digest
+from checker_model import CorrectApp, play
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from checker_builders import digest
-from checker_model import CorrectApp, play
 from harness.check.checker import HistoryFiles, check
 
 MODES = st.sampled_from(["ok", "ok", "ok", "info_applied", "info_lost", "5xx"])

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import orjson
 import pytest
-
 from checker_builders import Run
+
 from harness.check.checker import VIOLATION_CAP, CheckerError, CheckResult, check
 from harness.check.invariants import INVARIANTS
 

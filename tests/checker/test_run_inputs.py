@@ -8,11 +8,11 @@ from typing import Any
 
 import orjson
 import pytest
+from test_check_run import make_run, write_lines
 
 from harness.check.checker import CheckerError, check_run, read_operations
-from harness.history import HistoryError, history_files, iter_operations
 from harness.check.run_scope import counters_of, scoped_export
-from test_check_run import make_run, write_lines
+from harness.history import HistoryError, history_files, iter_operations
 
 
 def settings_of(run_dir: Path) -> dict[str, Any]:

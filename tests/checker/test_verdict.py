@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import orjson
 import pytest
-
 from checker_builders import Run
+
 from harness.check.checker import PATHS, CheckerError, CheckResult, check
 
 
@@ -28,7 +28,8 @@ def test_paths_count_the_app_counters_or_what_clients_saw_whichever_is_larger() 
 
 
 def test_the_catalog_names_the_paths_the_checker_counts() -> None:
-    from harness.catalog import PATHS as CATALOG_PATHS, SCENARIO_PROMISES
+    from harness.catalog import PATHS as CATALOG_PATHS
+    from harness.catalog import SCENARIO_PROMISES
     assert tuple(PATHS) == CATALOG_PATHS
     assert {path for promised in SCENARIO_PROMISES.values() for path in promised} <= set(PATHS)
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 import itertools
 import json
 import re
+import signal
 import subprocess
 import sys
-import signal
 import threading
 import time
 from collections.abc import Iterator

@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-
 from lifecycle_helpers import HarnessRun
+
 from tests.support.registry import registry_for_session
 
 private_registry = pytest.fixture(registry_for_session, scope="session", autouse=True, name="private_registry")

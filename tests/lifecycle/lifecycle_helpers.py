@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from harness.stack import services as svc
 from harness.processes.registry import REGISTRY_ENV
+from harness.stack import services as svc
 
 REPO = Path(__file__).resolve().parents[2]
 CLEAN_WITHIN = 10.0  # the bound: seconds from the signal until nothing is left
@@ -98,7 +98,7 @@ class HarnessRun:
     def marker(self) -> str:
         return f"{REGISTRY_ENV}={self.registry}"
 
-    def start(self) -> "HarnessRun":
+    def start(self) -> HarnessRun:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("TARGET_APP_", "HARNESS_"))}
         env.pop("TOXIPROXY_URL", None)
         env.update(self.env)
@@ -136,7 +136,7 @@ class HarnessRun:
             if state.get("toxiproxy_url"):
                 self.seen_toxiproxies.add(str(state["toxiproxy_url"]))
 
-    def wait_until(self, predicate: Callable[["HarnessRun"], bool], timeout: float) -> bool:
+    def wait_until(self, predicate: Callable[[HarnessRun], bool], timeout: float) -> bool:
         def check() -> bool:
             self.observe()
             assert self.process is not None

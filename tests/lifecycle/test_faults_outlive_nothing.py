@@ -18,9 +18,6 @@ from pathlib import Path
 
 import pytest
 import requests
-
-from harness.nemesis.toxiproxy_client import Nemesis
-from harness.toxiproxy.server import EmbeddedToxiproxy
 from lifecycle_helpers import (
     HarnessRun,
     processes_with_env,
@@ -30,6 +27,9 @@ from lifecycle_helpers import (
     under_load_with_toxic,
     wait_for,
 )
+
+from harness.nemesis.toxiproxy_client import Nemesis
+from harness.toxiproxy.server import EmbeddedToxiproxy
 
 pytestmark = pytest.mark.timeout(240)
 

@@ -11,7 +11,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from lifecycle_helpers import REPO, HarnessRun, read_json, wait_for
 
 pytestmark = pytest.mark.timeout(180)

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from harness.nemesis.stack_proxies import StackNemesis
+from harness.nemesis.toxiproxy_client import Nemesis
 from harness.processes import registry
 from harness.processes.lifeline import Interrupted, exit_code_for, interrupt_signals
-from harness.nemesis.toxiproxy_client import Nemesis
-from harness.nemesis.stack_proxies import StackNemesis
 from harness.toxiproxy.server import EmbeddedToxiproxy
 
 

@@ -16,7 +16,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-
 from lifecycle_helpers import (
     REPO,
     HarnessRun,

@@ -15,7 +15,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from lifecycle_helpers import HarnessRun, interrupted_mark, under_load
 
 RUNS = int(os.environ.get("HARNESS_STRESS_RUNS", "6"))

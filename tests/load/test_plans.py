@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from harness.run.drain import iter_export, wait_for_drain
 from harness.nemesis.plans import NemesisRunner, load_plan, schedule
 from harness.nemesis.toxiproxy_client import Nemesis
+from harness.run.drain import iter_export, wait_for_drain
 from harness.stack.local import RunningStack, StackSettings, start_stack
 from tests.load.locust_run import completions, expect_counts, load_env, records, run_locust
 

@@ -8,8 +8,8 @@ import sys
 from collections.abc import Callable
 
 import pytest
-
 from probe_helpers import ROOT
+
 from tests.support.services import HttpService, target_app_gunicorn
 
 

@@ -12,12 +12,11 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from probe_helpers import PROBE_SECONDS, ROOT
 
 from harness.cli.main import main
 from harness.probe.config import load_config
 from harness.probe.runner import ProbeSpec, run_probe
-
-from probe_helpers import PROBE_SECONDS, ROOT
 
 pytestmark = pytest.mark.slow
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from probe_helpers import ROOT
 
 pytest_plugins = ["pytester"]

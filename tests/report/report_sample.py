@@ -24,9 +24,9 @@ from unittest import mock
 import orjson
 
 import harness.history as history_module
-from harness.history import Client, HistoryWriter
 from harness.catalog import PATHS
 from harness.check.invariants import INVARIANTS
+from harness.history import Client, HistoryWriter
 
 START = 1_764_493_200.0  # a fixed unix time: 2025-11-30 09:00 UTC
 DURATION = 60.0

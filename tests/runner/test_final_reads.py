@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.errors import HarnessError
 from harness.check.final_reads import OrderToRead, orders_to_read, read_orders
+from harness.errors import HarnessError
 
 
 def test_the_creating_tenant_owns_an_order() -> None:

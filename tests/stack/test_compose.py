@@ -15,11 +15,11 @@ import pytest
 import yaml
 
 from harness.cli.main import main
-from harness.stack.compose import CONTAINER_RUN_DIR, PROJECT, ComposeLocust, read_layout, start_compose_stack
 from harness.errors import HarnessError
-from harness.run.runner import RunSpec
 from harness.nemesis.toxiproxy_client import Nemesis
 from harness.ports import free_port
+from harness.run.runner import RunSpec
+from harness.stack.compose import CONTAINER_RUN_DIR, PROJECT, ComposeLocust, read_layout, start_compose_stack
 from harness.stack.local import StackSettings, open_stack
 from harness.toxiproxy.server import EmbeddedToxiproxy
 

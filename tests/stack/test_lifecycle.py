@@ -15,8 +15,8 @@ import pytest
 import redis
 import requests
 
-from harness.stack import services as svc
 from harness.cli.main import main
+from harness.stack import services as svc
 from harness.stack.local import (
     StackAlreadyRunning,
     StackError,

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import requests
 
-from harness.stack import services as svc
 from harness.cli.main import main
+from harness.stack import services as svc
 from harness.stack.local import StackError, open_stack, start_stack
 from tests.stack.conftest import create_order, stack_ports, wait_until_gone
 from tests.support.stacks import small_settings

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from harness.processes import registry
 from harness.cli.main import main
 from harness.nemesis.toxiproxy_client import Nemesis
+from harness.processes import registry
 from harness.stack.local import StackError, start_stack
 from harness.toxiproxy.server import EmbeddedToxiproxy
 from tests.stack.conftest import create_order, stack_ports, wait_until_gone

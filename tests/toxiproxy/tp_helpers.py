@@ -7,6 +7,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+
 @dataclass
 class EchoServer:
     """A threaded TCP echo server on loopback. It echoes every byte, records what
@@ -20,7 +21,7 @@ class EchoServer:
     _conns: list[socket.socket] = field(default_factory=list)
     _stopping: threading.Event = field(default_factory=threading.Event)
 
-    def start(self) -> "EchoServer":
+    def start(self) -> EchoServer:
         self._sock = socket.create_server((self.host, 0), backlog=512)
         self._sock.settimeout(0.2)
         self.port = self._sock.getsockname()[1]

@@ -14,10 +14,9 @@ from pathlib import Path
 
 import pytest
 import requests
+from webui_helpers import CHROMIUM_FLAGS, LocustWebUI, chromium_path, start_locust_web
 
 from harness.stack.local import RunningStack
-
-from webui_helpers import CHROMIUM_FLAGS, LocustWebUI, chromium_path, start_locust_web
 
 LOAD_SECONDS = 12  # long enough for `mixed` to exercise every path it promises
 
@@ -32,7 +31,7 @@ def web(stack: RunningStack, tmp_path: Path) -> Iterator[LocustWebUI]:
 
 
 @pytest.fixture()
-def page(tmp_path: Path) -> Iterator["object"]:
+def page(tmp_path: Path) -> Iterator[object]:
     executable = chromium_path()
     try:
         from playwright.sync_api import sync_playwright
@@ -51,7 +50,7 @@ def page(tmp_path: Path) -> Iterator["object"]:
             context.close()
 
 
-def test_swarm_toxic_stop_verdict_in_the_browser(web: LocustWebUI, stack: RunningStack, page: "object",
+def test_swarm_toxic_stop_verdict_in_the_browser(web: LocustWebUI, stack: RunningStack, page: object,
                                                   tmp_path: Path) -> None:
     try:
         run(web, stack, page)
@@ -61,7 +60,7 @@ def test_swarm_toxic_stop_verdict_in_the_browser(web: LocustWebUI, stack: Runnin
         raise
 
 
-def run(web: LocustWebUI, stack: RunningStack, page: "object") -> None:
+def run(web: LocustWebUI, stack: RunningStack, page: object) -> None:
     page.goto(web.url + "/")
     # Locust's own start form.
     page.locator('input[name="userCount"]').fill("6")

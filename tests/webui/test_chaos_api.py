@@ -10,10 +10,9 @@ from pathlib import Path
 
 import pytest
 import requests
+from webui_helpers import LocustWebUI, start_locust_web
 
 from harness.stack.local import RunningStack
-
-from webui_helpers import LocustWebUI, start_locust_web
 
 
 @pytest.fixture(scope="module")

@@ -8,9 +8,9 @@ import json
 import subprocess
 from pathlib import Path
 
-from harness.stack.local import RunningStack
-
 from webui_helpers import LOCUST, REPO, clean_env, harness
+
+from harness.stack.local import RunningStack
 
 RUN_FILES = ("settings.json", "baseline.ndjson", "export.ndjson", "final_reads.ndjson", "result.json",
              "junit.xml", "report.html")
