@@ -1,5 +1,6 @@
 """Value types for the CLI's options: each turns text into a value or says, in one
-line, why it cannot (argparse reports it as `argument --x: <message>`)."""
+line, why it cannot (argparse reports it as `argument --x: <message>`). Also the
+options several commands share, defined once (`add_root_option`)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from pathlib import Path
 from harness import bundled
 from harness.durations import parse_duration
 from harness.errors import HarnessError
+from harness.names import DEFAULT_STACK_ROOT
 
 
 def _whole_number(text: str) -> int:
@@ -46,3 +48,9 @@ def plan(text: str) -> Path:
         return bundled.plan_path(text)
     except HarnessError as error:
         raise argparse.ArgumentTypeError(str(error)) from None
+
+
+def add_root_option(parser: argparse.ArgumentParser, *, help: str = "state directory of the stack") -> None:
+    """`--root DIR`: where a local stack keeps its state; every command that finds a stack takes it."""
+    parser.add_argument("--root", type=Path, default=DEFAULT_STACK_ROOT, metavar="DIR",
+                        help=f"{help} (default %(default)s)")

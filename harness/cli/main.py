@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from harness.cli.argtypes import non_negative_int, positive_int
+from harness.cli.argtypes import add_root_option, non_negative_int, positive_int
 from harness.errors import HarnessError
 from harness.load.settings import load_environment
 from harness.nemesis.toxiproxy_client import Nemesis, NemesisError
@@ -33,7 +33,6 @@ from harness.stack.local import (
 
 EXIT_OK = 0
 EXIT_HARNESS = 2
-DEFAULT_ROOT = Path(".harness")
 
 
 class UsageError(HarnessError):
@@ -46,11 +45,6 @@ class Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         command = self.prog.partition(" ")[2]  # "harness fault add" -> "fault add"
         raise UsageError(f"{command}: {message}" if command else message)
-
-
-def add_root_option(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--root", type=Path, default=DEFAULT_ROOT,
-                        help="state directory of the stack (default .harness)")
 
 
 # --- up ------------------------------------------------------------------------------

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from harness.bundled import bundled_plan_names
 from harness.catalog import DEFAULT_MIN_ACKNOWLEDGED, MUTANTS, SCENARIOS
-from harness.cli.argtypes import duration, non_negative_int, positive_int
+from harness.cli.argtypes import add_root_option, duration, non_negative_int, positive_int
 from harness.cli.argtypes import plan as plan_argument
 from harness.errors import HarnessError
 from harness.run.runner import RunSpec, check_saved_run, run
@@ -49,8 +49,7 @@ def _add_load_options(parser: argparse.ArgumentParser, *, users: int, default_du
                                           "`locust --worker` processes, the histories sent to the master "
                                           "(default 1: one standalone process)")
     parser.add_argument("--runs-dir", type=Path, default=Path("runs"), help="where run directories go")
-    parser.add_argument("--root", type=Path, default=Path(".harness"),
-                        help="state directory of a stack started by `harness up`")
+    add_root_option(parser, help="state directory of a stack started by `harness up`")
     parser.add_argument("--app-workers", type=positive_int, default=4, help="gunicorn workers of a stack it starts")
     parser.add_argument("--consumers", type=positive_int, default=2, help="consumers of a stack it starts")
     parser.add_argument("--drain-timeout", type=duration, default=30.0,
@@ -106,8 +105,7 @@ def add_parsers(subparsers: argparse._SubParsersAction) -> None:
                               help="run directory (with --stack: default the swarm begun last on the stack)")
     check_parser.add_argument("--stack", action="store_true",
                               help="finish and judge a swarm against the running stack (see `harness swarm`)")
-    check_parser.add_argument("--root", type=Path, default=Path(".harness"),
-                              help="with --stack: state directory of the stack (default .harness)")
+    add_root_option(check_parser, help="with --stack: state directory of the stack")
     check_parser.add_argument("--drain-timeout", type=duration, default=30.0,
                               help="with --stack: how long the consumers may take to drain (default 30s)")
     check_parser.add_argument("--whole-state", action="store_true",
@@ -123,8 +121,7 @@ def add_parsers(subparsers: argparse._SubParsersAction) -> None:
         "begin", help="a new run directory with the stack's baseline export, before the load")
     begin_parser.add_argument("scenario", choices=SCENARIOS)
     begin_parser.add_argument("--plan", type=Path, help="a fault plan whose promised paths the swarm must exercise")
-    begin_parser.add_argument("--root", type=Path, default=Path(".harness"),
-                              help="state directory of the stack (default .harness)")
+    add_root_option(begin_parser)
     begin_parser.add_argument("--runs-dir", type=Path, default=Path("runs"), help="where run directories go")
     begin_parser.add_argument("--min-acknowledged", type=non_negative_int, default=DEFAULT_MIN_ACKNOWLEDGED,
                               help=f"fewer ok operations make the verdict inconclusive (default {DEFAULT_MIN_ACKNOWLEDGED})")
