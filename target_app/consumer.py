@@ -39,12 +39,13 @@ from target_app.errors import ConfigError
 from target_app.inbox import HandlerFailed, Inbox, PaymentMessage
 from target_app.keys import COUNTERS, INBOX_FAILURES
 from target_app.redis_client import make_redis
+from target_app.replies import read_group_entries
 from target_app.settings import Settings
 
 log = logging.getLogger("target_app.consumer")
 
 
-def publish_payment(redis_client: redis.Redis[str], stream: str, message_id: str, order_id: str,
+def publish_payment(redis_client: redis.Redis, stream: str, message_id: str, order_id: str,
                     provider_ref: str, amount_cents: int) -> str:
     """XADD one payment message; returns the entry id (for the load generator)."""
     entry_id = redis_client.xadd(stream, {"message_id": message_id, "order_id": order_id,
@@ -54,7 +55,7 @@ def publish_payment(redis_client: redis.Redis[str], stream: str, message_id: str
 
 
 class Consumer:
-    def __init__(self, client: redis.Redis[str], settings: Settings, *, name: str | None = None,
+    def __init__(self, client: redis.Redis, settings: Settings, *, name: str | None = None,
                  inbox: Inbox | None = None) -> None:
         self.client = client  # decode_responses=True
         self.settings = settings
@@ -83,11 +84,10 @@ class Consumer:
         block = self.settings.consumer_block_ms if block_ms is None else block_ms
         reply = self.client.xreadgroup(self.settings.group, self.name, {self.settings.stream: ">"},
                                        count=self.settings.consumer_batch, block=block or None)
-        for _stream, entries in reply or []:
-            for entry_id, fields in entries:
-                if stop.is_set():
-                    return handled  # left pending; another consumer reclaims it
-                handled += self.handle(entry_id, fields, 1)
+        for entry_id, fields in read_group_entries(reply):
+            if stop.is_set():
+                return handled  # left pending; another consumer reclaims it
+            handled += self.handle(entry_id, fields, 1)
         return handled
 
     def reclaim(self) -> list[tuple[str, dict[str, str], int]]:

@@ -199,7 +199,7 @@ def decode_order(order_id: str, fields: Mapping[str, str]) -> Document:
 class Domain:
     """Orders, payments and inventory in Redis (a text client, decode_responses=True)."""
 
-    def __init__(self, client: redis.Redis[str], *, guard: bool = True, amount_check: bool = True,
+    def __init__(self, client: redis.Redis, *, guard: bool = True, amount_check: bool = True,
                  tenant_check: bool = True) -> None:
         self.client = client
         self.guard = guard
@@ -219,7 +219,7 @@ class Domain:
         for sku, count in inventory.items():
             self._seed(keys=[inventory_key(sku), SKUS_INDEX], args=[sku, count], client=pipe)
         replies = pipe.execute()
-        return [sku for sku, created in zip(inventory, replies) if int(created) == 1]
+        return [sku for sku, created in zip(inventory, replies, strict=True) if int(created) == 1]
 
     def get_stock(self, sku: str) -> Document | None:
         fields = self.client.hgetall(inventory_key(sku))

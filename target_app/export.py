@@ -29,6 +29,7 @@ from target_app.keys import (
     order_key,
     payments_key,
 )
+from target_app.replies import stream_entries, texts
 
 CHUNK = 500
 
@@ -37,12 +38,12 @@ def _line(document: Mapping[str, object]) -> str:
     return json.dumps(document, separators=(",", ":")) + "\n"
 
 
-def _sscan_chunks(client: redis.Redis[str], key: str) -> Iterator[list[str]]:
+def _sscan_chunks(client: redis.Redis, key: str) -> Iterator[list[str]]:
     cursor = 0
     while True:
         cursor, members = client.sscan(key, cursor=cursor, count=CHUNK)
         if members:
-            yield sorted(members)
+            yield sorted(texts(members))
         if int(cursor) == 0:
             return
 
@@ -94,7 +95,7 @@ def _dead_letter(fields: Mapping[str, str]) -> Document:
             "valid": message.valid}
 
 
-def export_lines(client: redis.Redis[str], *, dead_letter_stream: str) -> Iterator[str]:
+def export_lines(client: redis.Redis, *, dead_letter_stream: str) -> Iterator[str]:
     """Every order, payment, message effect, inventory level, dead letter, then counters."""
     for order_ids in _sscan_chunks(client, ORDERS_INDEX):
         pipe = client.pipeline(transaction=False)
@@ -127,7 +128,7 @@ def export_lines(client: redis.Redis[str], *, dead_letter_stream: str) -> Iterat
         pipe = client.pipeline(transaction=False)
         for sku in skus:
             pipe.hmget(inventory_key(sku), "available", "added_total")
-        for sku, (available, added) in zip(skus, pipe.execute()):
+        for sku, (available, added) in zip(skus, pipe.execute(), strict=True):
             if available is None:
                 continue
             yield _line({"kind": "inventory", "sku": sku, "available": int(available),
@@ -135,7 +136,7 @@ def export_lines(client: redis.Redis[str], *, dead_letter_stream: str) -> Iterat
 
     last = "-"
     while True:
-        entries = client.xrange(dead_letter_stream, min=last, max="+", count=CHUNK)
+        entries = stream_entries(client.xrange(dead_letter_stream, min=last, max="+", count=CHUNK))
         for _entry_id, fields in entries:
             yield _line(_dead_letter(fields))
         if len(entries) < CHUNK:

@@ -102,7 +102,7 @@ class PaymentMessage:
 
 
 class Inbox:
-    def __init__(self, client: redis.Redis[str], *, mode: str = "atomic", domain_guard: bool = True,
+    def __init__(self, client: redis.Redis, *, mode: str = "atomic", domain_guard: bool = True,
                  amount_check: bool = True, handler_delay_ms: int = 0,
                  before_apply: Callable[[PaymentMessage], None] | None = None) -> None:
         if mode not in ("atomic", "none", "nonatomic"):
@@ -116,7 +116,7 @@ class Inbox:
         self._script = client.register_script(INBOX_LUA)
 
     @classmethod
-    def for_settings(cls, client: redis.Redis[str], settings: Settings, **kwargs: Any) -> Inbox:
+    def for_settings(cls, client: redis.Redis, settings: Settings, **kwargs: Any) -> Inbox:
         mode = "none" if settings.unsafe("inbox") else "nonatomic" if settings.unsafe("inbox-nonatomic") else "atomic"
         return cls(client, mode=mode, domain_guard=not settings.unsafe("domain"),
                    amount_check=not settings.unsafe("domain-amount"), handler_delay_ms=settings.handler_delay_ms, **kwargs)

@@ -17,15 +17,15 @@ from redis.retry import Retry
 
 
 @overload
-def make_redis(url: str, *, timeout: float = ..., decode: Literal[True] = ...) -> redis.Redis[str]: ...
+def make_redis(url: str, *, timeout: float = ..., decode: Literal[True] = ...) -> redis.Redis: ...
 
 
 @overload
-def make_redis(url: str, *, timeout: float = ..., decode: Literal[False]) -> redis.Redis[bytes]: ...
+def make_redis(url: str, *, timeout: float = ..., decode: Literal[False]) -> redis.Redis: ...
 
 
 def make_redis(url: str, *, timeout: float = 2.0,
-               decode: bool = True) -> redis.Redis[str] | redis.Redis[bytes]:
+               decode: bool = True) -> redis.Redis | redis.Redis:
     retry = Retry(NoBackoff(), 0)
     if decode:
         return redis.Redis.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout,

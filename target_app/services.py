@@ -42,7 +42,7 @@ class InventorySeeder:
 @dataclass(frozen=True)
 class Services:
     settings: Settings
-    redis: redis.Redis[str]
+    redis: redis.Redis
     domain: Domain
     seeder: InventorySeeder
 

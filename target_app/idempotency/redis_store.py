@@ -23,7 +23,7 @@ from target_app.keys import COUNTERS, idempotency_key
 class RedisStore:
     """The IdempotencyStore of the running app."""
 
-    def __init__(self, client: redis.Redis[bytes]) -> None:
+    def __init__(self, client: redis.Redis) -> None:
         self._client = client
         self._begin = client.register_script(BEGIN_LUA)
         self._finish = client.register_script(FINISH_LUA)
