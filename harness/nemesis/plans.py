@@ -1,6 +1,7 @@
-"""Fault plans: timed and random fault windows, their schedule, and the runner.
+"""Fault plans: timed and random fault windows, checked when read, and their schedule.
 
-A plan (YAML) has a seed, explicit windows and optionally a seeded random nemesis:
+A plan (YAML; the format in full: docs/nemesis.md) has a seed, explicit windows and
+optionally a seeded random nemesis:
 
     seed: 7
     windows:
@@ -15,35 +16,64 @@ A plan (YAML) has a seed, explicit windows and optionally a seeded random nemesi
 provoke: a run under the plan that exercised one of them zero times is
 inconclusive, because it did not test what the plan claims to test.
 
-`schedule(plan, duration)` turns it into concrete windows (same seed → same
-schedule). `NemesisRunner` applies each window at its `at`, heals it at `at + for`,
-writes its real start and end to `faults.jsonl`, and heals whatever is still
-active in `finally`. A fault that cannot be applied or healed is a harness
-failure: recorded with its error, kept in `runner.failure`, never silent.
+`load_plan(path, targets=STACK_TARGETS)` reads and checks a plan; `parse_plan(raw,
+source=..., targets=...)` checks one already parsed. Every problem is a one-line
+`PlanError` naming the file and the field, and that includes a target the stack does
+not have: each proxy and service a plan names is checked against `targets`
+(`PlanTargets`), by default the proxies and services every stack has (`STACK_TARGETS`:
+proxies app and redis; services app, redis, toxiproxy and consumer-N), so a typo fails
+before any stack starts. `check_targets(plan, PlanTargets.of_stack(info))` checks a
+loaded plan again against one running stack (its exact consumers).
+
+`schedule(plan, duration)` turns it into concrete windows (same seed -> same
+schedule). The fault types are in harness.nemesis.faults and the runner that
+applies a schedule in harness.nemesis.runner; their names are importable from here
+too (`NemesisRunner`, `FaultWindow`, `ToxicFault`, ...).
 """
 
 from __future__ import annotations
 
 import random
 import re
-import threading
-import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
-import orjson
 import yaml
 
 from harness.catalog import PATHS
 from harness.errors import HarnessError
 from harness.fieldcheck import FieldChecker
+from harness.nemesis.faults import (
+    FAULT_ACTIONS,
+    Fault,
+    FaultTargets,
+    FaultWindow,
+    NetworkFaults,
+    ProcessAction,
+    ProcessFault,
+    ProcessFaults,
+    ProxyDownFault,
+    TargetType,
+    ToxicFault,
+)
+from harness.nemesis.runner import FaultFailure, NemesisFailed, NemesisReport, NemesisRunner
 from harness.nemesis.toxiproxy_client import NemesisInvalid, validate_toxic
 
-PROCESS_ACTIONS = ("kill", "pause", "restart")
+__all__ = [
+    "FAULT_ACTIONS", "MIN_RANDOM_EVERY", "STACK_PROXIES", "STACK_TARGETS", "Fault", "FaultFailure",
+    "FaultTargets", "FaultWindow", "NemesisFailed", "NemesisReport", "NemesisRunner", "NetworkFaults", "Plan",
+    "PlanError", "PlanTargets", "ProcessAction", "ProcessFault", "ProcessFaults", "ProxyDownFault",
+    "RandomNemesis", "ToxicFault", "check_targets", "load_plan", "parse_plan", "schedule",
+]
+
 _NAME = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
+_CONSUMER = re.compile(r"^consumer-[1-9][0-9]*$")
 MIN_RANDOM_EVERY = 0.1
+# The plain names of a stack's proxies (a shared Toxiproxy prefixes the real ones).
+STACK_PROXIES = ("app", "redis")
+_FAULT_KEYS = (ToxicFault.kind, ProcessFault.kind, ProxyDownFault.kind)
 
 
 class PlanError(HarnessError):
@@ -53,43 +83,36 @@ class PlanError(HarnessError):
 # --- the plan ---------------------------------------------------------------------
 
 @dataclass(frozen=True)
-class ToxicFault:
-    proxy: str
-    type: str
-    stream: str = "downstream"
-    attributes: dict[str, int] = field(default_factory=dict)
-    toxicity: float = 1.0
-    kind: str = "toxic"
+class PlanTargets:
+    """The proxies and services a plan may name.
+
+    `any_consumer` also admits `consumer-N` for every N >= 1: a plan is read before
+    the stack starts, when its number of consumers is not known yet.
+    """
+
+    proxies: tuple[str, ...]
+    services: tuple[str, ...]
+    any_consumer: bool = False
+
+    @classmethod
+    def of_stack(cls, proxies: Iterable[str], services: Iterable[str]) -> PlanTargets:
+        """Exactly the proxies (plain names) and services of one stack."""
+        return cls(proxies=tuple(proxies), services=tuple(services))
+
+    def knows(self, target_type: TargetType, name: str) -> bool:
+        if target_type == "proxy":
+            return name in self.proxies
+        return name in self.services or (self.any_consumer and bool(_CONSUMER.match(name)))
+
+    def known(self, target_type: TargetType) -> str:
+        """The known names, for a message."""
+        if target_type == "proxy":
+            return ", ".join(self.proxies) or "none"
+        names = [*self.services, *(["consumer-N"] if self.any_consumer else [])]
+        return ", ".join(names) or "none"
 
 
-@dataclass(frozen=True)
-class ProcessFault:
-    action: str  # kill | pause | restart
-    service: str
-    kind: str = "process"
-
-
-@dataclass(frozen=True)
-class ProxyDownFault:
-    proxy: str
-    kind: str = "proxy_down"
-
-
-Fault = ToxicFault | ProcessFault | ProxyDownFault
-
-
-@dataclass(frozen=True)
-class FaultWindow:
-    """One fault, active from `at` to `at + duration` seconds after the load starts."""
-
-    name: str
-    at: float
-    duration: float
-    fault: Fault
-
-    @property
-    def end(self) -> float:
-        return self.at + self.duration
+STACK_TARGETS = PlanTargets(proxies=STACK_PROXIES, services=("app", "redis", "toxiproxy"), any_consumer=True)
 
 
 @dataclass(frozen=True)
@@ -113,7 +136,7 @@ class Plan:
 
 # --- parsing ----------------------------------------------------------------------
 
-def load_plan(path: Path) -> Plan:
+def load_plan(path: Path, targets: PlanTargets = STACK_TARGETS) -> Plan:
     """Read and check a plan file; PlanError names the file and the bad field."""
     path = Path(path)
     try:
@@ -122,10 +145,11 @@ def load_plan(path: Path) -> Plan:
         raise PlanError(f"{path}: cannot read the plan: {error}") from error
     except yaml.YAMLError as error:
         raise PlanError(f"{path}: not valid YAML: {error}") from error
-    return parse_plan(raw, source=str(path))
+    return parse_plan(raw, source=str(path), targets=targets)
 
 
-def parse_plan(raw: Any, *, source: str = "<plan>") -> Plan:
+def parse_plan(raw: Any, *, source: str = "<plan>", targets: PlanTargets = STACK_TARGETS) -> Plan:
+    """Check a plan already parsed from YAML; `source` names it in messages."""
     where = _Where(source)
     top = where.mapping(raw, "plan", required=("seed",), optional=("windows", "random", "promises"))
     seed = where.integer(top["seed"], "seed")
@@ -136,8 +160,24 @@ def parse_plan(raw: Any, *, source: str = "<plan>") -> Plan:
     random_nemesis = _parse_random(where, top["random"], seed) if top.get("random") is not None else None
     if not windows and random_nemesis is None:
         raise where.error("plan", "has neither windows nor random: nothing to do")
-    return Plan(seed=seed, windows=windows, random=random_nemesis, source=source,
+    plan = Plan(seed=seed, windows=windows, random=random_nemesis, source=source,
                 promises=_parse_promises(where, top.get("promises")))
+    check_targets(plan, targets)
+    return plan
+
+
+def check_targets(plan: Plan, targets: PlanTargets) -> None:
+    """PlanError naming the file, the field and the known names for the first proxy
+    or service of `plan` that `targets` does not have."""
+    where = _Where(plan.source)
+    located: list[tuple[str, Fault]] = [(f"windows[{i}]", window.fault) for i, window in enumerate(plan.windows)]
+    if plan.random is not None:
+        located += [(f"random.faults[{i}]", fault) for i, fault in enumerate(plan.random.faults)]
+    for path, fault in located:
+        if not targets.knows(fault.target_type, fault.target):
+            raise where.error(f"{path}.{fault.target_field}",
+                              f"unknown {fault.target_type} {fault.target!r} "
+                              f"(known: {targets.known(fault.target_type)})")
 
 
 def _parse_promises(where: _Where, raw: Any) -> tuple[str, ...]:
@@ -161,25 +201,26 @@ def _parse_window(where: _Where, raw: Any, path: str, index: int) -> FaultWindow
     fault = _parse_fault(where, item, path)
     name = item.get("name")
     if name is None:
-        name = f"w{index}-{_describe(fault)}"
+        name = f"w{index}-{fault.label()}"
     elif not isinstance(name, str) or not _NAME.match(name):
         raise where.error(f"{path}.name", "must be lowercase letters, digits, '-' or '_'")
     return FaultWindow(name=name, at=at, duration=length, fault=fault)
 
 
 def _parse_fault(where: _Where, item: dict[str, Any], path: str) -> Fault:
-    given = [key for key in ("toxic", "process", "proxy_down") if key in item]
+    given = [key for key in _FAULT_KEYS if key in item]
     if len(given) != 1:
-        raise where.error(path, "needs exactly one of toxic, process, proxy_down")
+        raise where.error(path, f"needs exactly one of {', '.join(_FAULT_KEYS)}")
     key = given[0]
-    if key == "proxy_down":
+    if key == ProxyDownFault.kind:
         return ProxyDownFault(proxy=where.name(item[key], f"{path}.proxy_down"))
-    if key == "process":
+    if key == ProcessFault.kind:
         spec = where.mapping(item[key], f"{path}.process", required=("action", "service"))
         action = spec["action"]
-        if action not in PROCESS_ACTIONS:
-            raise where.error(f"{path}.process.action", f"must be one of {', '.join(PROCESS_ACTIONS)}, not {action!r}")
-        return ProcessFault(action=action, service=where.name(spec["service"], f"{path}.process.service"))
+        if action not in FAULT_ACTIONS:
+            raise where.error(f"{path}.process.action", f"must be one of {', '.join(FAULT_ACTIONS)}, not {action!r}")
+        return ProcessFault(action=ProcessAction(action),
+                            service=where.name(spec["service"], f"{path}.process.service"))
     spec = where.mapping(item[key], f"{path}.toxic", required=("proxy", "type"),
                          optional=("stream", "attributes", "toxicity"))
     attributes = spec.get("attributes") or {}
@@ -205,10 +246,10 @@ def _parse_random(where: _Where, raw: Any, plan_seed: int) -> RandomNemesis:
     faults_raw = spec["faults"]
     if not isinstance(faults_raw, list) or not faults_raw:
         raise where.error("random.faults", "must be a non-empty list of faults")
-    faults = []
+    faults: list[Fault] = []
     for i, item in enumerate(faults_raw):
         path = f"random.faults[{i}]"
-        where.mapping(item, path, optional=("toxic", "process", "proxy_down"))
+        where.mapping(item, path, optional=_FAULT_KEYS)
         faults.append(_parse_fault(where, item, path))
     seed = where.integer(spec["seed"], "random.seed") if "seed" in spec else plan_seed
     start = where.duration(spec["start"], "random.start") if "start" in spec else 0.0
@@ -275,155 +316,8 @@ def _random_windows(spec: RandomNemesis, duration: float, run_seed: int | None) 
     while at < duration:
         fault = rng.choice(spec.faults)
         length = round(rng.uniform(spec.duration_min, spec.duration_max), 3)
-        windows.append(FaultWindow(f"r{index}-{_describe(fault)}", round(at, 3), length, fault))
+        windows.append(FaultWindow(f"r{index}-{fault.label()}", round(at, 3), length, fault))
         index += 1
         at += spec.every
     return windows
 
-
-def _describe(fault: Fault) -> str:
-    if isinstance(fault, ToxicFault):
-        return f"{fault.proxy}-{fault.type}-{fault.stream}"
-    if isinstance(fault, ProcessFault):
-        return f"{fault.action}-{fault.service}"
-    return f"{fault.proxy}-down"
-
-
-# --- the runner -------------------------------------------------------------------
-
-class NetworkFaults(Protocol):
-    def add_toxic(self, proxy: str, type: str, *, stream: str, attributes: dict[str, int],  # noqa: A002
-                  toxicity: float, name: str | None) -> Any: ...
-    def remove_toxic(self, proxy: str, name: str) -> None: ...
-    def disable_proxy(self, name: str) -> None: ...
-    def enable_proxy(self, name: str) -> None: ...
-
-
-class ProcessFaults(Protocol):
-    def kill(self, service: str) -> None: ...
-    def start(self, service: str) -> None: ...
-    def pause(self, service: str) -> None: ...
-    def resume(self, service: str) -> None: ...
-    def restart(self, service: str) -> None: ...
-
-
-class NemesisRunner:
-    """Runs a schedule beside the load in a background thread; heals in `finally`."""
-
-    def __init__(self, nemesis: NetworkFaults, processes: ProcessFaults, fault_log_path: Path,
-                 clock: Callable[[], float] = time.monotonic) -> None:
-        self.nemesis = nemesis
-        self.processes = processes
-        self.fault_log_path = Path(fault_log_path)
-        self.clock = clock
-        self.failure: str | None = None
-        self._stop = threading.Event()
-        self._lock = threading.Lock()
-        self._active: dict[str, tuple[FaultWindow, float]] = {}
-        self._thread: threading.Thread | None = None
-
-    def start(self, windows: Sequence[FaultWindow]) -> None:
-        self._thread = threading.Thread(target=self.run, args=(list(windows),),
-                                        name="nemesis-runner", daemon=True)
-        self._thread.start()
-
-    def stop(self, timeout: float = 30.0) -> None:
-        """Stop early (or after the schedule) and wait until everything is healed."""
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout)
-            if self._thread.is_alive():
-                self._fail("the nemesis runner did not finish healing in time")
-
-    def active(self) -> list[str]:
-        with self._lock:
-            return sorted(self._active)
-
-    def run(self, windows: Sequence[FaultWindow]) -> None:
-        """Apply and heal every window in time order; returns when done or stopped."""
-        events = sorted(
-            [(w.at, 1, w) for w in windows] + [(w.end, 0, w) for w in windows],
-            key=lambda event: (event[0], event[1], event[2].name),
-        )
-        began = self.clock()
-        try:
-            for when, is_apply, window in events:
-                if self._stop.wait(max(0.0, began + when - self.clock())):
-                    return
-                if is_apply:
-                    if not self._apply(window):
-                        return
-                elif window.name in self._active:
-                    self._heal(window)
-        finally:
-            for name in self.active():
-                self._heal(self._active[name][0])
-
-    def _apply(self, window: FaultWindow) -> bool:
-        started = time.time()
-        try:
-            self._do(window, apply=True)
-        except Exception as error:  # noqa: BLE001 - any failure to apply is a harness failure
-            message = f"could not apply {window.name}: {error}"
-            self._log(window, started, time.time(), message)
-            self._fail(message)
-            return False
-        with self._lock:
-            self._active[window.name] = (window, started)
-        return True
-
-    def _heal(self, window: FaultWindow) -> None:
-        with self._lock:
-            _, started = self._active.pop(window.name)
-        error: str | None = None
-        try:
-            self._do(window, apply=False)
-        except Exception as failure:  # noqa: BLE001 - healing must go on for the others
-            error = f"could not heal {window.name}: {failure}"
-            self._fail(error)
-        self._log(window, started, time.time(), error)
-
-    def _do(self, window: FaultWindow, *, apply: bool) -> None:
-        fault = window.fault
-        if isinstance(fault, ToxicFault):
-            if apply:
-                self.nemesis.add_toxic(fault.proxy, fault.type, stream=fault.stream,
-                                       attributes=dict(fault.attributes), toxicity=fault.toxicity,
-                                       name=_toxic_name(window))
-            else:
-                self.nemesis.remove_toxic(fault.proxy, _toxic_name(window))
-        elif isinstance(fault, ProxyDownFault):
-            (self.nemesis.disable_proxy if apply else self.nemesis.enable_proxy)(fault.proxy)
-        elif fault.action == "kill":
-            (self.processes.kill if apply else self.processes.start)(fault.service)
-        elif fault.action == "pause":
-            (self.processes.pause if apply else self.processes.resume)(fault.service)
-        elif apply:
-            # A restart heals itself; its window only marks when it happened.
-            self.processes.restart(fault.service)
-
-    def _fail(self, message: str) -> None:
-        if self.failure is None:
-            self.failure = message
-        self._stop.set()
-
-    def _log(self, window: FaultWindow, start: float, end: float, error: str | None) -> None:
-        fault = window.fault
-        record: dict[str, Any] = {
-            "name": window.name, "kind": fault.kind,
-            "target": fault.service if isinstance(fault, ProcessFault) else fault.proxy,
-            "type": fault.type if isinstance(fault, ToxicFault) else None,
-            "stream": fault.stream if isinstance(fault, ToxicFault) else None,
-            "attributes": dict(fault.attributes) if isinstance(fault, ToxicFault) else None,
-            "toxicity": fault.toxicity if isinstance(fault, ToxicFault) else None,
-            "action": fault.action if isinstance(fault, ProcessFault) else None,
-            "start": start, "end": end, "error": error,
-        }
-        self.fault_log_path.parent.mkdir(parents=True, exist_ok=True)
-        with self._lock, open(self.fault_log_path, "ab") as log:
-            log.write(orjson.dumps(record, option=orjson.OPT_APPEND_NEWLINE))
-
-
-def _toxic_name(window: FaultWindow) -> str:
-    # Unique per window, so overlapping windows never collide on one proxy.
-    return f"plan_{window.name}".replace("-", "_")

@@ -17,7 +17,15 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any, Protocol
 
-from harness.nemesis.toxiproxy_client import Nemesis, NemesisNotFound, NemesisVerifyError, ProxyInfo, ToxicInfo
+from harness.nemesis.toxiproxy_client import (
+    HealFailure,
+    Nemesis,
+    NemesisError,
+    NemesisHealError,
+    NemesisNotFound,
+    ProxyInfo,
+    ToxicInfo,
+)
 
 
 class FaultRecorder(Protocol):
@@ -85,25 +93,43 @@ class StackNemesis:
             self.recorder.proxy_enabled(self.real(name))
 
     def reset(self) -> None:
-        """Every toxic of this stack's proxies removed and each of them enabled."""
+        """Every toxic of this stack's proxies removed and each of them enabled.
+
+        On a shared Toxiproxy each fault is healed on its own: one that fails does not
+        stop the others, and `NemesisHealError` lists every one still on at the end
+        (the lease keeps its records then: its janitor heals what we could not)."""
         if not self._scoped():
             self.inner.reset()
         else:
-            ours = set(self.names.values())
-            for toxic in self.inner.list_toxics():
-                if toxic.proxy in ours:
-                    try:
-                        self.inner.remove_toxic(toxic.proxy, toxic.name)
-                    except NemesisNotFound:
-                        pass
-            for name, info in self.inner.proxies().items():
-                if name in ours and not info.enabled:
-                    self.inner.enable_proxy(name)
-            left = [t.name for t in self.inner.list_toxics() if t.proxy in ours]
-            if left:
-                raise NemesisVerifyError(f"reset left toxics {left} on {sorted(ours)}")
+            self._reset_ours(set(self.names.values()))
         if self.recorder is not None:
             self.recorder.cleared()
+
+    def _reset_ours(self, ours: set[str]) -> None:
+        failures: list[HealFailure] = []
+        for toxic in self.inner.list_toxics():
+            if toxic.proxy in ours:
+                try:
+                    self.inner.remove_toxic(toxic.proxy, toxic.name)
+                except NemesisNotFound:
+                    pass  # gone already (a concurrent heal): what the reset wants
+                except NemesisError as error:
+                    failures.append(HealFailure(f"toxic {toxic.name} on {toxic.proxy}", str(error)))
+        for name, info in self.inner.proxies().items():
+            if name in ours and not info.enabled:
+                try:
+                    self.inner.enable_proxy(name)
+                except NemesisError as error:
+                    failures.append(HealFailure(f"proxy {name} (disabled)", str(error)))
+        if not failures:
+            # Read back: a toxic added meanwhile, or a heal the server acknowledged
+            # without doing it, is still a fault left on.
+            failures += [HealFailure(f"toxic {t.name} on {t.proxy}", "still there after the reset")
+                         for t in self.inner.list_toxics() if t.proxy in ours]
+            failures += [HealFailure(f"proxy {name} (disabled)", "still disabled after the reset")
+                         for name, info in self.inner.proxies().items() if name in ours and not info.enabled]
+        if failures:
+            raise NemesisHealError(failures, f"reset of {', '.join(sorted(ours))}")
 
     def __getattr__(self, attribute: str) -> Any:
         return getattr(self.inner, attribute)

@@ -1,15 +1,26 @@
 """Network faults through the Toxiproxy API (the embedded server or the real one).
 
-A typed layer over toxiproxy-python. Every fault is checked after it is applied
-(a fault that silently did not apply is the worst bug a chaos tool can have):
-any failure to apply or to verify raises a `NemesisError`.
+A typed layer over toxiproxy-python (`Nemesis`). Every fault is checked after it is
+applied (a fault that silently did not apply is the worst bug a chaos tool can
+have): any failure to apply or to verify raises a `NemesisError`, one subclass per
+cause (unreachable, not found, conflict, invalid input, not as requested).
+
+Every heal is checked as well, and no failure to heal is dropped: `remove_toxic`,
+`enable_proxy` and `reset` raise when the fault is still there afterwards. When a
+toxic comes out wrong and taking it back fails too, `add_toxic` raises
+`NemesisHealError`: its `failures` (`HealFailure`: what, error) say which fault may
+still be on. A heal of several faults (a scoped reset, harness.nemesis.stack_proxies)
+goes on with the others after one fails and raises one `NemesisHealError` listing
+every failure at the end. The one failure that counts as healed is "not found" when
+removing a toxic inside `Nemesis.toxic()`: the toxic is gone, which is what the heal
+wanted.
 """
 
 from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -48,6 +59,23 @@ class NemesisInvalid(NemesisError):
 
 class NemesisVerifyError(NemesisError):
     """The API accepted the call but the server state does not show the fault."""
+
+
+@dataclass(frozen=True)
+class HealFailure:
+    """One fault that could not be healed: what it was, and why."""
+
+    what: str  # e.g. "toxic plan_w0 on app", "proxy redis"
+    error: str
+
+
+class NemesisHealError(NemesisError):
+    """One or more faults could not be healed and may still be active."""
+
+    def __init__(self, failures: Sequence[HealFailure], context: str = "") -> None:
+        self.failures = tuple(failures)
+        listed = "; ".join(f"{failure.what}: {failure.error}" for failure in self.failures)
+        super().__init__(f"{context}{': ' if context else ''}could not heal {listed}")
 
 
 @dataclass(frozen=True)
@@ -191,7 +219,7 @@ class Nemesis:
         """The proxy exists, listens where asked, forwards to upstream and is enabled."""
         existing = self.proxies().get(name)
         if existing is not None and not (_same_listen(existing.listen, listen) and existing.upstream == upstream):
-            with self._client(f"replace proxy {name}") as client:
+            with self._client(f"replace proxy {name}"):
                 self._proxy_handle(name).destroy()
             existing = None
         if existing is None:
@@ -227,10 +255,12 @@ class Nemesis:
         with self._client("reset") as client:
             if not client.reset():
                 raise NemesisError("reset: toxiproxy refused the reset")
-        down = [name for name, info in self.proxies().items() if not info.enabled]
-        left = self.list_toxics()
-        if down or left:
-            raise NemesisVerifyError(f"reset left proxies disabled {down} or toxics {[t.name for t in left]}")
+        failures = [HealFailure(f"proxy {name} (disabled)", "still disabled after the reset")
+                    for name, info in self.proxies().items() if not info.enabled]
+        failures += [HealFailure(f"toxic {toxic.name} on {toxic.proxy}", "still there after the reset")
+                     for toxic in self.list_toxics()]
+        if failures:
+            raise NemesisHealError(failures, "reset")
 
     # -- toxics -----------------------------------------------------------------------
     def list_toxics(self) -> list[ToxicInfo]:
@@ -269,13 +299,15 @@ class Nemesis:
             or abs(found.toxicity - float(toxicity)) > 1e-6
             or any(found.attributes.get(key) != value for key, value in checked.items())
         ):
+            wrong = f"toxic {toxic_name} on {proxy} is not as requested after adding: {found}"
             if found is not None:
                 # Not the fault that was asked for: take it away rather than leave it on.
                 try:
                     self.remove_toxic(proxy, toxic_name)
-                except NemesisError:
-                    pass
-            raise NemesisVerifyError(f"toxic {toxic_name} on {proxy} is not as requested after adding: {found}")
+                except NemesisError as error:
+                    raise NemesisHealError([HealFailure(f"toxic {toxic_name} on {proxy}", str(error))],
+                                           wrong) from error
+            raise NemesisVerifyError(wrong)
         return found
 
     def update_toxic(
@@ -305,6 +337,8 @@ class Nemesis:
             removed = self._proxy_handle(proxy).destroy_toxic(name)
         if not removed:
             raise NemesisError(f"remove toxic {name} from {proxy}: toxiproxy refused")
+        if any(toxic.name == name for toxic in self._toxics_of(proxy)):
+            raise NemesisVerifyError(f"toxic {name} is still on {proxy} after removing it")
 
     # -- faults that heal themselves -----------------------------------------------
     @contextmanager

@@ -1,0 +1,284 @@
+"""The faults a nemesis can inject, each one an object that knows itself.
+
+Jepsen's nemesis protocol, here: every fault type implements `Fault`, so no caller
+asks "which kind of fault is this?" before acting on it.
+
+- `fault.apply(targets, window)` injects it and returns only once it is in place:
+  the network side (`harness.nemesis.toxiproxy_client.Nemesis`) reads the server back
+  after each change and raises `NemesisError` when the fault is not there, the process
+  side (the stack's supervisor or docker) raises when the action failed. `window`
+  names the fault's instance (a toxic is called `plan_<window>`), so two windows of one
+  plan never collide on a proxy.
+- `fault.heal(targets, window)` takes it away again and raises when it cannot: a heal
+  is never dropped silently (a fault left on would be judged as the app's bug).
+- `fault.describe()` is one line for people; `fault.label()` a short slug for window
+  names (`app-latency-downstream`, `pause-consumer-1`, `redis-down`).
+- `fault.record(window)` is its line of `faults.jsonl` without the times
+  (`FaultRecord`: the file's format, docs/nemesis.md).
+- `FaultWindow` is one fault in time (a plan's window, after `schedule`).
+- `fault.target` is the proxy or service it acts on; `fault.target_type` says which
+  (`proxy` or `service`), and `fault.target_field` where a plan names it, so a plan's
+  targets are checked before any stack starts (harness.nemesis.plans).
+
+The three types: `ToxicFault` (a Toxiproxy toxic on a proxy), `ProxyDownFault` (a proxy
+disabled: its listener closed, its connections cut) and `ProcessFault` (a service
+killed, paused or restarted). `ProcessAction` is the one list of what can be done to
+a service (by a plan, `harness fault`, the Chaos tab); `FAULT_ACTIONS` are the ones
+a plan may name, each healed by its `heal_action` (a restart heals itself).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import ClassVar, Literal, Protocol, TypedDict
+
+TargetType = Literal["proxy", "service"]
+
+
+class ProcessAction(StrEnum):
+    """What can be done to one service of a stack. The order is the order users see
+    the actions in (the CLI's subcommands, the Chaos tab's buttons)."""
+
+    KILL = "kill"  # SIGKILL: the process is gone until started
+    START = "start"
+    PAUSE = "pause"  # SIGSTOP: connections stay open, nothing answers
+    RESUME = "resume"
+    RESTART = "restart"  # SIGKILL and start again at once
+
+    @property
+    def heal_action(self) -> ProcessAction | None:
+        """The action that undoes this one; None when there is nothing to undo."""
+        match self:
+            case ProcessAction.KILL:
+                return ProcessAction.START
+            case ProcessAction.PAUSE:
+                return ProcessAction.RESUME
+            case _:
+                return None
+
+    @property
+    def is_fault(self) -> bool:
+        """May a plan name it? start and resume only ever heal."""
+        return self in (ProcessAction.KILL, ProcessAction.PAUSE, ProcessAction.RESTART)
+
+    @property
+    def past(self) -> str:
+        """`killed`, `started`, ... (for one-line confirmations)."""
+        return "killed" if self is ProcessAction.KILL else f"{self.value.removesuffix('e')}ed"
+
+    def perform(self, processes: ProcessFaults, service: str) -> None:
+        """Do this action to `service`; whatever `processes` raises goes to the caller."""
+        match self:
+            case ProcessAction.KILL:
+                processes.kill(service)
+            case ProcessAction.START:
+                processes.start(service)
+            case ProcessAction.PAUSE:
+                processes.pause(service)
+            case ProcessAction.RESUME:
+                processes.resume(service)
+            case ProcessAction.RESTART:
+                processes.restart(service)
+
+
+FAULT_ACTIONS: tuple[ProcessAction, ...] = tuple(action for action in ProcessAction if action.is_fault)
+
+
+# --- what faults act on -------------------------------------------------------------
+
+class NetworkFaults(Protocol):
+    """The Toxiproxy calls faults make (`Nemesis`, `StackNemesis`); each raises
+    `NemesisError` when the change is not in place afterwards."""
+
+    def add_toxic(self, proxy: str, type: str, *, stream: str = ..., attributes: dict[str, int] | None = ...,
+                  toxicity: float = ..., name: str | None = ...) -> object: ...
+    def remove_toxic(self, proxy: str, name: str) -> None: ...
+    def disable_proxy(self, name: str) -> None: ...
+    def enable_proxy(self, name: str) -> None: ...
+
+
+class ProcessFaults(Protocol):
+    """The process calls faults make (a running stack, or a run's recorded view of it)."""
+
+    def kill(self, service: str) -> None: ...
+    def start(self, service: str) -> None: ...
+    def pause(self, service: str) -> None: ...
+    def resume(self, service: str) -> None: ...
+    def restart(self, service: str) -> None: ...
+
+
+@dataclass(frozen=True)
+class FaultTargets:
+    """Where faults go: a Toxiproxy (network) and a stack's services (processes)."""
+
+    network: NetworkFaults
+    processes: ProcessFaults
+
+
+class FaultRecord(TypedDict):
+    """One fault's line of `faults.jsonl`, before its `start`, `end` and `error`."""
+
+    name: str
+    kind: str
+    target: str
+    type: str | None
+    stream: str | None
+    attributes: dict[str, int] | None
+    toxicity: float | None
+    action: str | None
+
+
+class Fault(Protocol):
+    """A fault that applies, heals, describes and records itself (module docstring)."""
+
+    kind: ClassVar[str]  # toxic | proxy_down | process: a plan's key and the log's `kind`
+    target_type: ClassVar[TargetType]
+    target_field: ClassVar[str]  # where a plan's window names the target, e.g. `toxic.proxy`
+
+    @property
+    def target(self) -> str: ...
+    def label(self) -> str: ...
+    def describe(self) -> str: ...
+    def apply(self, targets: FaultTargets, window: str) -> None: ...
+    def heal(self, targets: FaultTargets, window: str) -> None: ...
+    def record(self, window: str) -> FaultRecord: ...
+
+
+# --- the fault types ------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class ToxicFault:
+    """A Toxiproxy toxic on one proxy (types and attributes: docs/toxiproxy.md)."""
+
+    kind: ClassVar[str] = "toxic"
+    target_type: ClassVar[TargetType] = "proxy"
+    target_field: ClassVar[str] = "toxic.proxy"
+
+    proxy: str
+    type: str
+    stream: str = "downstream"
+    attributes: dict[str, int] = field(default_factory=dict)
+    toxicity: float = 1.0
+
+    @property
+    def target(self) -> str:
+        return self.proxy
+
+    @staticmethod
+    def toxic_name(window: str) -> str:
+        """The toxic's name on the proxy: unique per window, in Toxiproxy's alphabet."""
+        return f"plan_{window}".replace("-", "_")
+
+    def label(self) -> str:
+        return f"{self.proxy}-{self.type}-{self.stream}"
+
+    def describe(self) -> str:
+        shown = "".join(f" {key}={value}" for key, value in self.attributes.items())
+        return f"{self.type} on {self.proxy} {self.stream}{shown} toxicity={self.toxicity:g}"
+
+    def apply(self, targets: FaultTargets, window: str) -> None:
+        targets.network.add_toxic(self.proxy, self.type, stream=self.stream, attributes=dict(self.attributes),
+                                  toxicity=self.toxicity, name=self.toxic_name(window))
+
+    def heal(self, targets: FaultTargets, window: str) -> None:
+        targets.network.remove_toxic(self.proxy, self.toxic_name(window))
+
+    def record(self, window: str) -> FaultRecord:
+        return FaultRecord(name=window, kind=self.kind, target=self.proxy, type=self.type, stream=self.stream,
+                           attributes=dict(self.attributes), toxicity=self.toxicity, action=None)
+
+
+@dataclass(frozen=True)
+class ProxyDownFault:
+    """A proxy disabled: new connections refused, open ones cut, until enabled."""
+
+    kind: ClassVar[str] = "proxy_down"
+    target_type: ClassVar[TargetType] = "proxy"
+    target_field: ClassVar[str] = "proxy_down"
+
+    proxy: str
+
+    @property
+    def target(self) -> str:
+        return self.proxy
+
+    def label(self) -> str:
+        return f"{self.proxy}-down"
+
+    def describe(self) -> str:
+        return f"proxy {self.proxy} down"
+
+    def apply(self, targets: FaultTargets, window: str) -> None:
+        targets.network.disable_proxy(self.proxy)
+
+    def heal(self, targets: FaultTargets, window: str) -> None:
+        targets.network.enable_proxy(self.proxy)
+
+    def record(self, window: str) -> FaultRecord:
+        return FaultRecord(name=window, kind=self.kind, target=self.proxy, type=None, stream=None,
+                           attributes=None, toxicity=None, action=None)
+
+
+@dataclass(frozen=True)
+class ProcessFault:
+    """A service killed (healed by a start), paused (healed by a resume) or restarted
+    (heals itself: its window only marks when it happened)."""
+
+    kind: ClassVar[str] = "process"
+    target_type: ClassVar[TargetType] = "service"
+    target_field: ClassVar[str] = "process.service"
+
+    action: ProcessAction
+    service: str
+
+    def __post_init__(self) -> None:
+        # Plans and callers give the action as text; keep the one spelling of it.
+        try:
+            action = ProcessAction(self.action)
+        except ValueError:
+            raise ValueError(f"process action must be one of {', '.join(FAULT_ACTIONS)}, "
+                             f"not {self.action!r}") from None
+        if not action.is_fault:
+            raise ValueError(f"{action} heals a fault; a fault is one of {', '.join(FAULT_ACTIONS)}")
+        object.__setattr__(self, "action", action)
+
+    @property
+    def target(self) -> str:
+        return self.service
+
+    def label(self) -> str:
+        return f"{self.action}-{self.service}"
+
+    def describe(self) -> str:
+        return f"{self.action} {self.service}"
+
+    def apply(self, targets: FaultTargets, window: str) -> None:
+        self.action.perform(targets.processes, self.service)
+
+    def heal(self, targets: FaultTargets, window: str) -> None:
+        heal = self.action.heal_action
+        if heal is not None:
+            heal.perform(targets.processes, self.service)
+
+    def record(self, window: str) -> FaultRecord:
+        return FaultRecord(name=window, kind=self.kind, target=self.service, type=None, stream=None,
+                           attributes=None, toxicity=None, action=self.action.value)
+
+
+
+
+@dataclass(frozen=True)
+class FaultWindow:
+    """One fault, active from `at` to `at + duration` seconds after the load starts;
+    `name` is unique within a run's schedule (the fault's instance: its log line,
+    its toxic's name)."""
+
+    name: str
+    at: float
+    duration: float
+    fault: Fault
+
+    @property
+    def end(self) -> float:
+        return self.at + self.duration
