@@ -22,15 +22,14 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 
 from harness.errors import HarnessError
+from harness.names import HISTORY_SUFFIX
+from harness.names import LOAD_STARTED as LOAD_STARTED  # the runner imports it from here
 
-# Written into the history directory by the Locust process that drives the run when
-# the load begins (after a master's workers all joined); not a history (*.jsonl).
-LOAD_STARTED = ".load-started"
 OPERATIONS = ("create_order", "pay", "webhook", "publish", "read_order")
 COMPLETIONS = ("ok", "fail", "info")
 DEFAULT_TENANT = "default"
@@ -59,17 +58,6 @@ PAYMENT_ANSWER_FIELDS = ("order_id", "tenant", "status", "provider_ref", "amount
 
 class HistoryError(HarnessError):
     """A history file is unreadable or an operation was recorded out of order."""
-
-
-def fingerprint(method: str, path: str, body: bytes) -> str:
-    """The request fingerprint the API layer compares: method, path and raw body."""
-    digest = hashlib.sha256()
-    digest.update(method.upper().encode())
-    digest.update(b"\n")
-    digest.update(path.encode())
-    digest.update(b"\n")
-    digest.update(body)
-    return digest.hexdigest()
 
 
 def body_digest(body: bytes) -> str:
@@ -109,6 +97,14 @@ def problem_type(data: Any) -> str | None:
         value = data.get("type")
         return value if isinstance(value, str) else None
     return None
+
+
+class RecordSink(Protocol):
+    """Where a Client's records go: a HistoryWriter, or a worker's forwarder to its master."""
+
+    def record(self, record: dict[str, Any]) -> None: ...
+
+    def flush(self) -> None: ...
 
 
 class HistoryWriter:
@@ -174,6 +170,15 @@ class Operation:
         self.op = op
         self.completed: str | None = None
 
+    def complete(self, completion: str, **fields: Any) -> None:
+        """Complete as `completion` (one of COMPLETIONS) with `fields`."""
+        if completion == "info":
+            self.info(**fields)
+        elif completion in COMPLETIONS:
+            self._complete(completion, fields)
+        else:
+            raise HistoryError(f"unknown completion {completion!r}; expected one of {COMPLETIONS}")
+
     def ok(self, **fields: Any) -> None:
         self._complete("ok", fields)
 
@@ -200,7 +205,7 @@ class Client:
     `writer=None` records nothing (a locustfile run by hand without a history dir).
     """
 
-    def __init__(self, writer: HistoryWriter | None, *, worker: str, user: int) -> None:
+    def __init__(self, writer: RecordSink | None, *, worker: str, user: int) -> None:
         self.writer = writer
         self.worker = worker
         self.user = user
@@ -214,6 +219,13 @@ class Client:
 
     def become_new_process(self) -> None:
         self.incarnation += 1
+
+    def abandon(self) -> None:
+        """Give up the outstanding operation without a completion (its greenlet was
+        killed): it reads back as `info`, and this client continues as a new process,
+        because the abandoned request may still land."""
+        self.outstanding = None
+        self.become_new_process()
 
     def invoke(self, op: str, *, tenant: str = DEFAULT_TENANT, expect: str | None = None,
                **fields: Any) -> Operation:
@@ -247,7 +259,7 @@ class Client:
 
 def history_path(directory: Path, *, worker: str) -> Path:
     """The file of one load process: unique per host and pid, so workers never share."""
-    return Path(directory) / f"{worker}-{os.getpid()}.jsonl"
+    return Path(directory) / f"{worker}-{os.getpid()}{HISTORY_SUFFIX}"
 
 
 def iter_records(path: Path) -> Iterator[dict[str, Any]]:
@@ -265,7 +277,7 @@ def iter_records(path: Path) -> Iterator[dict[str, Any]]:
 
 
 def history_files(directory: Path) -> list[Path]:
-    return sorted(Path(directory).glob("*.jsonl"))
+    return sorted(Path(directory).glob(f"*{HISTORY_SUFFIX}"))
 
 
 def iter_operations(paths: Iterable[Path]) -> Iterator[dict[str, Any]]:
@@ -285,7 +297,7 @@ def iter_operations(paths: Iterable[Path]) -> Iterator[dict[str, Any]]:
                 continue
             if kind not in COMPLETIONS:
                 raise HistoryError(f"{path}: unknown record type {kind!r}")
-            invoke = pending.pop(record.get("op_id"), None)
+            invoke = pending.pop(str(record.get("op_id")), None)
             if invoke is None:
                 raise HistoryError(f"{path}: completion {record.get('op_id')!r} without invoke")
             yield _merge(invoke, record)

@@ -1,3 +1,7 @@
+"""The operation log: one invoke and exactly one completion per operation, the
+process renamed after an `info` or an abandoned operation, batched writing, and what
+records say about requests and answers."""
+
 from pathlib import Path
 
 import pytest
@@ -10,7 +14,6 @@ from harness.history import (
     HistoryError,
     HistoryWriter,
     answer_summary,
-    fingerprint,
     history_files,
     iter_operations,
     problem_type,
@@ -86,12 +89,28 @@ def test_a_torn_last_line_is_skipped(tmp_path: Path) -> None:
     assert len(list(iter_operations([path]))) == 1
 
 
-def test_fingerprint_covers_method_path_and_body() -> None:
-    base = fingerprint("POST", "/a", b"{}")
-    assert base == fingerprint("post", "/a", b"{}")
-    assert base != fingerprint("POST", "/b", b"{}")
-    assert base != fingerprint("POST", "/a", b"{ }")
-    assert base != fingerprint("PUT", "/a", b"{}")
+def test_complete_names_the_completion_and_refuses_an_unknown_one(tmp_path: Path) -> None:
+    with HistoryWriter(tmp_path / "w.jsonl") as writer:
+        client = Client(writer, worker="w", user=0)
+        client.invoke("publish", message_id="m1").complete("fail", status=None)
+        with pytest.raises(HistoryError, match="unknown completion"):
+            client.invoke("publish", message_id="m2").complete("maybe")
+        client.outstanding = None
+        client.invoke("publish", message_id="m3").complete("info", error="reset")
+        assert client.process == "w-u0-p1"  # an info renames the process
+    kinds = sorted((o["message_id"], o["type"]) for o in iter_operations(history_files(tmp_path)))
+    assert kinds == [("m1", "fail"), ("m2", "info"), ("m3", "info")]  # m2: never completed
+
+
+def test_an_abandoned_operation_reads_as_info_and_the_client_goes_on_renamed(tmp_path: Path) -> None:
+    with HistoryWriter(tmp_path / "w.jsonl") as writer:
+        client = Client(writer, worker="w", user=0)
+        client.invoke("pay", order_id="o1")
+        client.abandon()  # its greenlet was killed: no completion will come
+        client.invoke("pay", order_id="o2").ok(status=200)
+    operations = list(iter_operations(history_files(tmp_path)))
+    assert sorted((o["order_id"], o["type"], o["process"]) for o in operations) == [
+        ("o1", "info", "w-u0-p0"), ("o2", "ok", "w-u0-p1")]
 
 
 # --- what records say about requests and answers (issue 9) --------------------------

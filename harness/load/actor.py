@@ -49,7 +49,7 @@ class DelayedWebhook:
 class Actor:
     """Everything one user needs to play a client, a provider or a producer."""
 
-    def __init__(self, process: LoadProcess, host: str, *, twin_of: Actor | None = None) -> None:
+    def __init__(self, process: LoadProcess, host: str | None, *, twin_of: Actor | None = None) -> None:
         if not host:
             raise RuntimeError("no target host: run Locust with --host http://127.0.0.1:PORT")
         self.process = process
@@ -58,7 +58,7 @@ class Actor:
         self.events = process.environment.events
         self.client: Client = process.new_client()
         self.rng = process.rng_for(self.client)
-        self.tenant = twin_of.tenant if twin_of else self.rng.choice(TENANTS)
+        self.tenant: str = twin_of.tenant if twin_of else self.rng.choice(TENANTS)
         self.http = HttpChannel(host, self.events, timeout=self.settings.request_timeout,
                                 fresh_connections=self.settings.fresh_connections,
                                 toxic_hit=process.toxic_hit)
@@ -117,9 +117,8 @@ def concurrently(branches: list[tuple[Actor, Callable[[Actor], Any]]], *, timeou
     """
     greenlets = [gevent.spawn(call, actor) for actor, call in branches]
     gevent.joinall(greenlets, timeout=timeout, raise_error=True)
-    for (actor, _), greenlet in zip(branches, greenlets):
+    for (actor, _), greenlet in zip(branches, greenlets, strict=True):
         if not greenlet.ready():
             greenlet.kill(block=True, timeout=1.0)
-            actor.client.outstanding = None
-            actor.client.become_new_process()
+            actor.client.abandon()
     return [greenlet.value for greenlet in greenlets]

@@ -220,7 +220,7 @@ def shared_key_round(actor: Actor) -> None:
                                                 headers=headers, fields=fields,
                                                 expect="shared_key", tenant=tenant)
 
-    concurrently([(branch, create_as(tenant)) for branch, tenant in zip(branches, tenants)],
+    concurrently([(branch, create_as(tenant)) for branch, tenant in zip(branches, tenants, strict=True)],
                  timeout=_branch_timeout(actor))
 
 

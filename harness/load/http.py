@@ -15,7 +15,6 @@ with another status than the documented one, or a plain request rejected).
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -30,9 +29,11 @@ from harness.history import (
     Client,
     answer_summary,
     body_digest,
-    fingerprint,
     problem_type,
 )
+from harness.load.recording import Completion, recorded_operation
+from harness.load.signing import fingerprint
+from harness.names import ORDER_ID
 
 TENANT_HEADER = "X-Tenant-ID"
 
@@ -108,28 +109,19 @@ class HttpChannel:
         if tenant != DEFAULT_TENANT:
             send_headers[TENANT_HEADER] = tenant
         send_headers.update(headers or {})
-        operation = client.invoke(
-            op, tenant=tenant, expect=expect,
-            fingerprint=fingerprint(method, path, body or b""), **(fields or {}),
-        )
-        started = time.perf_counter()
-        response_length = 0
         toxic_hit = self.toxic_hit() if self.fresh_connections else None
-        try:
-            response = self.session.request(
-                method, self.base_url + path, data=body, headers=send_headers,
-                timeout=self.timeout if timeout is None else timeout,
-            )
-            raw = response.content
-        except Exception as error:  # noqa: BLE001
-            # Whatever broke between sending and a complete answer, the request may
-            # have taken effect: info. (A stray exception type must not leave the
-            # operation outstanding, or this process could never invoke again.)
-            reply = Reply("info", None, None, False, False, _describe(error))
-            operation.info(status=None, body_digest=None, replayed=False, error=reply.error,
-                           toxic_hit=toxic_hit)
-        else:
-            response_length = len(raw)
+
+        def call() -> Completion[Reply]:
+            try:
+                response = self.session.request(
+                    method, self.base_url + path, data=body, headers=send_headers,
+                    timeout=self.timeout if timeout is None else timeout,
+                )
+                raw = response.content
+            finally:
+                if self.fresh_connections:
+                    # Dropping the pool closes the socket, so the next request dials anew.
+                    self.session.close()
             reply = _classify(response, raw)
             completion_fields: dict[str, Any] = {
                 "status": response.status_code,
@@ -143,38 +135,39 @@ class HttpChannel:
             elif _is_problem(response):
                 completion_fields["problem_type"] = problem_type(reply.data)
             if op == "create_order" and reply.completion == "ok":
-                completion_fields["order_id"] = _order_id(reply.data)
-            getattr(operation, reply.completion)(**completion_fields)
-        finally:
-            if self.fresh_connections:
-                # Dropping the pool closes the socket, so the next request dials anew.
-                self.session.close()
-        self._report(method, op, expect, started, response_length, reply)
-        return reply
+                completion_fields[ORDER_ID] = _order_id(reply.data)
+            return Completion(reply.completion, reply, completion_fields, len(raw),
+                              _locust_failure(expect, reply))
+
+        recorded = recorded_operation(
+            client, self.events, call, op=op, request_type=method,
+            name=op if expect is None else f"{op} [{expect}]", tenant=tenant, expect=expect,
+            fields={"fingerprint": fingerprint(method, path, body or b""), **(fields or {})},
+            unanswered={"status": None, "body_digest": None, "replayed": False, "toxic_hit": toxic_hit},
+        )
+        if recorded.value is None:
+            # Whatever broke between sending and a complete answer, the request may
+            # have taken effect: info.
+            return Reply("info", None, None, False, False, recorded.error)
+        return recorded.value
 
     def close(self) -> None:
         self.session.close()
 
-    def _report(self, method: str, op: str, expect: str | None, started: float, length: int,
-                reply: Reply) -> None:
-        exception: Exception | None = None
-        wanted = REJECT_STATUS.get(expect) if expect is not None else None
-        if reply.completion == "info":
-            exception = ExpectationMismatch(reply.error or f"indeterminate (status {reply.status})")
-        elif wanted is not None and reply.completion == "ok":
-            exception = ExpectationMismatch(f"{expect}: accepted with {reply.status}, expected {wanted}")
-        elif wanted is not None and reply.status != wanted:
-            exception = ExpectationMismatch(f"{expect}: refused with {reply.status}, expected {wanted}")
-        elif wanted is None and reply.completion == "fail" and expect is None:
-            exception = ExpectationMismatch(f"rejected with {reply.status}")
-        self.events.request.fire(
-            request_type=method,
-            name=op if expect is None else f"{op} [{expect}]",
-            response_time=(time.perf_counter() - started) * 1000.0,
-            response_length=length,
-            exception=exception,
-            context={},
-        )
+
+def _locust_failure(expect: str | None, reply: Reply) -> Exception | None:
+    """What Locust counts as this answer's failure: an indeterminate one, or one that
+    contradicts what the request meant to provoke."""
+    wanted = REJECT_STATUS.get(expect) if expect is not None else None
+    if reply.completion == "info":
+        return ExpectationMismatch(reply.error or f"indeterminate (status {reply.status})")
+    if wanted is not None and reply.completion == "ok":
+        return ExpectationMismatch(f"{expect}: accepted with {reply.status}, expected {wanted}")
+    if wanted is not None and reply.status != wanted:
+        return ExpectationMismatch(f"{expect}: refused with {reply.status}, expected {wanted}")
+    if wanted is None and reply.completion == "fail" and expect is None:
+        return ExpectationMismatch(f"rejected with {reply.status}")
+    return None
 
 
 def _classify(response: requests.Response, raw: bytes) -> Reply:
@@ -206,6 +199,3 @@ def _order_id(data: Any) -> str | None:
         return value if isinstance(value, str) else None
     return None
 
-
-def _describe(error: BaseException) -> str:
-    return f"{type(error).__name__}: {error}"[:300]

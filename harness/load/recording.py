@@ -25,6 +25,12 @@ tenants in different processes collide on purpose). Users reach it through
 `load_process(environment)`. The sink is closed (a worker: its final batch sent) at
 `test_stop` and `quitting`, so nothing is lost at stop, and reopened if the test is
 started again from the web UI.
+
+`recorded_operation(client, events, call, ...)` is the one way a user's operation is
+recorded, whatever carries it (an HTTP request, an XADD to the stream, the probe's
+requests): the invoke, the call, exactly one completion (`ok` / `fail` / `info` as
+the call classifies its answer; `info` whenever the call raised, because the effect
+may have happened), and one entry in Locust's request statistics.
 """
 
 from __future__ import annotations
@@ -37,17 +43,19 @@ import random
 import socket
 import time
 import zlib
-from dataclasses import replace
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Protocol
+from types import MappingProxyType
+from typing import Any, Generic, TypeVar
 
 import gevent
 import redis
 from locust.env import Environment
-from locust.event import Events
+from locust.event import EventHook, Events
 from locust.runners import STATE_STOPPED, MasterRunner, WorkerRunner
 
-from harness.history import LOAD_STARTED, Client, HistoryWriter, history_path
+from harness.history import DEFAULT_TENANT, Client, HistoryWriter, RecordSink, history_path
 from harness.load.settings import LoadSettings, add_options, swarm_history_dir
 from harness.load.toxics import ToxicWatch
 from harness.load.transport import (
@@ -57,6 +65,7 @@ from harness.load.transport import (
     HistoryCollector,
     HistoryForwarder,
 )
+from harness.names import ENV_REDIS_URL, LOAD_STARTED
 
 FLUSH_INTERVAL = 1.0
 # A worker's SIGTERM: how long its final batch may take to be acknowledged.
@@ -67,13 +76,97 @@ _ATTRIBUTE = "harness_load_process"
 _COLLECTOR = "harness_history_collector"
 _SWARM_HISTORY = "harness_swarm_history"
 
+# An error's description in a record is cut to this many characters.
+ERROR_CHARS = 300
+_NO_FIELDS: Mapping[str, Any] = MappingProxyType({})
+
 logger = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
-class RecordSink(Protocol):
-    def record(self, record: dict[str, Any]) -> None: ...
+@dataclass(frozen=True)
+class Completion(Generic[T]):
+    """How a call that returned ended: what the history and Locust's statistics record.
 
-    def flush(self) -> None: ...
+    `fields` go into the completion record; `failure` is what Locust counts as the
+    request's failure (None: a success in its statistics, whatever `kind` is).
+    """
+
+    kind: str  # "ok" | "fail" | "info"
+    value: T
+    fields: Mapping[str, Any] = field(default_factory=dict)
+    length: int = 0  # the answer's length in bytes, for Locust's statistics
+    failure: Exception | None = None
+
+
+@dataclass(frozen=True)
+class Recorded(Generic[T]):
+    """A recorded operation's end: the call's value, or None and `error` when it raised."""
+
+    kind: str
+    value: T | None
+    error: str | None = None
+
+
+def describe(error: BaseException) -> str:
+    """An exception as a record's `error`: its type and message, cut to ERROR_CHARS."""
+    return f"{type(error).__name__}: {error}"[:ERROR_CHARS]
+
+
+def recorded_operation(
+    client: Client,
+    events: Events,
+    call: Callable[[], Completion[T]],
+    *,
+    op: str,
+    request_type: str,
+    name: str,
+    tenant: str = DEFAULT_TENANT,
+    expect: str | None = None,
+    fields: Mapping[str, Any] = _NO_FIELDS,
+    unanswered: Mapping[str, Any] = _NO_FIELDS,
+) -> Recorded[T]:
+    """Invoke `op` with `fields`, run `call`, record its one completion, report it to Locust.
+
+    A call that raises completes as `info` with `unanswered` and the error's
+    description (any exception: a stray type must not leave the operation
+    outstanding, or this client could never invoke again), and is a Locust failure.
+    """
+    operation = client.invoke(op, tenant=tenant, expect=expect, **fields)
+    started = time.perf_counter()
+    recorded: Recorded[T]
+    failure: Exception | None
+    try:
+        done = call()
+    except Exception as error:  # noqa: BLE001 - whatever broke, the effect is unknown
+        recorded = Recorded("info", None, describe(error))
+        operation.info(**unanswered, error=recorded.error)
+        length, failure = 0, error
+    else:
+        operation.complete(done.kind, **done.fields)
+        recorded = Recorded(done.kind, done.value)
+        length, failure = done.length, done.failure
+    report_request(events, request_type=request_type, name=name, started=started,
+                   length=length, failure=failure)
+    return recorded
+
+
+def report_request(events: Events, *, request_type: str, name: str, started: float, length: int,
+                   failure: Exception | None) -> None:
+    """One entry in Locust's request statistics; `started` is a time.perf_counter()."""
+    events.request.fire(  # type: ignore[no-untyped-call]  # Locust's EventHook is unannotated
+        request_type=request_type,
+        name=name,
+        response_time=(time.perf_counter() - started) * 1000.0,
+        response_length=length,
+        exception=failure,
+        context={},
+    )
+
+
+def listen(hook: EventHook, handler: Callable[..., Any]) -> None:
+    """`hook.add_listener(handler)`, typed: Locust's EventHook is unannotated."""
+    hook.add_listener(handler)  # type: ignore[no-untyped-call]
 
 
 class LoadProcess:
@@ -157,7 +250,7 @@ class LoadProcess:
     def new_client(self) -> Client:
         """A fresh Jepsen process for one user (or one concurrent branch of a user)."""
         self.open()
-        return Client(self.sink, worker=self.worker, user=next(self._users))  # type: ignore[arg-type]
+        return Client(self.sink, worker=self.worker, user=next(self._users))
 
     def rng_for(self, client: Client) -> random.Random:
         # Seeded by user number only, so a single-process run repeats its choices.
@@ -165,7 +258,7 @@ class LoadProcess:
 
     def redis(self) -> redis.Redis:
         if self.settings.redis_url is None:
-            raise RuntimeError("no Redis: give --harness-redis-url (or $HARNESS_REDIS_URL, or run "
+            raise RuntimeError(f"no Redis: give --harness-redis-url (or ${ENV_REDIS_URL}, or run "
                                "against a `harness up` stack); this scenario publishes to the stream")
         if self._redis is None:
             self._redis = redis.Redis.from_url(
@@ -205,7 +298,7 @@ def worker_name() -> str:
 
 def load_process(environment: Environment) -> LoadProcess:
     process = getattr(environment, _ATTRIBUTE, None)
-    if process is None:
+    if not isinstance(process, LoadProcess):
         raise RuntimeError("harness.load.recording.install(events) was not called by the locustfile")
     return process
 
@@ -254,8 +347,8 @@ def install(events: Events) -> None:
             collector = HistoryCollector(runner)
             setattr(environment, _COLLECTOR, collector)
             runner.register_message(BATCH_MESSAGE, lambda msg, **_: collector.on_batch(msg))
-            environment.events.quitting.add_listener(
-                lambda environment, **_: _finish(environment, "quitting", close=True))
+            listen(environment.events.quitting,
+                   lambda environment, **_: _finish(environment, "quitting", close=True))
             return
         setattr(environment, _ATTRIBUTE, LoadProcess(environment, settings))
 
@@ -292,11 +385,11 @@ def install(events: Events) -> None:
         if process is not None and not isinstance(environment.runner, WorkerRunner):
             process.close()
 
-    events.init_command_line_parser.add_listener(on_parser)
-    events.init.add_listener(on_init)
-    events.test_start.add_listener(on_test_start)
-    events.test_stop.add_listener(on_test_stop)
-    events.quitting.add_listener(on_quitting)
+    listen(events.init_command_line_parser, on_parser)
+    listen(events.init, on_init)
+    listen(events.test_start, on_test_start)
+    listen(events.test_stop, on_test_stop)
+    listen(events.quitting, on_quitting)
 
 
 def _finish(environment: Environment, reason: str, *, close: bool) -> None:
@@ -345,7 +438,7 @@ def _install_worker(environment: Environment, process: LoadProcess) -> None:
 
     runner.register_message(ACK_MESSAGE, on_ack)
     runner.register_message(FINISH_MESSAGE, on_finish)
-    environment.events.quitting.add_listener(on_quitting)
+    listen(environment.events.quitting, on_quitting)
 
 
 def _send_final(process: LoadProcess) -> None:

@@ -7,11 +7,13 @@ masked field), and Locust itself passes them from the master to its workers (the
 are in `environment.parsed_options`, which every spawn message carries).
 
 Each option falls back to an environment variable (the runner and `harness status
---env` still set those), and four of them (redis url, stream, webhook secret,
-toxiproxy url) and the target host fall back to the state file of a stack started by
-`harness up` (`.harness/state.json` under the current directory, or
-`--harness-root`), so a locustfile run by hand against that stack needs nothing set.
-Precedence: command line, environment, the stack's state, the built-in default.
+--env` still set those; their names are in `harness.names`), and four of them (redis
+url, stream, webhook secret, toxiproxy url) and the target host fall back to the state
+file of a stack started by `harness up` (`.harness/state.json` under the current
+directory, or `--harness-root`), read as a `harness.stack.info.StackInfo` (stdlib
+only, so the Locust process stays light), so a locustfile run by hand against that
+stack needs nothing set. Precedence: command line, environment, the stack's state,
+the built-in default.
 
 `LoadSettings.from_options(parsed_options)` is the typed view every consumer reads;
 `LoadSettings.to_options()` writes resolved values back, as plain values Locust can
@@ -29,12 +31,27 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import HarnessError
+from harness.names import (
+    DEFAULT_STACK_ROOT,
+    DEFAULT_STREAM,
+    ENV_APP_WEBHOOK_SECRET,
+    ENV_FRESH_CONNECTIONS,
+    ENV_HISTORY_DIR,
+    ENV_REDIS_URL,
+    ENV_REQUEST_TIMEOUT,
+    ENV_ROOT,
+    ENV_SEED,
+    ENV_SKUS,
+    ENV_STREAM,
+    ENV_TOXIPROXY_URL,
+    ENV_WEBHOOK_SECRET,
+    HISTORIES_DIR,
+)
+from harness.stack.info import StackError, StackInfo, read_info
 
-DEFAULT_ROOT = ".harness"
-DEFAULT_STREAM = "payments"
+DEFAULT_ROOT = str(DEFAULT_STACK_ROOT)
 DEFAULT_SECRET = "dev-webhook-secret"
 DEFAULT_SKUS = "sku-1"
-STATE_FILE = "state.json"
 
 
 class LoadConfigError(HarnessError, ValueError):
@@ -57,30 +74,30 @@ class OptionSpec:
 
 
 OPTIONS: tuple[OptionSpec, ...] = (
-    OptionSpec("--harness-root", ("HARNESS_ROOT",),
+    OptionSpec("--harness-root", (ENV_ROOT,),
                "state directory of a stack started by `harness up`, read for the target host, "
                f"redis url, stream, webhook secret and toxiproxy url not given (default {DEFAULT_ROOT}; "
                "empty: read no stack)"),
-    OptionSpec("--harness-history-dir", ("HARNESS_HISTORY_DIR",),
+    OptionSpec("--harness-history-dir", (ENV_HISTORY_DIR,),
                "directory of the Jepsen histories, one file per load process (workers send theirs "
                "to the master, which writes them here). Default with a discovered stack: "
                "runs/swarm-<time>-<pid>/histories; otherwise nothing is recorded"),
-    OptionSpec("--harness-redis-url", ("HARNESS_REDIS_URL",),
+    OptionSpec("--harness-redis-url", (ENV_REDIS_URL,),
                "Redis to publish stream messages to (default: the stack's)"),
-    OptionSpec("--harness-stream", ("HARNESS_STREAM",),
+    OptionSpec("--harness-stream", (ENV_STREAM,),
                f"stream to publish to (default: the stack's, else {DEFAULT_STREAM})"),
-    OptionSpec("--harness-webhook-secret", ("HARNESS_WEBHOOK_SECRET", "TARGET_APP_WEBHOOK_SECRET"),
+    OptionSpec("--harness-webhook-secret", (ENV_WEBHOOK_SECRET, ENV_APP_WEBHOOK_SECRET),
                f"HMAC secret that signs webhooks; must match the app's (default: the stack's, "
                f"else {DEFAULT_SECRET})", secret=True),
-    OptionSpec("--harness-seed", ("HARNESS_SEED",), "seed of the users' choices (default 0)", int),
-    OptionSpec("--harness-fresh-connections", ("HARNESS_FRESH_CONNECTIONS",),
+    OptionSpec("--harness-seed", (ENV_SEED,), "seed of the users' choices (default 0)", int),
+    OptionSpec("--harness-fresh-connections", (ENV_FRESH_CONNECTIONS,),
                "a new TCP connection per request, so Toxiproxy picks toxicity per request "
                "(0 or 1, default 1)", bool),
-    OptionSpec("--harness-request-timeout", ("HARNESS_REQUEST_TIMEOUT",),
+    OptionSpec("--harness-request-timeout", (ENV_REQUEST_TIMEOUT,),
                "client timeout in seconds, per connect and per read (default 2)", float),
-    OptionSpec("--harness-skus", ("HARNESS_SKUS",),
+    OptionSpec("--harness-skus", (ENV_SKUS,),
                f"comma list of SKUs to order (default {DEFAULT_SKUS})"),
-    OptionSpec("--harness-toxiproxy-url", ("HARNESS_TOXIPROXY_URL",),
+    OptionSpec("--harness-toxiproxy-url", (ENV_TOXIPROXY_URL,),
                "Toxiproxy API, to record whether a request met an active toxic "
                "(default: the stack's)"),
 )
@@ -159,7 +176,7 @@ class LoadSettings:
     toxiproxy_url: str | None = None
     stack_root: Path | None = None
     host: str | None = None
-    stack_state: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    stack: StackInfo | None = field(default=None, repr=False, compare=False)
 
     @classmethod
     def from_options(cls, parsed_options: Any, *, discover: bool = True) -> LoadSettings:
@@ -176,10 +193,10 @@ class LoadSettings:
             return "" if value is None else str(value).strip()
 
         root_text = text("harness_root") if "harness_root" in values else DEFAULT_ROOT
-        stack_root, state = (find_stack(Path(root_text)) if discover and root_text else (None, {}))
+        stack_root, stack = (find_stack(Path(root_text)) if discover and root_text else (None, None))
 
-        def from_stack(dest: str, key: str) -> str:
-            return text(dest) or str(state.get(key) or "")
+        def given_or(dest: str, from_stack: str | None) -> str:
+            return text(dest) or (from_stack or "")
 
         skus = tuple(s.strip() for s in (text("harness_skus") or DEFAULT_SKUS).split(",") if s.strip())
         if not skus:
@@ -193,20 +210,20 @@ class LoadSettings:
             raise LoadConfigError("--harness-request-timeout must be > 0")
         history = text("harness_history_dir")
         secret = values.get("harness_webhook_secret")
-        secret = secret if isinstance(secret, str) and secret else str(state.get("webhook_secret") or "")
+        secret = secret if isinstance(secret, str) and secret else (stack.webhook_secret if stack else "")
         return cls(
             history_dir=Path(history) if history else None,
-            redis_url=from_stack("harness_redis_url", "redis_url") or None,
-            stream=from_stack("harness_stream", "stream") or DEFAULT_STREAM,
+            redis_url=given_or("harness_redis_url", stack.redis_url if stack else None) or None,
+            stream=given_or("harness_stream", stack.stream if stack else None) or DEFAULT_STREAM,
             webhook_secret=secret or DEFAULT_SECRET,
             seed=int(_number("harness_seed", values.get("harness_seed"), 0)),
             fresh_connections=fresh,
             request_timeout=timeout,
             skus=skus,
-            toxiproxy_url=from_stack("harness_toxiproxy_url", "toxiproxy_url") or None,
+            toxiproxy_url=given_or("harness_toxiproxy_url", stack.toxiproxy_url if stack else None) or None,
             stack_root=stack_root,
-            host=str(state["app_url"]) if state.get("app_url") else None,
-            stack_state=dict(state),
+            host=(stack.app_url or None) if stack else None,
+            stack=stack,
         )
 
     @classmethod
@@ -235,56 +252,71 @@ class LoadSettings:
         }
 
 
-def find_stack(root: Path) -> tuple[Path | None, dict[str, Any]]:
-    """(root, state) of the stack running in `root`, or (None, {}).
+def find_stack(root: Path) -> tuple[Path | None, StackInfo | None]:
+    """(root, info) of the stack running in `root`, or (None, None).
 
     Only the state file is read (no side effects, unlike `harness.stack.local.open_stack`);
     a state whose supervisor is gone is stale and ignored. A compose stack has no
-    supervisor, its state is taken as it is.
+    supervisor, its state is taken as it is. A state file that is not a stack's is
+    a LoadConfigError naming the file and the field.
     """
-    from harness.stack.local import StackError, read_state
-    from harness.stack.services import pid_alive  # light: /proc reads only
-
     root = Path(root).expanduser().resolve()
     try:
-        state = read_state(root)
+        info = read_info(root)
     except StackError as error:
         raise LoadConfigError(str(error)) from error
-    if not state:
-        return None, {}
-    pid = state.get("supervisor_pid")
-    if isinstance(pid, int) and not pid_alive(pid):
-        return None, {}
-    return root, state
+    if info is None:
+        return None, None
+    if info.supervisor_pid is not None and not _pid_alive(info.supervisor_pid):
+        return None, None
+    return root, info
+
+
+def _pid_alive(pid: int) -> bool:
+    # /proc only, like harness.stack.services.pid_alive, which would import redis and
+    # requests into every process that merely reads its settings.
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as handle:
+            state = handle.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in ("Z", "X")
 
 
 def swarm_history_dir(runs_root: Path = Path("runs")) -> Path:
     """Where a swarm run by hand against a discovered stack records: a run directory of its own."""
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    return (Path(runs_root) / f"swarm-{stamp}-{os.getpid()}" / "histories").resolve()
+    return (Path(runs_root) / f"swarm-{stamp}-{os.getpid()}" / HISTORIES_DIR).resolve()
 
 
-def load_environment(state: Mapping[str, object], *, seed: int,
+def load_environment(state: StackInfo | Mapping[str, object], *, seed: int,
                      history_dir: Path | None = None) -> dict[str, str]:
-    """The variables above for a load process aimed at a running stack (`state.json`).
+    """The variables above for a load process aimed at a running stack (its `StackInfo`,
+    or state.json's object as it was read).
 
     The runner sets them for Locust; `harness status --env` prints them for a user
     who runs `locust -f` by hand (without a history directory: nothing recorded).
     HARNESS_ROOT is empty: every value is given, no other stack is read.
     """
+    if isinstance(state, StackInfo):
+        redis_url, stream, toxiproxy_url, secret = (
+            state.redis_url, state.stream, state.toxiproxy_url, state.webhook_secret)
+    else:
+        redis_url, stream = str(state["redis_url"]), str(state.get("stream") or "")
+        toxiproxy_url, secret = str(state.get("toxiproxy_url") or ""), str(state["webhook_secret"])
     values = {
-        "HARNESS_ROOT": "",
-        "HARNESS_REDIS_URL": str(state["redis_url"]),
-        "HARNESS_STREAM": str(state.get("stream") or DEFAULT_STREAM),
-        "HARNESS_TOXIPROXY_URL": str(state.get("toxiproxy_url") or ""),
-        "TARGET_APP_WEBHOOK_SECRET": str(state["webhook_secret"]),
-        "HARNESS_SEED": str(seed),
-        "HARNESS_FRESH_CONNECTIONS": "1",
-        "HARNESS_REQUEST_TIMEOUT": "2",
-        "HARNESS_SKUS": DEFAULT_SKUS,
+        ENV_ROOT: "",
+        ENV_REDIS_URL: redis_url,
+        ENV_STREAM: stream or DEFAULT_STREAM,
+        ENV_TOXIPROXY_URL: toxiproxy_url,
+        ENV_APP_WEBHOOK_SECRET: secret,
+        ENV_SEED: str(seed),
+        ENV_FRESH_CONNECTIONS: "1",
+        ENV_REQUEST_TIMEOUT: "2",
+        ENV_SKUS: DEFAULT_SKUS,
     }
     if history_dir is not None:
-        values["HARNESS_HISTORY_DIR"] = str(Path(history_dir).resolve())
+        values[ENV_HISTORY_DIR] = str(Path(history_dir).resolve())
     return values
 
 

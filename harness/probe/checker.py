@@ -187,7 +187,7 @@ def _check_key(key: str, ops: list[Mapping[str, Any]], endpoint: Endpoint,
     by_payload: dict[str, list[Mapping[str, Any]]] = defaultdict(list)
     for op in oks:
         by_payload[str(op.get("fingerprint"))].append(op)
-    for payload, answers in by_payload.items():
+    for answers in by_payload.values():
         shapes = {(op.get("status"), op.get("body_digest")) for op in answers}
         if len(shapes) > 1:
             fidelity.violate(f"{endpoint.name}: key {key!r} with one payload got {len(shapes)} different answers",

@@ -23,10 +23,11 @@ from __future__ import annotations
 import os
 import socket
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import orjson
 import requests
@@ -125,7 +126,10 @@ def plan_windows(plan: Plan, duration: float, proxy_name: str) -> list[FaultWind
         if isinstance(fault, ProcessFault):
             raise PlanError(f"{plan.source}: window {window.name}: the probe cannot {fault.action} "
                             f"{fault.service!r}; it only injects network faults on proxy {PLAN_PROXY!r}")
-        if isinstance(fault, (ToxicFault, ProxyDownFault)) and fault.proxy != PLAN_PROXY:
+        if not isinstance(fault, (ToxicFault, ProxyDownFault)):
+            raise PlanError(f"{plan.source}: window {window.name}: the probe cannot apply a "
+                            f"{type(fault).__name__}; it only injects network faults on proxy {PLAN_PROXY!r}")
+        if fault.proxy != PLAN_PROXY:
             raise PlanError(f"{plan.source}: window {window.name}: proxy {fault.proxy!r} does not exist "
                             f"in a probe; the probe's proxy is {PLAN_PROXY!r}")
         windows.append(replace(window, fault=replace(fault, proxy=proxy_name)))
@@ -227,7 +231,7 @@ def _remove_proxy(nemesis: Nemesis, name: str, *, keep: bool) -> None:
         raise ProbeError(f"could not clean up proxy {name}: {error}") from None
 
 
-def final_reads(config: ProbeConfig, upstream: str, operations: list[Mapping[str, Any]],
+def final_reads(config: ProbeConfig, upstream: str, operations: Sequence[Mapping[str, Any]],
                 path: Path) -> list[dict[str, Any]]:
     """Read back every acknowledged resource (`read`) and search every key (`search`),
     straight from the upstream, bounded in count and time; recorded in `path`."""
@@ -239,14 +243,14 @@ def final_reads(config: ProbeConfig, upstream: str, operations: list[Mapping[str
             headers = {**config.headers, **endpoint.headers}
             ops = [op for op in operations if op.get("endpoint") == endpoint.name]
             if endpoint.read is not None:
-                ids = {}
+                ids: dict[str, str | None] = {}
                 for op in ops:
                     if op.get("type") == "ok" and op.get("resource_id") is not None:
                         ids.setdefault(str(op["resource_id"]), op.get("idempotency_key"))
                 for resource_id, key in list(ids.items())[:MAX_FINAL_READS]:
                     if time.monotonic() > deadline:
                         break
-                    url = base + endpoint.read.path.replace("{id}", requests.utils.quote(resource_id, safe=""))
+                    url = base + endpoint.read.path.replace("{id}", quote(resource_id, safe=""))
                     _read(client, url, headers, endpoint=endpoint.name, kind="by_id",
                           resource_id=resource_id, key=key, items=None)
             if endpoint.search is not None:
@@ -254,7 +258,7 @@ def final_reads(config: ProbeConfig, upstream: str, operations: list[Mapping[str
                 for key in keys[:MAX_FINAL_READS]:
                     if time.monotonic() > deadline:
                         break
-                    url = base + endpoint.search.path.replace("{key}", requests.utils.quote(key, safe=""))
+                    url = base + endpoint.search.path.replace("{key}", quote(key, safe=""))
                     _read(client, url, headers, endpoint=endpoint.name, kind="by_key", resource_id=None,
                           key=key, items=endpoint.search.items)
     return [op for op in iter_operations([path]) if op.get("op") == "read_order"]
@@ -288,7 +292,7 @@ def _identity(item: Any) -> Any:
     return item
 
 
-def judge(config: ProbeConfig, operations: list[Mapping[str, Any]], reads: list[Mapping[str, Any]],
+def judge(config: ProbeConfig, operations: Sequence[Mapping[str, Any]], reads: Sequence[Mapping[str, Any]],
           run_dir: Path, *, upstream: str, plan_path: Path | None, started: float,
           min_acknowledged: int, toxiproxy: str) -> ProbeResult:
     """Check, build the conformance table and write result.json, junit.xml, report.html."""

@@ -27,7 +27,6 @@ from __future__ import annotations
 import itertools
 import os
 import random
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,7 +40,9 @@ from locust.env import Environment
 from locust.event import Events
 from locust.runners import MasterRunner
 
-from harness.history import Client, HistoryWriter, fingerprint, history_path
+from harness.history import Client, HistoryWriter, history_path
+from harness.load.recording import Completion, listen, recorded_operation
+from harness.load.signing import fingerprint
 from harness.probe.answers import CONFIG_ENV, HISTORY_ENV, answer_digest, json_pointer
 from harness.probe.config import Endpoint, ProbeConfig, mutate_body, parse_config, render_body
 
@@ -107,8 +108,8 @@ def install(events: Events) -> None:
         if process is not None:
             process.close()
 
-    events.init.add_listener(on_init)
-    events.quitting.add_listener(on_stop)
+    listen(events.init, on_init)
+    listen(events.quitting, on_stop)
 
 
 def find_id(endpoint: Endpoint, response: requests.Response, data: Any) -> str | None:
@@ -117,9 +118,9 @@ def find_id(endpoint: Endpoint, response: requests.Response, data: Any) -> str |
         value = response.headers.get(endpoint.id.header)
         return value or None
     value = json_pointer(data, endpoint.id.pointer or "")
-    if isinstance(value, (str, int)) and not isinstance(value, bool):
-        return str(value)
-    return None
+    if isinstance(value, bool):  # an int to Python, never an id
+        return None
+    return str(value) if isinstance(value, (str, int)) else None
 
 
 class Sender:
@@ -137,65 +138,57 @@ class Sender:
         headers = {"Content-Type": "application/json", **self.config.headers, **endpoint.headers}
         if key is not None:
             headers[self.config.key_header] = key
-        operation = self.client.invoke(
-            OPERATION, expect=kind, endpoint=endpoint.name, idempotency_key=key, round=round_id,
-            fingerprint=fingerprint(endpoint.method, endpoint.path, raw_body))
         timeout = self.config.load.client_timeout
-        started = time.perf_counter()
-        reply: Reply
-        error: Exception | None = None
-        # A new session per request: a new TCP connection, so the proxy decides each
-        # toxic's toxicity per request, as it would for separate clients.
-        with requests.Session() as session:
-            try:
+
+        def call() -> Completion[Reply]:
+            # A new session per request: a new TCP connection, so the proxy decides each
+            # toxic's toxicity per request, as it would for separate clients.
+            with requests.Session() as session:
                 response = session.request(
                     endpoint.method, self.host + endpoint.path, data=raw_body, headers=headers,
                     timeout=(timeout, IMPATIENT_READ_TIMEOUT if impatient else timeout))
                 raw = response.content
-            except Exception as failure:  # noqa: BLE001 - whatever broke, the effect is unknown
-                error = failure
-                operation.info(status=None, error=f"{type(failure).__name__}: {failure}"[:300])
-                reply = Reply("info", None, None, False)
-            else:
-                reply = self._complete(operation, endpoint, response, raw)
-        self.events.request.fire(
-            request_type=endpoint.method, name=f"{endpoint.name} [{kind}]",
-            response_time=(time.perf_counter() - started) * 1000.0, response_length=0,
+            kind_, reply, fields = _classify(endpoint, response, raw)
             # An indeterminate answer is a Locust failure, so its statistics mean something.
-            exception=(error or RuntimeError(f"HTTP {reply.status}")) if reply.completion == "info" else None,
-            context={})
-        return reply
+            failure = RuntimeError(f"HTTP {reply.status}") if kind_ == "info" else None
+            return Completion(kind_, reply, fields, 0, failure)
 
-    def _complete(self, operation: Any, endpoint: Endpoint, response: requests.Response,
-                  raw: bytes) -> Reply:
-        status = response.status_code
-        data: Any = None
-        parsed = True
-        try:
-            data = orjson.loads(raw) if raw else None
-        except orjson.JSONDecodeError:
-            parsed = False
-        fields: dict[str, Any] = {
-            "status": status,
-            "body_digest": answer_digest(raw),
-            "evidence": raw[:EVIDENCE_BYTES].decode("utf-8", errors="replace"),
-            "content_type": response.headers.get("Content-Type"),
-            "replayed": _replay_header(response),
-        }
-        retry_after = status == endpoint.expect.in_flight
-        if 200 <= status < 300:
-            resource_id = find_id(endpoint, response, data)
-            if not parsed and endpoint.id.pointer is not None:
-                # A 2xx whose body was cut off: the effect happened, the answer is lost.
-                operation.info(error="unparsable 2xx body", **fields)
-                return Reply("info", status, None, False)
-            operation.ok(resource_id=resource_id, **fields)
-            return Reply("ok", status, resource_id, False)
-        if 400 <= status < 500:
-            operation.fail(**fields)
-            return Reply("fail", status, None, retry_after)
-        operation.info(error=f"HTTP {status}", **fields)
-        return Reply("info", status, None, False)
+        recorded = recorded_operation(
+            self.client, self.events, call, op=OPERATION, request_type=endpoint.method,
+            name=f"{endpoint.name} [{kind}]", expect=kind,
+            fields={"endpoint": endpoint.name, "idempotency_key": key, "round": round_id,
+                    "fingerprint": fingerprint(endpoint.method, endpoint.path, raw_body)},
+            unanswered={"status": None})
+        return recorded.value if recorded.value is not None else Reply("info", None, None, False)
+
+
+def _classify(endpoint: Endpoint, response: requests.Response,
+              raw: bytes) -> tuple[str, Reply, dict[str, Any]]:
+    """The completion of one answer, the Reply the user acts on, the completion's fields."""
+    status = response.status_code
+    data: Any = None
+    parsed = True
+    try:
+        data = orjson.loads(raw) if raw else None
+    except orjson.JSONDecodeError:
+        parsed = False
+    fields: dict[str, Any] = {
+        "status": status,
+        "body_digest": answer_digest(raw),
+        "evidence": raw[:EVIDENCE_BYTES].decode("utf-8", errors="replace"),
+        "content_type": response.headers.get("Content-Type"),
+        "replayed": _replay_header(response),
+    }
+    retry_after = status == endpoint.expect.in_flight
+    if 200 <= status < 300:
+        resource_id = find_id(endpoint, response, data)
+        if not parsed and endpoint.id.pointer is not None:
+            # A 2xx whose body was cut off: the effect happened, the answer is lost.
+            return "info", Reply("info", status, None, False), {"error": "unparsable 2xx body", **fields}
+        return "ok", Reply("ok", status, resource_id, False), {"resource_id": resource_id, **fields}
+    if 400 <= status < 500:
+        return "fail", Reply("fail", status, None, retry_after), fields
+    return "info", Reply("info", status, None, False), {"error": f"HTTP {status}", **fields}
 
 
 def _replay_header(response: requests.Response) -> bool | None:
@@ -268,11 +261,8 @@ class ProbeUser(User):
         greenlets = [gevent.spawn(call, sender) for sender, call in branches]
         limit = self.config.load.max_attempts * (2 * self.config.load.client_timeout + 0.6) + 1.0
         gevent.joinall(greenlets, timeout=limit)
-        for (sender, _), greenlet in zip(branches, greenlets):
+        for (sender, _), greenlet in zip(branches, greenlets, strict=True):
             if not greenlet.ready():
-                # Its operation stays without completion (read back as info); the
-                # process continues under a new name, as Jepsen's rules require.
                 greenlet.kill(block=True, timeout=1.0)
-                sender.client.outstanding = None
-                sender.client.become_new_process()
+                sender.client.abandon()
         return [greenlet.value for greenlet in greenlets]

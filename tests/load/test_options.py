@@ -12,12 +12,15 @@ import json
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import msgpack
 import pytest
 
-from harness.load.settings import OPTIONS, LoadConfigError, LoadSettings, add_options
+from harness.load.settings import OPTIONS, LoadConfigError, LoadSettings, add_options, load_environment
+from harness.stack.info import StackInfo
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -28,12 +31,23 @@ def parse(argv: list[str], environ: dict[str, str]) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def write_state(root: Path, **overrides: object) -> None:
+def stack_info(root: Path, **overrides: Any) -> StackInfo:
+    """A local stack's state as its supervisor writes it; `overrides` replace fields."""
+    info = StackInfo(
+        mode="local", phase="running", started_at=1.0, root=str(root),
+        app_url="http://127.0.0.1:1111", app_direct_url="http://127.0.0.1:1112",
+        toxiproxy_url="http://127.0.0.1:3333", toxiproxy_kind="embedded",
+        redis_url="redis://127.0.0.1:2222/0", redis_proxy_url="redis://127.0.0.1:2223/0",
+        webhook_secret="stack-secret", internal_token="token", stream="stack-stream", group="target-app",
+        proxy_prefix="p-", proxies={"app": "p-app", "redis": "p-redis"}, owner="up", unsafe_disable=(),
+        app_workers=1, consumers=1, supervisor_pid=os.getpid(), control_socket=str(root / "control.sock"),
+    )
+    return replace(info, **overrides)
+
+
+def write_state(root: Path, **overrides: Any) -> None:
     root.mkdir(parents=True, exist_ok=True)
-    state = {"supervisor_pid": os.getpid(), "app_url": "http://127.0.0.1:1111",
-             "redis_url": "redis://127.0.0.1:2222/0", "stream": "stack-stream",
-             "webhook_secret": "stack-secret", "toxiproxy_url": "http://127.0.0.1:3333", **overrides}
-    (root / "state.json").write_text(json.dumps(state))
+    (root / "state.json").write_text(json.dumps(stack_info(root, **overrides).to_json()))
 
 
 def test_command_line_beats_environment_beats_builtin_default() -> None:
@@ -113,3 +127,23 @@ def test_locust_shows_every_option_in_the_web_ui_and_masks_the_secret() -> None:
     shown, secret = json.loads(result.stdout)
     assert shown == sorted(spec.dest for spec in OPTIONS)
     assert secret == ["harness_webhook_secret"]
+
+
+def test_a_state_file_that_is_not_a_stacks_is_one_clear_error(tmp_path: Path) -> None:
+    tmp_path.mkdir(exist_ok=True)
+    (tmp_path / "state.json").write_text(json.dumps({"app_url": "http://127.0.0.1:1111"}))
+    with pytest.raises(LoadConfigError, match="state.json"):
+        LoadSettings.from_options({"harness_root": str(tmp_path)})
+
+
+def test_the_environment_for_a_stack_names_its_values_and_reads_no_other_stack(tmp_path: Path) -> None:
+    info = stack_info(tmp_path)
+    env = load_environment(info, seed=3, history_dir=tmp_path / "h")
+    assert env == load_environment(info.to_json(), seed=3, history_dir=tmp_path / "h")
+    assert env["HARNESS_ROOT"] == "" and env["HARNESS_SEED"] == "3"
+    assert (env["HARNESS_REDIS_URL"], env["HARNESS_STREAM"], env["TARGET_APP_WEBHOOK_SECRET"]) == (
+        info.redis_url, "stack-stream", "stack-secret")
+    assert env["HARNESS_HISTORY_DIR"] == str((tmp_path / "h").resolve())
+    settings = LoadSettings.from_env(env)
+    assert (settings.redis_url, settings.stream, settings.webhook_secret, settings.seed, settings.stack_root) == (
+        info.redis_url, "stack-stream", "stack-secret", 3, None)

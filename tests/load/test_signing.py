@@ -1,6 +1,7 @@
-"""The load signs webhooks with its own code: the signatures it makes verify with the
-app's verifier (valid ones) or are refused by it (the deliberately bad ones), and
-nothing under harness/load imports the target app.
+"""The load fingerprints requests and signs webhooks with its own code: its
+fingerprints equal the app's for the requests the load sends, the signatures it
+makes verify with the app's verifier (valid ones) or are refused by it (the
+deliberately bad ones), and nothing under harness/load imports the target app.
 
 The signer is imported directly: harness.load.signing is plain stdlib, so the
 test process is not monkey-patched by Locust.
@@ -18,15 +19,35 @@ from harness.load.signing import (
     BAD_SIGNATURES,
     SIGNATURE_HEADER,
     SIGNATURE_SKEW,
+    fingerprint,
     sign,
     signature_headers,
 )
+from target_app.idempotency.fingerprint import fingerprint as app_fingerprint
 from target_app.webhooks import SIGNATURE_HEADER as APP_HEADER
 from target_app.webhooks import SignatureError, verify_signature
 
 REPO = Path(__file__).resolve().parents[2]
 SECRET = "s3cret"
 BODY = b'{"event_id":"evt-1","type":"payment.succeeded","order_id":"ord_1","amount_cents":100}'
+
+
+def test_fingerprint_covers_method_path_and_body() -> None:
+    base = fingerprint("POST", "/a", b"{}")
+    assert base == fingerprint("post", "/a", b"{}")  # the method as it goes on the wire
+    assert base != fingerprint("POST", "/b", b"{}")
+    assert base != fingerprint("POST", "/a", b"{ }")
+    assert base != fingerprint("PUT", "/a", b"{}")
+
+
+@pytest.mark.parametrize(("method", "path", "body"), [
+    ("POST", "/api/v1/orders", b'{"sku":"sku-1","quantity":1,"amount_cents":1000,"currency":"EUR"}'),
+    ("POST", "/api/v1/orders/ord_1/payments", b'{"provider_ref":"pr-1","amount_cents":1000}'),
+    ("POST", "/webhooks/payments", BODY),
+    ("GET", "/api/v1/orders/ord_1", b""),
+])
+def test_the_loads_fingerprint_is_the_apps(method: str, path: str, body: bytes) -> None:
+    assert fingerprint(method, path, body) == app_fingerprint(method, path, body)
 
 
 def test_a_valid_signature_verifies_with_the_apps_verifier() -> None:
