@@ -22,11 +22,11 @@ import sys
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 from harness import bundled
 from harness.errors import HarnessError
 from harness.ports import free_port
+from harness.processes.handle import ProcessGuard, ProcessHandle
 from harness.stack.services import _child_setup
 
 DEFAULT_MASTER_PORT = 5557
@@ -51,9 +51,10 @@ def locustfile_for(scenario: str) -> Path:
     return bundled.locustfile(scenario)
 
 
-class LocustProcess:
+class LocustProcess(ProcessHandle):
     """One headless Locust run: standalone, or a master with `processes` local worker
-    processes and `remote_workers` workers that join from elsewhere."""
+    processes and `remote_workers` workers that join from elsewhere (pid, finished
+    and returncode are the master's, from `ProcessHandle`)."""
 
     def __init__(
         self,
@@ -67,11 +68,12 @@ class LocustProcess:
         output_dir: Path,
         env: Mapping[str, str],
         stop_timeout: float = 3.0,
-        guard: Any = None,  # a harness.processes.lifeline.RunGuard
+        guard: ProcessGuard | None = None,
         remote_workers: int = 0,
         master_bind: tuple[str, int] | None = None,
         workers_wait: float = 120.0,
     ) -> None:
+        super().__init__()
         self.guard = guard
         self.locustfile = locustfile
         self.host = host
@@ -92,7 +94,6 @@ class LocustProcess:
         elif master_bind is None and self.distributed:
             master_bind = ("127.0.0.1", free_port())
         self.master_bind = master_bind
-        self._process: subprocess.Popen[bytes] | None = None
         self._workers: list[subprocess.Popen[bytes]] = []
 
     def command(self) -> list[str]:
@@ -154,23 +155,6 @@ class LocustProcess:
                     if self.guard is not None:
                         self.guard.add_process(worker.pid, "locust-worker")
 
-    @property
-    def pid(self) -> int | None:
-        return None if self._process is None else self._process.pid
-
-    def finished(self, *, timeout: float) -> bool:
-        if self._process is None:
-            return True
-        try:
-            self._process.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            return False
-        return True
-
-    @property
-    def returncode(self) -> int | None:
-        return None if self._process is None else self._process.returncode
-
     def stop(self, *, grace: float = 10.0) -> None:
         """Stop the whole process group: master and forked workers."""
         if self._process is None:
@@ -193,12 +177,12 @@ class LocustProcess:
             try:
                 worker.wait(timeout=max(0.0, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
-                pass
+                pass  # killed just below
         for pid in [self._process.pid, *(worker.pid for worker in self._workers)]:
             try:
                 os.killpg(pid, signal.SIGKILL)
             except ProcessLookupError:
-                pass
+                pass  # that group has exited: nothing to kill
         for worker in self._workers:
             worker.poll()  # reap
             if self.guard is not None:

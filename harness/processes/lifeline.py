@@ -34,9 +34,10 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from types import FrameType, TracebackType
-from typing import Any
+from typing import Any, TextIO
 
 from harness.processes import registry
+from harness.stack.protocol import ServiceActions, Stack
 
 HANDLED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
@@ -72,7 +73,7 @@ def exit_code_for(interrupt: KeyboardInterrupt) -> int:
 
 
 @contextmanager
-def interrupt_signals(out: Any = sys.stderr) -> Iterator[None]:
+def interrupt_signals(out: TextIO = sys.stderr) -> Iterator[None]:
     """SIGINT, SIGTERM and SIGHUP raise `Interrupted` once; the previous handlers come back after."""
     fired: list[int] = []  # local to this block: which signal started the shutdown
 
@@ -127,7 +128,7 @@ class Lifeline:
             try:
                 os.close(fd)
             except OSError:
-                pass
+                pass  # closed already (close() twice, or -1 after the first): nothing left to release
         self.read_fd = self._write_fd = -1
 
     def __enter__(self) -> Lifeline:
@@ -265,13 +266,14 @@ class RunGuard:
         """Every fault healed (a reset): nothing left to undo."""
         self._update(lambda lease: lease.update(toxics=[], disabled=[]))
 
-    def processes_of(self, stack: Any) -> Any:
+    def processes_of(self, stack: Stack) -> ServiceActions:
         """The stack's process faults, recorded when the stack outlives the run (one
         `harness up` left): a consumer paused or killed by a run that died is started
         again by the janitor. A run's own stack goes down with it: nothing to record."""
-        if stack.state.get("owner", "up") != "up" or stack.state.get("mode") != "local":
+        info = stack.info
+        if info.owner != "up" or info.mode != "local":
             return stack
-        return _RecordedProcesses(stack, self)
+        return RecordedProcesses(stack, self)
 
     def service_faulted(self, root: str, service: str) -> None:
         entry = {"root": root, "service": service}
@@ -282,10 +284,10 @@ class RunGuard:
         self._update(lambda lease: lease.update(services=[e for e in lease["services"] if e != entry]))
 
 
-class _RecordedProcesses:
+class RecordedProcesses:
     """A stack's kill/pause/... with each fault on the run's lease while it lasts."""
 
-    def __init__(self, stack: Any, guard: RunGuard) -> None:
+    def __init__(self, stack: Stack, guard: RunGuard) -> None:
         self.stack = stack
         self.guard = guard
         self.root = str(stack.root)
@@ -310,9 +312,6 @@ class _RecordedProcesses:
     def resume(self, service: str) -> None:
         self.stack.resume(service)
         self.guard.service_healed(self.root, service)
-
-    def __getattr__(self, attribute: str) -> Any:
-        return getattr(self.stack, attribute)
 
 
 # --- the janitor --------------------------------------------------------------------------

@@ -32,6 +32,10 @@ from urllib.parse import quote, urlsplit
 
 import requests
 
+from harness.names import DEFAULT_STACK_ROOT
+from harness.stack import control
+from harness.stack.info import StackError, read_info
+
 REGISTRY_ENV = "HARNESS_REGISTRY"
 HTTP_TIMEOUT = 2.0
 RESULT_FILE = "result.json"
@@ -50,7 +54,7 @@ def registry_dir() -> Path:
         return Path(configured).resolve()
     checkout = Path(__file__).resolve().parents[2]
     if (checkout / "pyproject.toml").is_file() and (checkout / "harness").is_dir():
-        return checkout / ".harness" / "registry"
+        return checkout / DEFAULT_STACK_ROOT / "registry"
     state_home = Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state")
     return state_home / "idempotency-harness" / "registry"
 
@@ -78,7 +82,7 @@ def _unlink(path: Path) -> None:
     try:
         path.unlink()
     except FileNotFoundError:
-        pass
+        pass  # gone already: what unlinking wanted
 
 
 # --- process identity -----------------------------------------------------------------
@@ -279,14 +283,10 @@ def _heal_toxiproxy(url: str, lease: Mapping[str, Any], live_claims: set[tuple[s
 
 def _start_service(root: Path, service: str) -> str:
     """Ask a stack's supervisor to start (or resume) a service a dead run left faulted."""
-    from harness.stack.local import StackError, open_stack  # the stack module imports this one
-
     try:
-        stack = open_stack(root, reclaim=False)
-        if stack is None:
+        if read_info(root) is None:
             return f"{service}: its stack in {root} is gone"
-        stack.request_timeout = 30.0
-        stack.start(service)
+        control.request(root, "start", service, timeout=30.0)
     except StackError as error:
         return f"could not start {service} in {root}: {error}"
     return f"started {service} again in {root}"
@@ -312,7 +312,7 @@ def _signal_group(pgid: int, signum: int) -> None:
         os.killpg(pgid, signal.SIGCONT)
         os.killpg(pgid, signum)
     except (ProcessLookupError, PermissionError):
-        pass
+        pass  # the group is gone, or its pgid now names another user's processes: not ours to signal
 
 
 def _group_alive(pgid: int) -> bool:

@@ -8,28 +8,44 @@ webhook secret and the internal token (`TARGET_APP_INTERNAL_TOKEN`, for the app'
 `/internal/v1/*` endpoints) are the file's `${VAR:-default}` values, or the caller's
 own when set; `state.json` records both. A compose stack is entered in the registry
 like a local one.
+
+This module imports nothing of the local stack (`harness.stack.local`); the local
+module picks between the two when it starts or opens a stack.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Any
+from urllib.parse import urlsplit
 
 import yaml
 
+from harness.nemesis.stack_proxies import FaultRecorder, StackNemesis, stack_nemesis
 from harness.nemesis.toxiproxy_client import Nemesis, NemesisError
 from harness.processes import registry
-from harness.stack.local import StackAlreadyRunning, StackError, StackSettings, read_state, remove_state, write_state
+from harness.processes.handle import ProcessGuard, ProcessHandle
+from harness.stack.info import (
+    ServiceInfo,
+    StackAlreadyRunning,
+    StackError,
+    StackInfo,
+    read_info,
+    remove_state,
+    write_info,
+)
+from harness.stack.protocol import ServiceStatus
+from harness.stack.settings import StackSettings, unsafe_list
 
 PROJECT = "idempotency-harness"
 CORE_SERVICES = ("redis", "toxiproxy", "app", "consumer")
@@ -127,15 +143,31 @@ def docker(args: Sequence[str], *, timeout: float = 60.0, env: Mapping[str, str]
 
 
 class ComposeStack:
-    """The compose services behind the RunningStack interface."""
+    """The compose services behind the `Stack` protocol (harness.stack.protocol)."""
 
-    def __init__(self, root: Path, state: dict[str, Any]) -> None:
+    def __init__(self, root: Path, info: StackInfo) -> None:
+        if info.compose_file is None or info.project is None:
+            raise StackError(f"{root}: not a compose stack's state (no compose_file or project)")
         self.root = root
-        self._state = state
+        self._info = info
+        self.compose_file: str = info.compose_file
+        self.project: str = info.project
+
+    @property
+    def info(self) -> StackInfo:
+        """The state file as it is now; the last good one once it is gone."""
+        try:
+            current = read_info(self.root)
+        except StackError:
+            current = None
+        if current is not None:
+            self._info = current
+        return self._info
 
     @property
     def state(self) -> dict[str, Any]:
-        return read_state(self.root) or self._state
+        """`info` as the state file's plain dict (for readers not yet on `info`)."""
+        return self.info.to_json()
 
     def __enter__(self) -> ComposeStack:
         return self
@@ -145,15 +177,12 @@ class ComposeStack:
         self.down()
 
     def _compose(self, *args: str, timeout: float = 60.0) -> str:
-        return docker(["compose", "-f", self._state["compose_file"], "-p", self._state["project"], *args],
-                      timeout=timeout)
+        return docker(["compose", "-f", self.compose_file, "-p", self.project, *args], timeout=timeout)
 
     def container(self, service: str) -> str:
-        names = [row["name"] for row in self._state["services"]]
-        if service not in names:
-            raise StackError(f"unknown service {service!r} (services: {', '.join(names)})")
+        self._info.service(service)  # StackError naming the known services
         base, _, index = service.partition("-")
-        return f"{self._state['project']}-{base}-{index or 1}"
+        return f"{self.project}-{base}-{index or 1}"
 
     def kill(self, service: str) -> None:
         docker(["kill", "--signal", "SIGKILL", self.container(service)])
@@ -173,16 +202,16 @@ class ComposeStack:
         self._wait_healthy(service)
 
     def _wait_healthy(self, service: str) -> None:
-        deadline = time.monotonic() + float(self._state.get("health_timeout", 60.0))
+        deadline = time.monotonic() + (self._info.health_timeout or 60.0)
         while time.monotonic() < deadline:
             if self.health().get(service):
                 return
             time.sleep(0.5)
         raise StackError(f"{service} not healthy; see `docker compose logs {service.split('-')[0]}`")
 
-    def services(self) -> list[dict[str, Any]]:
-        rows = []
-        containers = {row["name"]: self.container(row["name"]) for row in self._state["services"]}
+    def services(self) -> list[ServiceStatus]:
+        rows: list[ServiceStatus] = []
+        containers = {service.name: self.container(service.name) for service in self._info.services}
         output = docker(["inspect", "--format",
                          "{{.Name}} {{.State.Status}} {{if .State.Health}}{{.State.Health.Status}}{{end}}",
                          *containers.values()])
@@ -191,20 +220,18 @@ class ComposeStack:
             parts = line.strip().lstrip("/").split()
             if parts:
                 found[parts[0]] = (parts[1] if len(parts) > 1 else "unknown", parts[2] if len(parts) > 2 else "")
-        for row in self._state["services"]:
-            status, health = found.get(containers[row["name"]], ("missing", ""))
-            rows.append({"name": row["name"], "pid": None, "port": row.get("port"), "log": None,
-                         "status": status, "healthy": status == "running" and health in ("healthy", "")})
+        for service in self._info.services:
+            status, health = found.get(containers[service.name], ("missing", ""))
+            rows.append(ServiceStatus(name=service.name, pid=None, port=service.port, log=None, status=status,
+                                      healthy=status == "running" and health in ("healthy", "")))
         return rows
 
     def health(self) -> dict[str, bool]:
-        return {row["name"]: bool(row["healthy"]) for row in self.services()}
+        return {row["name"]: row["healthy"] for row in self.services()}
 
-    def nemesis(self, recorder: Any = None) -> Any:
+    def nemesis(self, recorder: FaultRecorder | None = None) -> StackNemesis:
         """A `StackNemesis` on the compose Toxiproxy (proxies app and redis)."""
-        from harness.nemesis.stack_proxies import stack_nemesis
-
-        return stack_nemesis(self.state, recorder)
+        return stack_nemesis(self.info.to_json(), recorder)
 
     def down(self) -> None:
         # The volumes hold one run's test data; the next stack must start empty or
@@ -216,7 +243,7 @@ class ComposeStack:
 
 def start_compose_stack(settings: StackSettings) -> ComposeStack:
     root = settings.root.resolve()
-    if read_state(root) is not None:
+    if read_info(root) is not None:
         raise StackAlreadyRunning(f"a stack is already recorded in {root}; `harness down` first")
     layout = read_layout(settings.compose_file or Path("docker-compose.yml"))
     env = dict(os.environ)
@@ -233,35 +260,37 @@ def start_compose_stack(settings: StackSettings) -> ComposeStack:
     if missing:
         raise StackError(f"the compose Toxiproxy has no proxy {', '.join(missing)}; "
                          "check compose/toxiproxy.json")
-    services = [
-        {"name": "redis", "pid": None, "port": int(layout.redis_url.rsplit(":", 1)[1].split("/")[0]), "log": None},
-        {"name": "toxiproxy", "pid": None, "port": int(layout.toxiproxy_url.rsplit(":", 1)[1]), "log": None},
-        {"name": "app", "pid": None, "port": int(layout.app_direct_url.rsplit(":", 1)[1]), "log": None},
-    ] + [{"name": f"consumer-{i}", "pid": None, "port": None, "log": None}
-         for i in range(1, settings.consumers + 1)]
-    unsafe = settings.env.get("TARGET_APP_UNSAFE_DISABLE", "")
-    state = {
-        "mode": "compose", "phase": "running", "started_at": time.time(), "root": str(root),
-        "app_url": layout.app_url, "app_direct_url": layout.app_direct_url,
-        "toxiproxy_url": layout.toxiproxy_url, "toxiproxy_kind": "compose",
-        "redis_url": layout.redis_url, "redis_proxy_url": layout.redis_proxy_url,
-        "webhook_secret": settings.env.get("TARGET_APP_WEBHOOK_SECRET") or layout.webhook_secret,
-        "internal_token": settings.env.get("TARGET_APP_INTERNAL_TOKEN") or layout.internal_token,
-        "proxy_prefix": "", "proxies": {name: name for name in PROXIES}, "owner": settings.owner,
-        "stream": layout.stream, "group": layout.group,
-        "unsafe_disable": sorted({p.strip() for p in unsafe.split(",") if p.strip()}),
-        "compose_file": str(layout.file), "project": PROJECT,
-        "health_timeout": settings.health_timeout, "services": services,
-    }
+    services = (
+        ServiceInfo(name="redis", pid=None, port=_url_port(layout.redis_url), log=None),
+        ServiceInfo(name="toxiproxy", pid=None, port=_url_port(layout.toxiproxy_url), log=None),
+        ServiceInfo(name="app", pid=None, port=_url_port(layout.app_direct_url), log=None),
+    ) + tuple(ServiceInfo(name=f"consumer-{i}", pid=None, port=None, log=None)
+              for i in range(1, settings.consumers + 1))
+    info = StackInfo(
+        mode="compose", phase="running", started_at=time.time(), root=str(root),
+        app_url=layout.app_url, app_direct_url=layout.app_direct_url,
+        toxiproxy_url=layout.toxiproxy_url, toxiproxy_kind="compose",
+        redis_url=layout.redis_url, redis_proxy_url=layout.redis_proxy_url,
+        webhook_secret=settings.env.get("TARGET_APP_WEBHOOK_SECRET") or layout.webhook_secret,
+        internal_token=settings.env.get("TARGET_APP_INTERNAL_TOKEN") or layout.internal_token,
+        stream=layout.stream, group=layout.group,
+        proxy_prefix="", proxies={name: name for name in PROXIES}, owner=settings.owner,
+        unsafe_disable=unsafe_list(settings.env.get("TARGET_APP_UNSAFE_DISABLE", "")),
+        app_workers=settings.app_workers, consumers=settings.consumers,
+        compose_file=str(layout.file), project=PROJECT, health_timeout=settings.health_timeout,
+        services=services,
+    )
     root.mkdir(parents=True, exist_ok=True)
-    write_state(root, state)
+    write_info(root, info)
     registry.register_stack(root, owner=settings.owner, mode="compose")
-    return ComposeStack(root, json.loads(json.dumps(state)))
+    return ComposeStack(root, info)
 
 
-def open_compose_stack(root: Path, state: dict[str, Any]) -> ComposeStack:
-    return ComposeStack(root, state)
-
+def _url_port(url: str) -> int:
+    port = urlsplit(url).port
+    if port is None:
+        raise StackError(f"{url} names no port")
+    return port
 
 
 # Where the compose file mounts the run directory in the Locust containers
@@ -271,10 +300,10 @@ CONTAINER_LOCUSTFILES = "harness/locustfiles"
 LOCUST_SERVICES = ("locust-master", "locust-worker")
 
 
-class ComposeLocust:
+class ComposeLocust(ProcessHandle):
     """A headless run on the compose file's Locust master and `workers` workers, with
-    LocustProcess's interface (start, finished, returncode, stop, log_path), so the
-    runner drives either the same way.
+    LocustProcess's interface (start, finished, returncode, stop, log_path; the first
+    three from `ProcessHandle`), so the runner drives either the same way.
 
     The master runs with `docker compose run` (headless, `--expect-workers N`, the
     run's options on its command line, `--use-aliases` so the workers find it as
@@ -284,16 +313,21 @@ class ComposeLocust:
     the caller's uid (HARNESS_UID/HARNESS_GID) so those files are the caller's.
     """
 
-    def __init__(self, *, state: Mapping[str, Any], scenario: str, users: int, spawn_rate: float,
+    def __init__(self, *, state: StackInfo | Mapping[str, Any], scenario: str, users: int, spawn_rate: float,
                  duration: float, workers: int, run_dir: Path, seed: int,
-                 stop_timeout: float = 3.0, guard: Any = None,
+                 stop_timeout: float = 3.0, guard: ProcessGuard | None = None,
                  environ: Mapping[str, str] | None = None) -> None:
-        if state.get("mode") != "compose":
+        super().__init__()
+        # A plain state dict is still taken while callers move to StackInfo.
+        mode = state.mode if isinstance(state, StackInfo) else state.get("mode")
+        if mode != "compose":
             raise StackError("--scale-workers needs a compose stack (`--compose`, or `harness up --compose`)")
+        info = state if isinstance(state, StackInfo) else StackInfo.from_json(state, "the compose stack's state")
         if workers < 1:
             raise StackError("--scale-workers must be at least 1")
-        self.compose_file = str(state["compose_file"])
-        self.project = str(state.get("project") or PROJECT)
+        assert info.compose_file is not None  # from_json requires it of a compose stack
+        self.compose_file = info.compose_file
+        self.project = info.project or PROJECT
         self.scenario = scenario
         self.users = users
         self.spawn_rate = spawn_rate
@@ -311,12 +345,11 @@ class ComposeLocust:
             "HARNESS_SEED": str(seed),
             "HARNESS_UID": str(os.getuid()),
             "HARNESS_GID": str(os.getgid()),
-            "TARGET_APP_WEBHOOK_SECRET": str(state.get("webhook_secret") or ""),
-            "TARGET_APP_STREAM": str(state.get("stream") or "payments"),
+            "TARGET_APP_WEBHOOK_SECRET": info.webhook_secret,
+            "TARGET_APP_STREAM": info.stream,
             "LOCUSTFILE": f"{CONTAINER_LOCUSTFILES}/{scenario}.py",
         })
         self.env = env
-        self._process: subprocess.Popen[bytes] | None = None
 
     def _compose_args(self) -> list[str]:
         return ["compose", "-f", self.compose_file, "-p", self.project]
@@ -367,42 +400,26 @@ class ComposeLocust:
             time.sleep(0.5)
         docker(self.workers_command(), timeout=120.0, env=self.env)
 
-    @property
-    def pid(self) -> int | None:
-        return None if self._process is None else self._process.pid
-
-    def finished(self, *, timeout: float) -> bool:
-        if self._process is None:
-            return True
-        try:
-            self._process.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            return False
-        return True
-
-    @property
-    def returncode(self) -> int | None:
-        return None if self._process is None else self._process.returncode
-
     def stop(self, *, grace: float = 15.0) -> None:
         """Stop the master (Locust stops its workers), then remove the workers' containers."""
         if self._process is not None and self._process.poll() is None:
             try:
                 docker(["kill", "--signal", "SIGTERM", self.master_name], timeout=10.0)
             except StackError:
-                pass  # already gone
+                pass  # already gone, or docker cannot reach it: the wait and the SIGKILL below end it anyway
             try:
                 self._process.wait(timeout=grace)
             except subprocess.TimeoutExpired:
                 try:
                     os.killpg(self._process.pid, signal.SIGKILL)
                 except ProcessLookupError:
-                    pass
+                    pass  # it exited between the wait and the signal
                 self._process.wait(timeout=5.0)
         try:
             docker([*self._compose_args(), "rm", "--stop", "--force", "locust-worker"],
                    timeout=60.0, env=self.env)
-        except StackError:
-            pass  # nothing to remove; `down` removes what is left
+        except StackError as error:
+            # The run goes on to its check; `harness down` removes whatever is left.
+            print(f"harness: could not remove the compose Locust workers: {error}", file=sys.stderr)
         if self._process is not None and self.guard is not None:
             self.guard.remove_process(self._process.pid)

@@ -16,8 +16,10 @@ in a compose stack's file, which never recorded one (docker is asked instead).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -259,3 +261,18 @@ def read_info(root: Path) -> StackInfo | None:
     except ValueError as error:
         raise StackError(f"{path}: not JSON ({error})") from error
     return StackInfo.from_json(data, path)
+
+
+def control_socket_path(root: Path) -> Path:
+    """ROOT/control.sock, or a short path in the temp dir when ROOT is too deep for AF_UNIX."""
+    path = Path(root) / "control.sock"
+    if len(str(path)) <= 100:
+        return path
+    digest = hashlib.sha256(str(root).encode()).hexdigest()[:16]
+    return Path(tempfile.gettempdir()) / f"harness-{digest}.sock"
+
+
+def remove_state(root: Path) -> None:
+    """Remove ROOT/state.json and the control socket; one already gone is what we want."""
+    for path in (Path(root) / STATE_FILE, control_socket_path(Path(root))):
+        path.unlink(missing_ok=True)

@@ -34,7 +34,7 @@ class RedisServer:
     host: str = "127.0.0.1"
     appendonly: bool = True
     log_path: Path | None = None
-    process: subprocess.Popen | None = field(default=None, init=False, repr=False)
+    process: subprocess.Popen[bytes] | None = field(default=None, init=False, repr=False)
 
     @property
     def url(self) -> str:

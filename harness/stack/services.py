@@ -22,6 +22,8 @@ from pathlib import Path
 import redis
 import requests
 
+from harness.stack.info import ServiceInfo
+
 PR_SET_PDEATHSIG = 1
 HOST = "127.0.0.1"
 STACK_MARKER_VAR = "HARNESS_STACK_ROOT"
@@ -49,7 +51,7 @@ def _child_setup(parent_pid: int, signum: int) -> Callable[[], None]:
 
 
 def spawn(argv: list[str], *, env: Mapping[str, str], log_path: Path,
-          death_signal: int = signal.SIGKILL, cwd: Path | None = None) -> subprocess.Popen:
+          death_signal: int = signal.SIGKILL, cwd: Path | None = None) -> subprocess.Popen[bytes]:
     """Start argv in a new session (its own process group) with a parent-death signal."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab") as log:
@@ -184,7 +186,7 @@ class Service:
     """One service the supervisor owns, with its current process (None when down)."""
 
     spec: ServiceSpec
-    process: subprocess.Popen | None = None
+    process: subprocess.Popen[bytes] | None = None
     status: str = "stopped"  # running | paused | killed | stopped
     started_at: float = 0.0
 
@@ -259,7 +261,7 @@ class Service:
             try:
                 self.process.wait(timeout=timeout)
             except subprocess.TimeoutExpired:
-                pass
+                pass  # the SIGKILL below ends it
         # Whatever is left of the group (e.g. gunicorn workers) goes now.
         signal_group(pgid, signal.SIGKILL)
         self._reap(timeout=timeout)
@@ -280,9 +282,10 @@ class Service:
         if not self.running():
             raise ServiceError(f"{self.spec.name} is not running")
 
-    def describe(self) -> dict[str, object]:
-        return {"name": self.spec.name, "pid": self.pid if self.running() else None,
-                "port": self.spec.port, "log": str(self.spec.log_path), "status": self.status}
+    def describe(self) -> ServiceInfo:
+        """This service as state.json's `services` records it."""
+        return ServiceInfo(name=self.spec.name, pid=self.pid if self.running() else None,
+                           port=self.spec.port, log=str(self.spec.log_path), status=self.status)
 
 
 def python_module(module: str, *args: str) -> list[str]:

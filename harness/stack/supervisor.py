@@ -38,6 +38,8 @@ import time
 import traceback
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
+from urllib.parse import quote
 
 import requests
 
@@ -45,14 +47,9 @@ from harness.nemesis.toxiproxy_client import Nemesis, NemesisConflict, NemesisEr
 from harness.ports import free_port
 from harness.processes import registry
 from harness.stack import services as svc
-from harness.stack.local import (
-    DEFAULT_APP_ENV,
-    StackSettings,
-    control_socket_path,
-    read_settings,
-    remove_state,
-    write_state,
-)
+from harness.stack.info import StackInfo, control_socket_path, remove_state, write_info
+from harness.stack.protocol import ServiceStatus
+from harness.stack.settings import DEFAULT_APP_ENV, StackSettings, read_settings, unsafe_list
 
 ACTIONS = ("kill", "start", "pause", "resume", "restart", "status")
 PROXIES = ("app", "redis")
@@ -93,7 +90,7 @@ class Supervisor:
         # The app's internal endpoints (export, inventory) want this bearer token.
         self.internal_token = settings.env.get("TARGET_APP_INTERNAL_TOKEN") or secrets.token_hex(16)
         self.proxy_names = {name: f"{settings.proxy_prefix}{name}" for name in PROXIES}
-        self.lease: dict[str, object] | None = None
+        self.lease: dict[str, Any] | None = None  # the registry's JSON: proxies made on a shared Toxiproxy
         self.requested: list[str] = []  # signals received (see `run`)
         self.stream = settings.env.get("TARGET_APP_STREAM") or "payments"
         self.group = settings.env.get("TARGET_APP_GROUP") or "target-app"
@@ -225,16 +222,12 @@ class Supervisor:
         if self.lease is None:
             self.lease = registry.new_lease("stack", toxiproxy_url=self.toxiproxy_url)
             self.lease["root"] = str(self.root)
-        proxies = self.lease["proxies"]
-        assert isinstance(proxies, list)
-        proxies.append({"name": name, "listen": listen, "upstream": upstream})
+        self.lease["proxies"].append({"name": name, "listen": listen, "upstream": upstream})
         registry.write_lease(self.lease)
 
     def _forget_proxy(self, name: str) -> None:
         if self.lease is not None:
-            proxies = self.lease["proxies"]
-            assert isinstance(proxies, list)
-            proxies[:] = [p for p in proxies if p["name"] != name]
+            self.lease["proxies"] = [p for p in self.lease["proxies"] if p["name"] != name]
             registry.write_lease(self.lease)
 
     def stop_all(self) -> None:
@@ -245,41 +238,52 @@ class Supervisor:
                 print(f"supervisor: {error}", file=sys.stderr)
         if self.lease is not None:
             # Only the proxies this stack created; a shared server keeps everyone else's.
-            kept = []
-            for proxy in self.lease["proxies"]:  # type: ignore[union-attr]
-                try:
-                    requests.delete(f"{self.toxiproxy_url}/proxies/{proxy['name']}", timeout=2)
-                except requests.RequestException:
-                    kept.append(proxy)
+            kept = [proxy for proxy in self.lease["proxies"] if not self._delete_proxy(str(proxy["name"]))]
             if kept:
+                # Owner gone soon: the next up/down reclaims them, and `down` names them.
                 self.lease["proxies"] = kept
-                registry.write_lease(self.lease)  # owner gone soon: the next up/down reclaims
+                registry.write_lease(self.lease)
             else:
                 registry.remove_lease(str(self.lease["id"]))
 
+    def _delete_proxy(self, name: str) -> bool:
+        """Delete one of this stack's proxies on the shared Toxiproxy; False (and a line
+        in the supervisor's log) when it may still be there."""
+        url = f"{self.toxiproxy_url}/proxies/{quote(name, safe='')}"
+        try:
+            response = requests.delete(url, timeout=2)
+        except requests.RequestException as error:
+            print(f"supervisor: could not delete proxy {name} on {self.toxiproxy_url}: {error}", file=sys.stderr)
+            return False
+        if response.status_code >= 300 and response.status_code != 404:  # 404: gone already
+            print(f"supervisor: could not delete proxy {name} on {self.toxiproxy_url}: "
+                  f"HTTP {response.status_code} {response.text.strip()[:200]}", file=sys.stderr)
+            return False
+        return True
+
     # --- state -------------------------------------------------------------------
 
-    def state(self) -> dict[str, object]:
-        return {
-            "mode": "local", "phase": self.phase, "started_at": self.started_at,
-            "root": str(self.root),
-            "app_url": f"http://{svc.HOST}:{self.ports['app_proxy']}",
-            "app_direct_url": f"http://{svc.HOST}:{self.ports['app']}",
-            "toxiproxy_url": self.toxiproxy_url, "toxiproxy_kind": self.toxiproxy_kind,
-            "redis_url": f"redis://{svc.HOST}:{self.ports['redis']}/0",
-            "redis_proxy_url": f"redis://{svc.HOST}:{self.ports['redis_proxy']}/0",
-            "webhook_secret": self.secret, "internal_token": self.internal_token,
-            "stream": self.stream, "group": self.group,
-            "proxy_prefix": self.settings.proxy_prefix, "proxies": dict(self.proxy_names),
-            "owner": self.settings.owner,
-            "unsafe_disable": _unsafe_list(self.settings.env.get("TARGET_APP_UNSAFE_DISABLE", "")),
-            "app_workers": self.settings.app_workers, "consumers": self.settings.consumers,
-            "supervisor_pid": os.getpid(), "control_socket": str(control_socket_path(self.root)),
-            "services": [service.describe() for service in self.services.values()],
-        }
+    def info(self) -> StackInfo:
+        """This stack as state.json records it (docs/internals.md, "Stack state")."""
+        return StackInfo(
+            mode="local", phase=self.phase, started_at=self.started_at, root=str(self.root),
+            app_url=f"http://{svc.HOST}:{self.ports['app_proxy']}",
+            app_direct_url=f"http://{svc.HOST}:{self.ports['app']}",
+            toxiproxy_url=self.toxiproxy_url, toxiproxy_kind=self.toxiproxy_kind,
+            redis_url=f"redis://{svc.HOST}:{self.ports['redis']}/0",
+            redis_proxy_url=f"redis://{svc.HOST}:{self.ports['redis_proxy']}/0",
+            webhook_secret=self.secret, internal_token=self.internal_token,
+            stream=self.stream, group=self.group,
+            proxy_prefix=self.settings.proxy_prefix, proxies=dict(self.proxy_names),
+            owner=self.settings.owner,
+            unsafe_disable=unsafe_list(self.settings.env.get("TARGET_APP_UNSAFE_DISABLE", "")),
+            app_workers=self.settings.app_workers, consumers=self.settings.consumers,
+            supervisor_pid=os.getpid(), control_socket=str(control_socket_path(self.root)),
+            services=tuple(service.describe() for service in self.services.values()),
+        )
 
     def write_state(self) -> None:
-        write_state(self.root, self.state())
+        write_info(self.root, self.info())
 
     # --- process faults ------------------------------------------------------------
 
@@ -322,12 +326,12 @@ class Supervisor:
         if service.spec.name == "toxiproxy":
             self.ensure_proxies()  # an embedded Toxiproxy forgets its proxies on restart
 
-    def status(self) -> list[dict[str, object]]:
-        rows = []
+    def status(self) -> list[ServiceStatus]:
+        rows: list[ServiceStatus] = []
         for service in self.services.values():
-            row = service.describe()
-            row["healthy"] = service.healthy()
-            rows.append(row)
+            info = service.describe()
+            rows.append(ServiceStatus(name=info.name, pid=info.pid, port=info.port, log=info.log,
+                                      status=service.status, healthy=service.healthy()))
         return rows
 
     def reap(self) -> None:
@@ -340,10 +344,6 @@ class Supervisor:
                 changed = True
         if changed:
             self.write_state()
-
-
-def _unsafe_list(raw: str) -> list[str]:
-    return sorted({part.strip() for part in raw.split(",") if part.strip()})
 
 
 def _report(message: dict[str, object]) -> bool:
@@ -364,7 +364,7 @@ def _send(conn: socket.socket, response: dict[str, object]) -> None:
     try:
         conn.sendall(json.dumps(response).encode() + b"\n")
     except OSError:
-        pass
+        pass  # the client hung up: the answer has no reader, the action itself is done
     finally:
         conn.close()
 
@@ -471,8 +471,8 @@ def run(root: Path, lifeline_fd: int | None = None) -> int:
         supervisor.phase = "stopping"
         try:
             supervisor.write_state()
-        except OSError:
-            pass
+        except OSError as error:  # stopping regardless; the state file goes just after
+            print(f"supervisor: could not record the stopping phase: {error}", file=sys.stderr)
         if listener is not None:
             listener.close()
         supervisor.stop_all()
