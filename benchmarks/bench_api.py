@@ -192,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
     trips = {name: statistics.median(r[1] for r in rs) for name, rs in results.items()}
     # Adjacent rounds (with, then without) see the same background load; the median
     # of their ratios is the headline figure.
-    pairs = [w[0] / wo[0] for w, wo in zip(results["with layer"], results["without layer"])]
+    pairs = [w[0] / wo[0] for w, wo in zip(results["with layer"], results["without layer"], strict=True)]
     ratio = statistics.median(pairs)
     added = trips["with layer"] - trips["without layer"]
     print()

@@ -163,7 +163,7 @@ class PaymentsService:
                               "WHERE id = ?", (request.match_info["id"],)).fetchone()
         if row is None:
             return problem(404, "Not found", "no such payment")
-        return web.json_response(dict(zip(("id", "idempotency_key", "amount_cents", "currency", "reference"), row)))
+        return web.json_response(dict(zip(("id", "idempotency_key", "amount_cents", "currency", "reference"), row, strict=True)))
 
     async def search(self, request: web.Request) -> web.Response:
         key = request.query.get("idempotency_key", "")

@@ -20,6 +20,7 @@ import random
 import re
 import struct
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 from urllib.parse import quote, unquote
@@ -212,7 +213,9 @@ class ToxiproxyApi:
             return Response(200, body, METRICS_CONTENT_TYPE, headers)
         async with self._lock:
             try:
-                return await getattr(self, "_" + handler_name)(*args, body=request.body)
+                # The route table names the handler; every `_<name>` returns a Response.
+                handler: Callable[..., Awaitable[Response]] = getattr(self, "_" + handler_name)
+                return await handler(*args, body=request.body)
             except ApiError as exc:
                 return _error(exc)
             except Exception as exc:  # noqa: BLE001 - a bug must not kill the server

@@ -29,7 +29,8 @@ FLOAT32_MAX = 3.4028234663852886e38
 
 def to_float32(value: float) -> float:
     """The float32 nearest to value, as a Python float (Go stores toxicity so)."""
-    return struct.unpack("f", struct.pack("f", value))[0]
+    (f32,) = struct.unpack("f", struct.pack("f", value))
+    return float(f32)
 
 
 def float32_text(value: float) -> str:

@@ -19,7 +19,7 @@ import struct
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from harness.toxiproxy.toxics import Behaviour, Timing, Toxic, new_behaviour
 
@@ -56,11 +56,20 @@ class Side(asyncio.Protocol):
         self.received = 0
         self.sent = 0
 
+    @property
+    def connected(self) -> asyncio.Transport:
+        """This side's transport, which `connection_made` gave it."""
+        if self.transport is None:
+            raise RuntimeError("this side of the link is not connected yet")
+        return self.transport
+
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]  # uvloop's is not a subclass
-        transport.set_write_buffer_limits(high=_WRITE_HIGH)
+        # A stream socket's transport: uvloop's has every method of asyncio.Transport
+        # without subclassing it, so it is taken as one rather than checked.
+        self.transport = cast(asyncio.Transport, transport)
+        self.transport.set_write_buffer_limits(high=_WRITE_HIGH)
         # Nothing is read until both sides exist and `feed` is set.
-        transport.pause_reading()  # type: ignore[attr-defined]
+        self.transport.pause_reading()
         if self.is_client:
             self.connection.client_made(self)
 
@@ -111,8 +120,8 @@ class Direction:
         self.connection = connection
         self.upstream = upstream
         self.source_side = source
-        self.source = source.transport
-        self.sink = sink.transport
+        self.source = source.connected
+        self.sink = sink.connected
         self.draws: dict[Toxic, float] = {}
         self.behaviours: dict[Toxic, Behaviour] = {}
         self.active: list[Behaviour] = []
@@ -331,8 +340,7 @@ class Connection:
         assert isinstance(server, Side) and self.client is not None
         self.server = server
         if self.closed:
-            assert server.transport is not None
-            server.transport.abort()
+            server.connected.abort()
             return
         self.up = Direction(self, self.client, server, upstream=True)
         self.down = Direction(self, server, self.client, upstream=False)
@@ -346,8 +354,8 @@ class Connection:
             if side.early_eof:
                 direction.feed_eof()
         if not self.closed:
-            self.client.transport.resume_reading()  # type: ignore[union-attr]
-            server.transport.resume_reading()  # type: ignore[union-attr]
+            self.client.connected.resume_reading()
+            server.connected.resume_reading()
 
     def refresh(self) -> None:
         """Apply the proxy's current toxic chains to this connection."""

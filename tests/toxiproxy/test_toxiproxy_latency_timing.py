@@ -10,6 +10,7 @@ one toxic, 200 ms +- 30 ms for two. The machine is shared, hence the medians.
 
 from __future__ import annotations
 
+import itertools
 import socket
 import statistics
 import threading
@@ -151,9 +152,9 @@ def test_stacked_latency_on_a_stream_behaves_like_toxiproxys_pipeline(
             time.sleep(0.020)
         reader.join(timeout=10)
     assert len(arrived_at) == count
-    delays = [arrived - sent for sent, arrived in zip(sent_at, arrived_at)]
+    delays = [arrived - sent for sent, arrived in zip(sent_at, arrived_at, strict=True)]
     shown = [round(delay * 1000) for delay in delays]
-    gap = statistics.median(later - earlier for earlier, later in zip(sent_at, sent_at[1:]))
+    gap = statistics.median(later - earlier for earlier, later in itertools.pairwise(sent_at))
     assert abs(delays[0] - 0.200) <= 0.030, shown
     assert abs(statistics.median(delays[7:]) - (0.100 + gap)) <= 0.015, (shown, gap)
     assert delays[1] > delays[3] > delays[7], shown  # the queue drains chunk by chunk
