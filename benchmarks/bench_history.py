@@ -4,6 +4,7 @@ Both variants run the same recorded create_order request (harness.load's channel
 fingerprint, invoke, classification, completion, Locust event) against the same
 fast stub endpoint; only HARNESS_HISTORY_DIR differs, so the difference is the cost
 of writing the records. Runs alternate (off, on, off, on, ...) to spread drift.
+bench_history_transport.py imports this module's LOCUSTFILE and stub server.
 
     .venv/bin/python benchmarks/bench_history.py [--seconds 10] [--rounds 2] [--users 20]
 """
@@ -79,10 +80,12 @@ async def _serve(port: int) -> None:
 def run_locust(locustfile: Path, host: str, *, users: int, seconds: int,
                history: Path | None) -> tuple[float, float]:
     """(requests per second, CPU microseconds of the Locust process per request)."""
-    env = {**os.environ, "HARNESS_FRESH_CONNECTIONS": "0", "HARNESS_SEED": "1"}
-    env.pop("HARNESS_HISTORY_DIR", None)
+    from harness.names import ENV_FRESH_CONNECTIONS, ENV_HISTORY_DIR, ENV_SEED
+
+    env = {**os.environ, ENV_FRESH_CONNECTIONS: "0", ENV_SEED: "1"}
+    env.pop(ENV_HISTORY_DIR, None)
     if history is not None:
-        env["HARNESS_HISTORY_DIR"] = str(history)
+        env[ENV_HISTORY_DIR] = str(history)
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     result = subprocess.run(
         [sys.executable, "-m", "locust", "-f", str(locustfile), "--headless", "-u", str(users),

@@ -1,7 +1,8 @@
 """Histories over Locust's messaging vs local files: requests/s side by side in one run.
 
 Every variant runs the same recorded create_order request (bench_history.py's
-user: fingerprint, invoke, classification, completion, Locust event) from ONE
+locustfile and stub server, imported: fingerprint, invoke, classification,
+completion, Locust event) from ONE
 load-generating Locust process against the same fast stub endpoint; they differ in
 where the records go:
 
@@ -29,36 +30,11 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 VARIANTS = ("files", "messages", "distributed-none")
-
-# bench_history.py's user, recording one create_order per task.
-LOCUSTFILE = '''
-from locust import User, constant, events, task
-
-from harness.load.actor import Actor
-from harness.load.recording import install, load_process
-
-install(events)
-PAYLOAD = {"sku": "sku-1", "quantity": 1, "amount_cents": 1000, "currency": "EUR"}
-
-
-class BenchUser(User):
-    wait_time = constant(0)
-
-    def on_start(self):
-        self.actor = Actor(load_process(self.environment), self.host)
-
-    @task
-    def create(self):
-        key = self.actor.new_id("k")
-        self.actor.post("create_order", "/api/v1/orders", PAYLOAD,
-                        headers={"Idempotency-Key": key},
-                        fields={"idempotency_key": key, "sku": "sku-1", "quantity": 1,
-                                "amount_cents": 1000})
-'''
 
 
 def run_variant(variant: str, locustfile: Path, host: str, *, users: int, seconds: int,
@@ -93,7 +69,7 @@ def run_variant(variant: str, locustfile: Path, host: str, *, users: int, second
     return requests / max(last - first, 1e-9), cpu / max(requests, 1) * 1e6, lines
 
 
-def _last_json(stdout: str) -> list[dict]:
+def _last_json(stdout: str) -> list[dict[str, Any]]:
     decoder, position, stats = json.JSONDecoder(), 0, []
     while stdout[position:].strip():
         position += len(stdout[position:]) - len(stdout[position:].lstrip())
@@ -122,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
         with tempfile.TemporaryDirectory() as scratch_dir:
             scratch = Path(scratch_dir)
             locustfile = scratch / "bench_locustfile.py"
-            locustfile.write_text(LOCUSTFILE)
+            locustfile.write_text(bench_history.LOCUSTFILE)  # its user and request, one copy
             rates: dict[str, list[float]] = {v: [] for v in VARIANTS}
             cpu: dict[str, list[float]] = {v: [] for v in VARIANTS}
             for round_number in range(args.rounds):

@@ -37,6 +37,8 @@ ENV_FRESH_CONNECTIONS: Final = "HARNESS_FRESH_CONNECTIONS"
 ENV_REQUEST_TIMEOUT: Final = "HARNESS_REQUEST_TIMEOUT"
 ENV_SKUS: Final = "HARNESS_SKUS"
 ENV_TOXIPROXY_URL: Final = "HARNESS_TOXIPROXY_URL"
+# The probe's resolved config (a JSON file), from `harness probe` to its Locust processes.
+ENV_PROBE_CONFIG: Final = "PROBE_CONFIG_JSON"
 
 # --- The app's payment stream ------------------------------------------------------
 

@@ -47,6 +47,7 @@ import gevent.event
 import orjson
 
 from harness.history import HistoryError
+from harness.names import HISTORY_SUFFIX
 
 BATCH_MESSAGE = "harness_history"
 ACK_MESSAGE = "harness_history_ack"
@@ -253,7 +254,7 @@ class HistoryCollector:
         assert self.directory is not None
         name = worker if worker not in self._names.values() else f"{worker}-{node_id[-8:]}"
         self.directory.mkdir(parents=True, exist_ok=True)
-        handle = open(self.directory / f"{name}.jsonl", "ab")
+        handle = open(self.directory / f"{name}{HISTORY_SUFFIX}", "ab")
         self._files[node_id] = handle
         self._names[node_id] = name
         return handle

@@ -9,9 +9,11 @@ from typing import Any
 
 import orjson
 
+from harness.names import ENV_HISTORY_DIR, ENV_PROBE_CONFIG
+
 # How the runner hands the Locust processes their settings.
-CONFIG_ENV = "PROBE_CONFIG_JSON"
-HISTORY_ENV = "HARNESS_HISTORY_DIR"
+CONFIG_ENV = ENV_PROBE_CONFIG
+HISTORY_ENV = ENV_HISTORY_DIR
 
 
 def answer_digest(raw: bytes) -> str:
