@@ -1,5 +1,6 @@
-"""Fault plans: parse errors name the file and field, schedules are deterministic, and
-the runner applies, logs and heals every fault (also when something fails)."""
+"""Fault plans: parse errors name the file and field (and a target the stack does not
+have), schedules are deterministic, faults know themselves, and the runner applies,
+logs and heals every fault, and reports the ones it could not heal."""
 
 from __future__ import annotations
 
@@ -10,19 +11,25 @@ from typing import Any
 
 import orjson
 import pytest
+import yaml
 
+from harness.nemesis.faults import FAULT_ACTIONS, FaultTargets, ProcessAction
 from harness.nemesis.plans import (
+    STACK_TARGETS,
     FaultWindow,
+    NemesisFailed,
     NemesisRunner,
     PlanError,
+    PlanTargets,
     ProcessFault,
     ProxyDownFault,
     ToxicFault,
+    check_targets,
     load_plan,
     parse_plan,
     schedule,
 )
-from harness.nemesis.toxiproxy_client import Nemesis
+from harness.nemesis.toxiproxy_client import Nemesis, NemesisError
 from harness.ports import free_port
 from harness.toxiproxy.server import EmbeddedToxiproxy
 
@@ -71,6 +78,43 @@ def test_bad_plans_name_the_file_and_field(raw: dict[str, Any], field: str, word
     message = str(caught.value)
     assert message.startswith(f"harness/plans/bad.yaml: {field}: "), message
     assert words in message
+
+
+@pytest.mark.parametrize(
+    ("window", "field", "words"),
+    [
+        ({"toxic": {**TOXIC, "proxy": "ap"}}, "windows[0].toxic.proxy", "unknown proxy 'ap' (known: app, redis)"),
+        ({"proxy_down": "postgres"}, "windows[0].proxy_down", "unknown proxy 'postgres' (known: app, redis)"),
+        ({"process": {"action": "kill", "service": "consumer"}}, "windows[0].process.service",
+         "unknown service 'consumer' (known: app, redis, toxiproxy, consumer-N)"),
+        ({"process": {"action": "pause", "service": "consumer-0"}}, "windows[0].process.service",
+         "unknown service 'consumer-0'"),
+    ],
+)
+def test_a_target_the_stack_does_not_have_is_refused_when_read(
+        tmp_path: Path, window: dict[str, Any], field: str, words: str) -> None:
+    plan = tmp_path / "typo.yaml"
+    plan.write_text(yaml.safe_dump({"seed": 1, "windows": [{"at": "1s", "for": "1s", **window}]}))
+    with pytest.raises(PlanError) as caught:
+        load_plan(plan)
+    message = str(caught.value)
+    assert message.startswith(f"{plan}: {field}: {words}"), message
+    assert "\n" not in message
+
+
+def test_random_faults_are_checked_too_and_a_stack_can_be_exact() -> None:
+    raw = {"seed": 1, "random": {"every": "2s", "duration": "1s",
+                                 "faults": [{"proxy_down": "redis"}, {"proxy_down": "redsi"}]}}
+    with pytest.raises(PlanError, match=r"^p\.yaml: random\.faults\[1\]\.proxy_down: unknown proxy 'redsi'"):
+        parse_plan(raw, source="p.yaml")
+    # Read before the stack: any consumer-N; against a stack of two: consumer-1 and -2 only.
+    plan = parse_plan({"seed": 1, "windows": [{"at": "1s", "for": "1s",
+                                               "process": {"action": "kill", "service": "consumer-3"}}]})
+    two = PlanTargets.of_stack(["app", "redis"], ["redis", "toxiproxy", "app", "consumer-1", "consumer-2"])
+    with pytest.raises(PlanError, match=r"consumer-3' \(known: redis, toxiproxy, app, consumer-1, consumer-2\)"):
+        check_targets(plan, two)
+    check_targets(plan, STACK_TARGETS)
+    assert STACK_TARGETS.knows("service", "consumer-12") and not STACK_TARGETS.knows("proxy", "consumer-1")
 
 
 def test_unreadable_and_invalid_yaml_files_are_plan_errors(tmp_path: Path) -> None:
@@ -149,6 +193,54 @@ def _kind(fault: Any) -> str:
     return f"proxy_down:{fault.proxy}"
 
 
+# --- faults -----------------------------------------------------------------------
+
+def test_process_actions_are_one_list_and_each_fault_knows_its_heal() -> None:
+    assert [action.value for action in ProcessAction] == ["kill", "start", "pause", "resume", "restart"]
+    assert FAULT_ACTIONS == (ProcessAction.KILL, ProcessAction.PAUSE, ProcessAction.RESTART)
+    assert {action: action.heal_action for action in FAULT_ACTIONS} == {
+        ProcessAction.KILL: ProcessAction.START, ProcessAction.PAUSE: ProcessAction.RESUME,
+        ProcessAction.RESTART: None}
+    assert [action.past for action in ProcessAction] == ["killed", "started", "paused", "resumed", "restarted"]
+    with pytest.raises(ValueError, match="heals a fault"):
+        ProcessFault("resume", "app")
+    with pytest.raises(ValueError, match="must be one of kill, pause, restart"):
+        ProcessFault("nuke", "app")
+
+
+def test_each_fault_describes_labels_and_records_itself() -> None:
+    toxic = ToxicFault("redis", "limit_data", "upstream", {"bytes": 300}, 0.3)
+    down = ProxyDownFault("app")
+    pause = ProcessFault("pause", "consumer-2")
+    assert [f.describe() for f in (toxic, down, pause)] == [
+        "limit_data on redis upstream bytes=300 toxicity=0.3", "proxy app down", "pause consumer-2"]
+    assert [f.label() for f in (toxic, down, pause)] == ["redis-limit_data-upstream", "app-down", "pause-consumer-2"]
+    assert [(f.kind, f.target_type, f.target) for f in (toxic, down, pause)] == [
+        ("toxic", "proxy", "redis"), ("proxy_down", "proxy", "app"), ("process", "service", "consumer-2")]
+    assert toxic.record("w0") == {"name": "w0", "kind": "toxic", "target": "redis", "type": "limit_data",
+                                  "stream": "upstream", "attributes": {"bytes": 300}, "toxicity": 0.3,
+                                  "action": None}
+    assert pause.record("w1")["action"] == "pause" and down.record("w2")["target"] == "app"
+
+
+def test_a_fault_applies_and_heals_itself_on_its_targets(tmp_path: Path) -> None:
+    processes = FakeProcesses()
+    targets = FaultTargets(network=FakeNetwork(), processes=processes)
+    for fault in (ProcessFault("kill", "redis"), ProcessFault("pause", "app"), ProcessFault("restart", "app")):
+        fault.apply(targets, "w")
+        fault.heal(targets, "w")
+    assert processes.calls == [("kill", "redis"), ("start", "redis"), ("pause", "app"), ("resume", "app"),
+                               ("restart", "app")]
+    network = FakeNetwork()
+    targets = FaultTargets(network=network, processes=processes)
+    ToxicFault("app", "latency", attributes={"latency": 5}).apply(targets, "w3-slow")
+    ProxyDownFault("redis").apply(targets, "w4")
+    ToxicFault("app", "latency").heal(targets, "w3-slow")
+    ProxyDownFault("redis").heal(targets, "w4")
+    assert network.calls == [("add", "app", "plan_w3_slow"), ("disable", "redis"), ("remove", "app", "plan_w3_slow"),
+                             ("enable", "redis")]
+
+
 # --- schedule ---------------------------------------------------------------------
 
 RANDOM_PLAN = {
@@ -211,6 +303,32 @@ class FakeProcesses:
 
     def restart(self, service: str) -> None:
         self._act("restart", service)
+
+
+class FakeNetwork:
+    """Records network calls; can refuse every heal (remove, enable) once `refuse` is set."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, ...]] = []
+        self.refuse = False
+
+    def add_toxic(self, proxy: str, type: str, *, stream: str = "downstream",  # noqa: A002
+                  attributes: dict[str, int] | None = None, toxicity: float = 1.0,
+                  name: str | None = None) -> None:
+        self.calls.append(("add", proxy, str(name)))
+
+    def remove_toxic(self, proxy: str, name: str) -> None:
+        self.calls.append(("remove", proxy, name))
+        if self.refuse:
+            raise NemesisError(f"remove toxic {name} from {proxy}: toxiproxy refused")
+
+    def disable_proxy(self, name: str) -> None:
+        self.calls.append(("disable", name))
+
+    def enable_proxy(self, name: str) -> None:
+        self.calls.append(("enable", name))
+        if self.refuse:
+            raise NemesisError(f"enable proxy {name}: toxiproxy refused")
 
 
 @pytest.fixture(scope="module")
@@ -326,3 +444,58 @@ def test_stopping_early_heals_what_is_active(clean: Nemesis, tmp_path: Path) -> 
     assert processes.calls == [("pause", "consumer-1"), ("resume", "consumer-1")]
     names = sorted(line["name"] for line in _log(log))
     assert names == ["pause-c1", "slow-app"]
+
+
+def test_a_heal_the_toxiproxy_refuses_is_reported_and_the_others_still_healed(tmp_path: Path) -> None:
+    windows = [
+        FaultWindow("slow-app", 0.0, 30.0, ToxicFault("app", "latency", "downstream", {"latency": 100}, 1.0)),
+        FaultWindow("redis-down", 0.0, 30.0, ProxyDownFault("redis")),
+        FaultWindow("pause-c1", 0.0, 30.0, ProcessFault("pause", "consumer-1")),
+    ]
+    network, processes = FakeNetwork(), FakeProcesses()
+    runner = NemesisRunner(network, processes, tmp_path / "faults.jsonl")
+    runner.start(windows)
+    deadline = time.monotonic() + 5.0
+    while len(runner.active()) < 3 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    network.refuse = True
+    runner.stop()
+
+    report = runner.report()
+    assert not report.ok
+    assert sorted(report.unhealed) == ["redis-down", "slow-app"]
+    assert {(f.window, f.phase) for f in report.failures} == {("redis-down", "heal"), ("slow-app", "heal")}
+    assert ("resume", "consumer-1") in processes.calls, "one refused heal stopped the others"
+    with pytest.raises(NemesisFailed) as caught:
+        report.raise_for_failure()
+    assert "could not heal slow-app" in str(caught.value) and "\n" not in str(caught.value)
+    lines = {line["name"]: line for line in _log(tmp_path / "faults.jsonl")}
+    assert "toxiproxy refused" in lines["slow-app"]["error"] and lines["pause-c1"]["error"] is None
+
+
+def test_a_toxiproxy_gone_mid_run_makes_the_heal_a_reported_failure(tmp_path: Path) -> None:
+    server = EmbeddedToxiproxy().start()
+    try:
+        client = Nemesis(server.url)
+        client.ensure_proxy("app", f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}")
+        window = FaultWindow("slow-app", 0.0, 30.0, ToxicFault("app", "latency", attributes={"latency": 10}))
+        runner = NemesisRunner(client, FakeProcesses(), tmp_path / "faults.jsonl")
+        runner.start([window])
+        deadline = time.monotonic() + 5.0
+        while not runner.active() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert runner.active() == ["slow-app"]
+    finally:
+        server.stop()
+    runner.stop()
+    report = runner.report()
+    assert report.unhealed == ("slow-app",)
+    assert runner.failure is not None and runner.failure.startswith("could not heal slow-app: ")
+    assert "unreachable" in runner.failure
+
+
+def test_a_clean_schedule_reports_ok(clean: Nemesis, tmp_path: Path) -> None:
+    runner = NemesisRunner(clean, FakeProcesses(), tmp_path / "faults.jsonl")
+    runner.run([FaultWindow("blip", 0.0, 0.1, ProxyDownFault("redis"))])
+    assert runner.report().ok and runner.failure is None
+    runner.report().raise_for_failure()

@@ -9,10 +9,12 @@ from collections.abc import Iterator
 import pytest
 import requests
 
+from harness.nemesis.stack_proxies import StackNemesis
 from harness.nemesis.toxiproxy_client import (
     Nemesis,
     NemesisConflict,
     NemesisError,
+    NemesisHealError,
     NemesisInvalid,
     NemesisNotFound,
     NemesisUnreachable,
@@ -218,3 +220,66 @@ def test_a_fault_applied_wrongly_is_taken_back(nemesis: Nemesis, monkeypatch: py
         nemesis.add_toxic("app", "latency", attributes={"latency": 900})
     monkeypatch.undo()
     assert nemesis.list_toxics() == []
+
+
+def test_a_wrong_fault_that_cannot_be_taken_back_is_a_heal_error(nemesis: Nemesis,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    # The server stores another latency than asked for, then refuses to delete it.
+    real_post = requests.post
+
+    def altering_post(url: str, *args: object, json: dict | None = None, **kwargs: object) -> requests.Response:
+        if url.endswith("/toxics") and json is not None:
+            json = {**json, "attributes": {"latency": 1}}
+        return real_post(url, *args, json=json, **kwargs)
+
+    def refusing_delete(url: str, **kwargs: object) -> requests.Response:
+        response = requests.Response()
+        response.status_code = 500
+        return response
+
+    monkeypatch.setattr(requests, "post", altering_post)
+    monkeypatch.setattr(requests, "delete", refusing_delete)
+    with pytest.raises(NemesisHealError) as caught:
+        nemesis.add_toxic("app", "latency", attributes={"latency": 900}, name="slow")
+    assert [failure.what for failure in caught.value.failures] == ["toxic slow on app"]
+    assert "not as requested" in str(caught.value) and "could not heal" in str(caught.value)
+    monkeypatch.undo()
+    assert [t.name for t in nemesis.list_toxics()] == ["slow"]  # really still on: the error said so
+
+
+def test_a_removal_the_server_acknowledges_but_does_not_do_is_caught(nemesis: Nemesis,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    nemesis.add_toxic("app", "noop")
+
+    def pretending_delete(url: str, **kwargs: object) -> requests.Response:
+        response = requests.Response()
+        response.status_code = 204
+        return response
+
+    monkeypatch.setattr(requests, "delete", pretending_delete)
+    with pytest.raises(NemesisVerifyError, match="still on app"):
+        nemesis.remove_toxic("app", "noop_downstream")
+
+
+def test_a_scoped_reset_heals_what_it_can_and_names_what_it_could_not(
+        nemesis: Nemesis, upstream: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    nemesis.ensure_proxy("t1-redis", "127.0.0.1:0", upstream)
+    nemesis.ensure_proxy("t1-app", "127.0.0.1:0", upstream)
+    scoped = StackNemesis(nemesis, {"app": "t1-app", "redis": "t1-redis"}, shared=True)
+    scoped.add_toxic("app", "noop", name="stuck")
+    scoped.add_toxic("redis", "noop", name="loose")
+    scoped.disable_proxy("redis")
+    real_remove = Nemesis.remove_toxic
+
+    def refuse_stuck(self: Nemesis, proxy: str, name: str) -> None:
+        if name == "stuck":
+            raise NemesisError(f"remove toxic {name} from {proxy}: toxiproxy refused")
+        real_remove(self, proxy, name)
+
+    monkeypatch.setattr(Nemesis, "remove_toxic", refuse_stuck)
+    with pytest.raises(NemesisHealError) as caught:
+        scoped.reset()
+    assert [failure.what for failure in caught.value.failures] == ["toxic stuck on t1-app"]
+    assert {t.name for t in nemesis.list_toxics()} == {"stuck"}  # the other toxic went
+    assert nemesis.proxies()["t1-redis"].enabled  # and the proxy came back
+    assert nemesis.proxies()["app"].enabled  # another team's proxy was never touched

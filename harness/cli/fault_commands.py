@@ -1,9 +1,11 @@
 """`harness fault ...`: toggle network and process faults by hand.
 
 Network faults go to Toxiproxy (the running stack's, or any given by
-`--toxiproxy-url`); process faults go to the running stack's supervisor. Every
-input is checked before anything is sent, so a typo is a one-line error (exit 2)
-and never a half-applied fault.
+`--toxiproxy-url`); process faults go to the running stack (its supervisor, or
+docker under compose). Every input is checked before anything is sent, so a typo is
+a one-line error (exit 2) and never a half-applied fault. The process actions are
+`harness.nemesis.faults.ProcessAction`, one subcommand each; a failed heal (`clear`,
+`up`, `remove`, `start`, `resume`) is an error, never a silent success.
 """
 
 from __future__ import annotations
@@ -14,13 +16,16 @@ import os
 from pathlib import Path
 from typing import Any
 
-from harness.cli.argtypes import non_negative_int
+from harness.cli.argtypes import add_root_option, non_negative_int
 from harness.errors import HarnessError
+from harness.nemesis.faults import ProcessAction
+from harness.nemesis.stack_proxies import StackNemesis
 from harness.nemesis.toxiproxy_client import STREAMS, Nemesis, validate_toxic
-from harness.stack.local import RunningStack, open_stack
+from harness.stack.local import Stack, open_stack
 from harness.toxiproxy.toxics import TOXIC_ATTRIBUTES
 
-PROCESS_ACTIONS = ("kill", "pause", "resume", "restart", "start")
+# The stack's own proxies by their plain names, or any Toxiproxy by its real ones.
+Network = Nemesis | StackNemesis
 
 
 class FaultInputError(HarnessError):
@@ -45,12 +50,11 @@ def _toxicity(text: str) -> float:
 
 
 def _target_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--root", type=Path, default=Path(".harness"),
-                        help="state directory of the stack (default .harness)")
+    add_root_option(parser)
     parser.add_argument("--toxiproxy-url", help="any Toxiproxy API, no stack needed")
 
 
-def add_fault(subparsers: argparse._SubParsersAction) -> None:
+def add_fault(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser("fault", help="add, remove or list faults by hand")
     commands = parser.add_subparsers(dest="fault_command", required=True, metavar="ACTION")
 
@@ -89,17 +93,16 @@ def add_fault(subparsers: argparse._SubParsersAction) -> None:
         _target_options(sub)
         sub.set_defaults(handler=handle_proxy_toggle, enabled=(action == "up"))
 
-    for action in PROCESS_ACTIONS:
-        sub = commands.add_parser(action, help=f"{action} a service of the running stack")
+    for action in ProcessAction:
+        sub = commands.add_parser(action.value, help=f"{action} a service of the running stack")
         sub.add_argument("service")
-        sub.add_argument("--root", type=Path, default=Path(".harness"),
-                         help="state directory of the stack (default .harness)")
+        add_root_option(sub)
         sub.set_defaults(handler=handle_process, action=action)
 
 
 # --- where faults go -------------------------------------------------------------------
 
-def _stack(root: Path) -> RunningStack:
+def _stack(root: Path) -> Stack:
     stack = open_stack(root)
     if stack is None:
         raise HarnessError(f"no stack is running in {root}; start one with `harness up` "
@@ -107,7 +110,7 @@ def _stack(root: Path) -> RunningStack:
     return stack
 
 
-def _nemesis(args: argparse.Namespace) -> tuple[Nemesis, RunningStack | None]:
+def _nemesis(args: argparse.Namespace) -> tuple[Network, Stack | None]:
     url = args.toxiproxy_url or None
     if url:
         return Nemesis(url), None
@@ -121,7 +124,7 @@ def _nemesis(args: argparse.Namespace) -> tuple[Nemesis, RunningStack | None]:
     return stack.nemesis(), stack  # the stack's proxies by their plain names (prefix or not)
 
 
-def _check_proxy(nemesis: Nemesis, proxy: str) -> None:
+def _check_proxy(nemesis: Network, proxy: str) -> None:
     known = sorted(nemesis.proxies())
     if proxy not in known:
         raise FaultInputError(f"unknown proxy {proxy!r} (proxies: {', '.join(known) or 'none'})")
@@ -169,7 +172,8 @@ def handle_remove(args: argparse.Namespace) -> int:
     return 0
 
 
-def list_document(nemesis: Nemesis, stack: RunningStack | None) -> dict[str, Any]:
+def list_document(nemesis: Network, stack: Stack | None) -> dict[str, Any]:
+    """What `fault list --json` prints: proxies, toxics, and services not running."""
     proxies = nemesis.proxies()
     toxics = nemesis.list_toxics()
     document: dict[str, Any] = {
@@ -229,11 +233,10 @@ def handle_proxy_toggle(args: argparse.Namespace) -> int:
 
 def handle_process(args: argparse.Namespace) -> int:
     stack = _stack(args.root)
-    names = [row["name"] for row in stack.state.get("services", [])]
+    action = ProcessAction(args.action)
+    names = stack.info.service_names
     if args.service not in names:
         raise FaultInputError(f"unknown service {args.service!r} (services: {', '.join(names)})")
-    getattr(stack, args.action)(args.service)
-    past = {"kill": "killed", "pause": "paused", "resume": "resumed", "restart": "restarted",
-            "start": "started"}[args.action]
-    print(f"{args.service} {past}")
+    action.perform(stack, args.service)
+    print(f"{args.service} {action.past}")
     return 0

@@ -135,12 +135,28 @@ class StackNemesis:
         return getattr(self.inner, attribute)
 
 
-def stack_nemesis(state: Mapping[str, Any], recorder: FaultRecorder | None = None) -> StackNemesis:
-    """The nemesis for a stack's state (its proxy names, whether its Toxiproxy is shared)."""
-    url = str(state["toxiproxy_url"])
-    kind = state.get("toxiproxy_kind")
+class StackToxiproxy(Protocol):
+    """What the nemesis needs of a stack's state (harness.stack.info.StackInfo has it)."""
+
+    @property
+    def toxiproxy_url(self) -> str: ...
+    @property
+    def toxiproxy_kind(self) -> str: ...
+    @property
+    def proxies(self) -> Mapping[str, str]: ...
+
+
+def stack_nemesis(info: StackToxiproxy | Mapping[str, Any], recorder: FaultRecorder | None = None) -> StackNemesis:
+    """The nemesis for a stack (its proxy names, whether its Toxiproxy is shared).
+
+    `info` is the stack's `StackInfo`; its state.json as a dict is still taken, from
+    callers that read the file themselves."""
+    if isinstance(info, Mapping):
+        url, kind, names = str(info["toxiproxy_url"]), info.get("toxiproxy_kind"), info.get("proxies") or {}
+    else:
+        url, kind, names = info.toxiproxy_url, info.toxiproxy_kind, info.proxies
     shared = kind == "external"
     if recorder is not None:
         # An external Toxiproxy outlives us; one the stack started dies with it.
         recorder.use_toxiproxy(url, local=kind in ("embedded", "server"))
-    return StackNemesis(Nemesis(url), state.get("proxies") or {}, shared=shared, recorder=recorder)
+    return StackNemesis(Nemesis(url), names, shared=shared, recorder=recorder)

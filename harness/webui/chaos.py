@@ -43,7 +43,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import gevent
 from flask import Blueprint, Response, jsonify, request, send_from_directory
@@ -54,10 +54,25 @@ from locust.runners import STATE_RUNNING, STATE_SPAWNING, WorkerRunner
 from harness import bundled
 from harness.catalog import SCENARIOS
 from harness.errors import HarnessError
-from harness.nemesis.plans import ProcessFault, ProxyDownFault, ToxicFault, load_plan
-from harness.nemesis.toxiproxy_client import NemesisError
+from harness.nemesis.faults import (
+    Fault,
+    FaultRecord,
+    FaultTargets,
+    ProcessAction,
+    ProcessFault,
+    ProxyDownFault,
+    ToxicFault,
+)
+from harness.nemesis.plans import load_plan
+from harness.nemesis.toxiproxy_client import (
+    NemesisConflict,
+    NemesisError,
+    NemesisInvalid,
+    NemesisNotFound,
+    NemesisUnreachable,
+)
 from harness.run.runner import heal_everything
-from harness.stack.local import SERVICE_ACTIONS, RunningStack, StackError, open_stack
+from harness.stack.local import Stack, StackError, open_stack
 from harness.toxiproxy.toxics import TOXIC_ATTRIBUTES
 from harness.webui.session import begin_swarm, finish_swarm
 
@@ -141,6 +156,25 @@ class Problem(Exception):
 
 # --- the tab ---------------------------------------------------------------------------
 
+class _Active(TypedDict):
+    """A fault applied from the tab, until it ends: its faults.jsonl line so far."""
+
+    record: FaultRecord
+    start: float
+
+
+@dataclass(frozen=True)
+class PlanFault:
+    """One distinct fault of a plan, as the tab offers it (`index` addresses it)."""
+
+    index: int
+    fault: Fault
+
+    def to_json(self) -> dict[str, Any]:
+        return {"index": self.index, "kind": self.fault.kind, "describe": self.fault.describe()}
+
+
+
 class ChaosTab:
     """The state of one Locust master's Chaos tab: its current run, faults and verdict."""
 
@@ -153,13 +187,13 @@ class ChaosTab:
         self.prepared: Path | None = None  # begun by the start request, not yet started
         self.run_error: str | None = None
         self.verdict: dict[str, Any] = {"status": "idle"}
-        self._active: dict[str, dict[str, Any]] = {}  # faults applied here, by name
+        self._active: dict[str, _Active] = {}  # faults applied here, by key
         self._snapshot: tuple[float, dict[str, Any]] | None = None
         self._finisher: gevent.Greenlet | None = None
 
     # the stack
 
-    def stack(self) -> RunningStack:
+    def stack(self) -> Stack:
         try:
             stack = open_stack(self.options.stack_root, reclaim=False)
         except StackError as error:
@@ -182,19 +216,19 @@ class ChaosTab:
             "verdict": dict(self.verdict),
             "plans": self.plan_names(),
             "toxic_types": {name: list(attrs) for name, attrs in TOXIC_ATTRIBUTES.items()},
-            "service_actions": list(SERVICE_ACTIONS),
+            "service_actions": [action.value for action in ProcessAction],
             "stack": None, "proxies": [], "services": [], "faults": [], "error": None,
         }
         try:
             stack = self.stack()
-            state = stack.state
-            document["stack"] = {key: state.get(key) for key in
-                                 ("root", "mode", "app_url", "toxiproxy_url", "unsafe_disable")}
+            info = stack.info
+            document["stack"] = {"root": info.root, "mode": info.mode, "app_url": info.app_url,
+                                 "toxiproxy_url": info.toxiproxy_url, "unsafe_disable": list(info.unsafe_disable)}
             nemesis = stack.nemesis()
             toxics = nemesis.list_toxics()
-            for name, info in sorted(nemesis.proxies().items()):
+            for name, proxy in sorted(nemesis.proxies().items()):
                 document["proxies"].append({
-                    "name": name, "enabled": info.enabled, "listen": info.listen, "upstream": info.upstream,
+                    "name": name, "enabled": proxy.enabled, "listen": proxy.listen, "upstream": proxy.upstream,
                     "toxics": [{"name": t.name, "type": t.type, "stream": t.stream, "toxicity": t.toxicity,
                                 "attributes": dict(t.attributes)} for t in toxics if t.proxy == name]})
             document["services"] = [{"name": row["name"], "status": row["status"], "healthy": row["healthy"]}
@@ -232,7 +266,7 @@ class ChaosTab:
         directory = self.options.plans_dir
         return sorted(path.stem for path in directory.glob("*.yaml")) if directory.is_dir() else []
 
-    def plan_faults(self, name: str) -> list[dict[str, Any]]:
+    def plan_faults(self, name: str) -> list[PlanFault]:
         """The distinct faults a plan can apply (its windows' and its random nemesis's)."""
         if name not in self.plan_names():
             raise Problem(404, "No such plan", f"no plan {name!r} in {self.options.plans_dir}")
@@ -240,12 +274,11 @@ class ChaosTab:
             plan = load_plan(self.options.plans_dir / f"{name}.yaml")
         except HarnessError as error:
             raise Problem(422, "Unusable plan", str(error)) from error
-        faults: list[Any] = [window.fault for window in plan.windows]
+        faults: list[Fault] = [window.fault for window in plan.windows]
         if plan.random is not None:
             faults.extend(plan.random.faults)
         unique = list({repr(fault): fault for fault in faults}.values())  # attributes are dicts: no hash
-        return [{"index": index, "kind": fault.kind, "describe": _describe(fault), "fault": fault}
-                for index, fault in enumerate(unique)]
+        return [PlanFault(index, fault) for index, fault in enumerate(unique)]
 
     # actions (each invalidates the cached snapshot)
 
@@ -277,9 +310,8 @@ class ChaosTab:
                                                     toxicity=float(toxicity), name=name or None)
         except NemesisError as error:
             raise _nemesis_problem(error) from error
-        self._began(f"toxic:{proxy}:{info.name}", {
-            "name": info.name, "kind": "toxic", "target": proxy, "type": info.type, "stream": info.stream,
-            "attributes": dict(info.attributes), "toxicity": info.toxicity, "action": None})
+        applied = ToxicFault(proxy, info.type, info.stream, dict(info.attributes), info.toxicity)
+        self._began(f"toxic:{proxy}:{info.name}", applied.record(info.name))
         return {"proxy": proxy, "name": info.name, "type": info.type, "stream": info.stream,
                 "toxicity": info.toxicity, "attributes": dict(info.attributes)}
 
@@ -308,43 +340,41 @@ class ChaosTab:
         if enabled:
             self._ended(key)
         else:
-            self._began(key, {"name": f"{proxy}-down", "kind": "proxy_down", "target": proxy, "type": None,
-                              "stream": None, "attributes": None, "toxicity": None, "action": None})
+            self._began(key, ProxyDownFault(proxy).record(f"{proxy}-down"))
 
     def service_action(self, service: str, action: str) -> None:
         self._not_while_checking()
         _check_name(service, "service")
-        if action not in SERVICE_ACTIONS:
-            raise Problem(400, "Unknown action", f"action must be one of {', '.join(SERVICE_ACTIONS)}")
+        try:
+            act = ProcessAction(action)
+        except ValueError:
+            raise Problem(400, "Unknown action",
+                          f"action must be one of {', '.join(ProcessAction)}") from None
         stack = self.stack()
         try:
-            getattr(stack, action)(service)
+            act.perform(stack, service)
         except StackError as error:
             raise Problem(409, "Process fault failed", str(error)) from error
-        record = {"name": f"{action}-{service}", "kind": "process", "target": service, "type": None,
-                  "stream": None, "attributes": None, "toxicity": None, "action": action}
-        if action in ("kill", "pause"):
-            self._began(f"process:{service}", record)
-        elif action in ("start", "resume"):
+        if not act.is_fault:  # start, resume: the end of a kill or a pause
             self._ended(f"process:{service}")
+            return
+        record = ProcessFault(act, service).record(f"{act}-{service}")
+        if act.heal_action is not None:
+            self._began(f"process:{service}", record)
         else:  # a restart heals itself: a window of no length marks when it happened
             self._began(f"restart:{service}", record)
             self._ended(f"restart:{service}")
 
     def apply_plan_fault(self, plan: str, index: int) -> dict[str, Any]:
+        """Apply one fault of a plan through the tab's own actions (so it is logged like
+        one applied by hand); a toxic is named `plan_<plan>_<index>`."""
         faults = self.plan_faults(plan)
         if not 0 <= index < len(faults):
             raise Problem(404, "No such fault", f"plan {plan} has faults 0..{len(faults) - 1}")
-        fault = faults[index]["fault"]
-        if isinstance(fault, ToxicFault):
-            name = re.sub(r"[^A-Za-z0-9_]", "_", f"plan_{plan}_{index}")
-            return self.add_toxic(fault.proxy, fault.type, stream=fault.stream, attributes=dict(fault.attributes),
-                                  toxicity=fault.toxicity, name=name)
-        if isinstance(fault, ProxyDownFault):
-            self.set_proxy(fault.proxy, False)
-        elif isinstance(fault, ProcessFault):
-            self.service_action(fault.service, fault.action)
-        return {"applied": _describe(fault)}
+        fault = faults[index].fault
+        fault.apply(FaultTargets(network=_TabFaults(self), processes=_TabFaults(self)),
+                    re.sub(r"[^A-Za-z0-9_-]", "_", f"{plan}-{index}"))
+        return {"applied": fault.describe()}
 
     def heal(self) -> None:
         self._not_while_checking()
@@ -357,9 +387,9 @@ class ChaosTab:
 
     # the fault log of the current run (faults.jsonl, as NemesisRunner writes it)
 
-    def _began(self, key: str, record: dict[str, Any]) -> None:
+    def _began(self, key: str, record: FaultRecord) -> None:
         with self._lock:
-            self._active[key] = {**record, "start": time.time()}
+            self._active[key] = _Active(record=record, start=time.time())
             self._snapshot = None
 
     def _ended(self, key: str, error: str | None = None) -> None:
@@ -368,7 +398,8 @@ class ChaosTab:
             self._snapshot = None
             run_dir = self.run_dir
         if record is not None and run_dir is not None:
-            _append_fault(run_dir, {**record, "end": time.time(), "error": error})
+            _append_fault(run_dir, {**record["record"], "start": record["start"], "end": time.time(),
+                                    "error": error})
 
     def _end_all(self) -> None:
         for key in list(self._active):
@@ -470,26 +501,52 @@ class ChaosTab:
 
 # --- helpers ----------------------------------------------------------------------------
 
+class _TabFaults:
+    """The tab's own actions as a fault's targets (harness.nemesis.faults.FaultTargets):
+    a plan's fault applied from the tab is checked and logged like one applied by hand."""
+
+    def __init__(self, tab: ChaosTab) -> None:
+        self.tab = tab
+
+    def add_toxic(self, proxy: str, type: str, *, stream: str = "downstream",  # noqa: A002 - the API's word
+                  attributes: dict[str, int] | None = None, toxicity: float = 1.0,
+                  name: str | None = None) -> object:
+        return self.tab.add_toxic(proxy, type, stream=stream, attributes=attributes, toxicity=toxicity, name=name)
+
+    def remove_toxic(self, proxy: str, name: str) -> None:
+        self.tab.remove_toxic(proxy, name)
+
+    def disable_proxy(self, name: str) -> None:
+        self.tab.set_proxy(name, False)
+
+    def enable_proxy(self, name: str) -> None:
+        self.tab.set_proxy(name, True)
+
+    def kill(self, service: str) -> None:
+        self.tab.service_action(service, ProcessAction.KILL)
+
+    def start(self, service: str) -> None:
+        self.tab.service_action(service, ProcessAction.START)
+
+    def pause(self, service: str) -> None:
+        self.tab.service_action(service, ProcessAction.PAUSE)
+
+    def resume(self, service: str) -> None:
+        self.tab.service_action(service, ProcessAction.RESUME)
+
+    def restart(self, service: str) -> None:
+        self.tab.service_action(service, ProcessAction.RESTART)
+
+
 def _check_name(value: str, what: str) -> None:
     if not isinstance(value, str) or not _NAME.match(value):
         raise Problem(400, f"Bad {what}", f"{what} must be letters, digits, '.', '_' or '-', not {value!r}")
 
 
 def _nemesis_problem(error: NemesisError) -> Problem:
-    from harness.nemesis.toxiproxy_client import NemesisConflict, NemesisInvalid, NemesisNotFound, NemesisUnreachable
-
     status = {NemesisNotFound: 404, NemesisConflict: 409, NemesisInvalid: 400,
               NemesisUnreachable: 503}.get(type(error), 502)
     return Problem(status, "Toxiproxy refused" if status < 500 else "Toxiproxy failed", str(error))
-
-
-def _describe(fault: Any) -> str:
-    if isinstance(fault, ToxicFault):
-        attributes = " ".join(f"{key}={value}" for key, value in fault.attributes.items())
-        return f"{fault.type} on {fault.proxy} {fault.stream} {attributes} toxicity={fault.toxicity:g}".replace("  ", " ")
-    if isinstance(fault, ProxyDownFault):
-        return f"proxy {fault.proxy} down"
-    return f"{fault.action} {fault.service}"
 
 
 def _active_faults(proxies: list[dict[str, Any]], services: list[dict[str, Any]]) -> list[dict[str, str]]:
@@ -607,7 +664,7 @@ def blueprint(tab: ChaosTab, auth: Callable[[Callable[..., Any]], Callable[..., 
 
     @route("/api/plans/<plan>")
     def plan_faults(plan: str) -> Any:
-        return [{key: value for key, value in fault.items() if key != "fault"} for fault in tab.plan_faults(plan)]
+        return [fault.to_json() for fault in tab.plan_faults(plan)]
 
     @route("/api/plans/<plan>/faults/<int:index>", ("POST",))
     def apply_plan_fault(plan: str, index: int) -> Any:
@@ -615,8 +672,8 @@ def blueprint(tab: ChaosTab, auth: Callable[[Callable[..., Any]], Callable[..., 
 
     @route("/api/plans/<plan>/toxics", ("POST",))
     def apply_plan_toxics(plan: str) -> Any:
-        applied = [tab.apply_plan_fault(plan, fault["index"]) for fault in tab.plan_faults(plan)
-                   if fault["kind"] == "toxic"]
+        applied = [tab.apply_plan_fault(plan, fault.index) for fault in tab.plan_faults(plan)
+                   if fault.fault.kind == ToxicFault.kind]
         return {"applied": applied}
 
     @route("/api/heal", ("POST",))
@@ -705,24 +762,30 @@ def attach(environment: Environment) -> ChaosTab | None:
     return tab
 
 
+def _listen(hook: Any, handler: Callable[..., None]) -> None:
+    # Locust's EventHook.add_listener carries no annotations; the hook stays Any here only.
+    hook.add_listener(handler)
+
+
 def install(events: Events) -> None:
     """Register the tab's options and listeners (see the module docstring for the order)."""
 
-    @events.init_command_line_parser.add_listener
     def _options(parser: Any, **_: Any) -> None:
         add_options(parser)
 
-    @events.init.add_listener
     def _init(environment: Environment, **_: Any) -> None:
         tab = attach(environment)
         if tab is not None:
             # Added at init, after every listener a locustfile registered at import: the
             # check starts once the recording has its final batches (harness.load.recording).
-            environment.events.test_stop.add_listener(lambda **_: tab.on_test_stop())
+            _listen(environment.events.test_stop, lambda **_: tab.on_test_stop())
 
-    @events.test_start.add_listener
     def _start(environment: Environment, **_: Any) -> None:
         tab = getattr(environment, _ATTRIBUTE, None)
         if tab is not None:
             tab.on_test_start()
+
+    _listen(events.init_command_line_parser, _options)
+    _listen(events.init, _init)
+    _listen(events.test_start, _start)
 
