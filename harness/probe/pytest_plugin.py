@@ -5,8 +5,10 @@ Fixtures:
   the embedded server on a free loopback port; a `ToxiproxyHandle` (url, embedded).
 - `chaos_stack`: the harness's own stack (target app, Redis, consumers behind
   Toxiproxy) started with `harness.stack.local.start_stack` in a temporary root and
-  stopped after the test; `@pytest.mark.chaos_stack(app_workers=2, consumers=1,
-  unsafe_disable="api")` sets it up.
+  stopped after the test: a `harness.stack.protocol.Stack` whose `.info` is the
+  stack's state.json as a `harness.stack.info.StackInfo` (`stack.info.app_url`,
+  `stack.info.redis_url`, ...); `@pytest.mark.chaos_stack(app_workers=2,
+  consumers=1, unsafe_disable="api")` sets it up.
 - `idempotency_probe`: a function `probe(upstream, config=None, **options)` that
   runs `harness probe` against `host:port` (or `http://host:port`) through the
   session's Toxiproxy and returns the `ProbeResult` (verdict, violations, run_dir,
@@ -33,9 +35,12 @@ import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
+
+if TYPE_CHECKING:  # imported in the fixtures: loading the plugin costs nothing
+    from harness.stack.protocol import Stack
 
 
 @dataclass(frozen=True)
@@ -69,8 +74,9 @@ def toxiproxy() -> Iterator[ToxiproxyHandle]:
 
 
 @pytest.fixture
-def chaos_stack(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    """The harness stack (RunningStack: `.state["app_url"]`, `.state["app_direct_url"]`, ...)."""
+def chaos_stack(request: pytest.FixtureRequest,
+                tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    """The harness stack (a Stack: `.info.app_url`, `.info.app_direct_url`, ...)."""
     from harness.stack.local import StackSettings, start_stack
 
     marker = request.node.get_closest_marker("chaos_stack")

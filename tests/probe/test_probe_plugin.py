@@ -56,7 +56,7 @@ def test_chaos_stack_fixture_starts_and_stops_the_stack(pytester: pytest.Pyteste
 
         @pytest.mark.chaos_stack(app_workers=1, consumers=0)
         def test_stack(chaos_stack):
-            app = chaos_stack.state["app_url"]
+            app = chaos_stack.info.app_url
             assert requests.get(app + "/healthz", timeout=5).status_code == 200
             pytest.stack_root = chaos_stack.root
     """, conftest="""
