@@ -147,3 +147,11 @@ def test_the_environment_for_a_stack_names_its_values_and_reads_no_other_stack(t
     settings = LoadSettings.from_env(env)
     assert (settings.redis_url, settings.stream, settings.webhook_secret, settings.seed, settings.stack_root) == (
         info.redis_url, "stack-stream", "stack-secret", 3, None)
+
+
+def test_every_option_and_its_variables_are_in_the_scenarios_doc() -> None:
+    text = (REPO / "docs" / "scenarios.md").read_text()
+    rows = {line.split("|")[1].strip(" `"): line for line in text.splitlines() if line.startswith("| `--harness-")}
+    assert sorted(rows) == sorted(spec.flag for spec in OPTIONS)
+    for spec in OPTIONS:
+        assert all(f"`{name}`" in rows[spec.flag] for name in spec.env), spec.flag
