@@ -35,6 +35,7 @@ import requests
 from harness.errors import HarnessError
 from harness.history import Client, HistoryWriter, history_files, iter_operations
 from harness.load.locust_process import LocustProcess
+from harness.names import FAULT_LOG
 from harness.nemesis.plans import (
     FaultWindow,
     NemesisRunner,
@@ -202,7 +203,7 @@ def _load(spec: ProbeSpec, run_dir: Path, proxy_url: str, nemesis: Nemesis,
         locustfile=Path(__file__).with_name("locustfile.py"), host=proxy_url, users=load.users,
         spawn_rate=load.spawn_rate, duration=load.duration, processes=1, output_dir=run_dir / "locust",
         env=env, stop_timeout=max(2.0, load.client_timeout * 2))
-    runner = NemesisRunner(nemesis, _NoProcesses(), run_dir / "faults.jsonl")
+    runner = NemesisRunner(nemesis, _NoProcesses(), run_dir / FAULT_LOG)
     locust.start()
     runner.start(windows)
     try:
@@ -301,7 +302,7 @@ def judge(config: ProbeConfig, operations: Sequence[Mapping[str, Any]], reads: S
     result = check(operations, config, reads=reads, min_acknowledged=min_acknowledged)
     rows = conformance(result, operations, requires_key=any(e.requires_key for e in config.endpoints),
                        read_back=any(e.read or e.search for e in config.endpoints))
-    faults = _fault_log(run_dir / "faults.jsonl")
+    faults = _fault_log(run_dir / FAULT_LOG)
     document = {
         "kind": "probe",
         "run_id": run_dir.name,
