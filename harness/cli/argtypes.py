@@ -1,16 +1,33 @@
 """Value types for the CLI's options: each turns text into a value or says, in one
 line, why it cannot (argparse reports it as `argument --x: <message>`). Also the
-options several commands share, defined once (`add_root_option`)."""
+options several commands share, defined once (`add_root_option`).
+
+One unit per kind of value: every duration is a `duration` (`30s`, `2m`, `1m30s`,
+`500ms` or plain seconds), shown as DURATION in the help; a fault plan is a bundled
+name or a YAML file, parsed here so a bad plan stops the command before it starts
+anything.
+"""
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TypeAlias
 
 from harness import bundled
 from harness.durations import parse_duration
 from harness.errors import HarnessError
 from harness.names import DEFAULT_STACK_ROOT
+from harness.nemesis.plans import load_plan
+
+# What every `add_*` function of the CLI receives: the action its subcommand joins.
+# (A string: argparse's class is generic only in its type stubs.)
+Subparsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
+
+
+def _one_line(error: Exception) -> str:
+    # A YAML parser's message spans lines; a usage error is one line.
+    return " ".join(str(error).split())
 
 
 def _whole_number(text: str) -> int:
@@ -39,18 +56,39 @@ def duration(text: str) -> float:
     try:
         return parse_duration(text)
     except ValueError as error:
-        raise argparse.ArgumentTypeError(str(error)) from error
+        raise argparse.ArgumentTypeError(_one_line(error)) from error
+
+
+def positive_duration(text: str) -> float:
+    """A `duration` longer than zero (a load that lasts no time proves nothing)."""
+    seconds = duration(text)
+    if seconds <= 0:
+        raise argparse.ArgumentTypeError(f"must be longer than zero, got {text!r}")
+    return seconds
+
+
+def format_duration(seconds: float) -> str:
+    """The shortest of `500ms`, `30s`, `2m`, `1m30s` for `seconds` (the help shows defaults so)."""
+    if seconds < 1 and seconds != 0:
+        return f"{seconds * 1000:g}ms"
+    minutes, rest = divmod(seconds, 60)
+    if minutes and rest:
+        return f"{minutes:g}m{rest:g}s"
+    return f"{minutes:g}m" if minutes else f"{rest:g}s"
 
 
 def plan(text: str) -> Path:
-    """A bundled plan's name (`chaos`) or the path of a plan YAML file, found before anything starts."""
+    """A bundled plan's name (`chaos`) or the path of a plan YAML file, found and parsed
+    before anything starts: an unknown name, a missing file or a plan that does not
+    parse is a usage error."""
     try:
-        return bundled.plan_path(text)
+        path = bundled.plan_path(text)
+        load_plan(path)
     except HarnessError as error:
-        raise argparse.ArgumentTypeError(str(error)) from None
+        raise argparse.ArgumentTypeError(_one_line(error)) from None
+    return path
 
 
 def add_root_option(parser: argparse.ArgumentParser, *, help: str = "state directory of the stack") -> None:
     """`--root DIR`: where a local stack keeps its state; every command that finds a stack takes it."""
-    parser.add_argument("--root", type=Path, default=DEFAULT_STACK_ROOT, metavar="DIR",
-                        help=f"{help} (default %(default)s)")
+    parser.add_argument("--root", type=Path, default=DEFAULT_STACK_ROOT, metavar="DIR", help=help)

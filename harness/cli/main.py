@@ -3,27 +3,41 @@
 Each subcommand is one `add_*` function that registers its parser (with
 `set_defaults(handler=...)`) and one handler `(args) -> int`. Errors are translated
 in one place, `main`: bad input and harness failures print `harness: <message>` on
-stderr and exit 2.
+stderr and exit 2 (the exit codes are `harness.exit_codes`').
+
+Every parser, the subcommands' included (whichever module adds them), is a `Parser`
+with `HelpFormatter`: each option's help ends with its default, a duration's default
+is shown as a duration (`30s`, `2m`) and its metavar is DURATION, explained at the
+end of the help. Every command is listed in docs/cli.md.
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import os
 import shlex
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
-from harness.cli.argtypes import add_root_option, non_negative_int, positive_int
+from harness.cli.argtypes import (
+    Subparsers,
+    add_root_option,
+    duration,
+    format_duration,
+    non_negative_int,
+    positive_duration,
+    positive_int,
+)
 from harness.errors import HarnessError
+from harness.exit_codes import EXIT_HARNESS, EXIT_INCONCLUSIVE, EXIT_OK, EXIT_VIOLATION
 from harness.load.settings import load_environment
 from harness.nemesis.toxiproxy_client import Nemesis, NemesisError
 from harness.processes.lifeline import Lifeline, exit_code_for, interrupt_signals
 from harness.stack.local import (
-    RunningStack,
     StackAlreadyRunning,
     StackSettings,
     open_stack,
@@ -31,36 +45,90 @@ from harness.stack.local import (
     target_app_env,
 )
 
-EXIT_OK = 0
-EXIT_HARNESS = 2
+if TYPE_CHECKING:
+    from harness.stack.protocol import ServiceStatus, Stack
+
+DURATION_TYPES = (duration, positive_duration)
+DURATION_NOTE = "DURATION: 30s, 2m, 1m30s, 500ms or plain seconds"
+EXIT_CODES_HELP = (
+    f"exit codes: {EXIT_OK} pass, {EXIT_VIOLATION} an invariant was violated, {EXIT_HARNESS} the harness "
+    f"failed or the input was bad, {EXIT_INCONCLUSIVE} inconclusive (nothing violated, but a promised path "
+    "was never exercised or too little was acknowledged), 128+N when stopped by signal N (130 Ctrl-C, "
+    "129 SIGHUP, 143 SIGTERM)")
 
 
 class UsageError(HarnessError):
     """The command line itself is wrong."""
 
 
+def _default_text(action: argparse.Action) -> str | None:
+    """How the help shows an option's default; None when there is nothing to show
+    (a flag, no default, or the help already says it)."""
+    default = action.default
+    if (not action.option_strings or action.nargs == 0 or default is None or default is argparse.SUPPRESS
+            or isinstance(default, bool) or "default" in (action.help or "").lower()):
+        return None
+    if action.type in DURATION_TYPES and isinstance(default, (int, float)):
+        return format_duration(float(default))
+    if isinstance(default, (list, tuple)):
+        return ",".join(map(str, default)) or "none"
+    return str(default) if str(default) else "none"
+
+
+class HelpFormatter(argparse.HelpFormatter):
+    """argparse's formatter, with every option's default and DURATION for durations."""
+
+    def _format_action(self, action: argparse.Action) -> str:
+        shown = _default_text(action)
+        if shown is not None and action.help is not argparse.SUPPRESS:
+            action = copy.copy(action)  # the parser's own action keeps its help
+            suffix = f"(default {shown})".replace("%", "%%")  # the help is a %-format
+            action.help = f"{action.help} {suffix}" if action.help else suffix
+        return super()._format_action(action)
+
+    def _get_default_metavar_for_optional(self, action: argparse.Action) -> str:
+        if action.type in DURATION_TYPES:
+            return "DURATION"
+        return super()._get_default_metavar_for_optional(action)
+
+
 class Parser(argparse.ArgumentParser):
-    """argparse that raises instead of printing usage, so every error is one line."""
+    """argparse that raises instead of printing usage, so every error is one line.
+
+    Subparsers are made with the class of their parent, so every subcommand,
+    whichever module adds it, gets this error handling and `HelpFormatter`.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", HelpFormatter)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> NoReturn:
         command = self.prog.partition(" ")[2]  # "harness fault add" -> "fault add"
         raise UsageError(f"{command}: {message}" if command else message)
 
+    def format_help(self) -> str:
+        text = super().format_help()
+        if any(action.type in DURATION_TYPES for action in self._actions):
+            text += f"\n{DURATION_NOTE}\n"
+        return text
+
 
 # --- up ------------------------------------------------------------------------------
 
-def add_up(subparsers: argparse._SubParsersAction) -> None:
+def add_up(subparsers: Subparsers) -> None:
     parser = subparsers.add_parser("up", help="start the stack in the background")
     add_root_option(parser)
-    parser.add_argument("--app-workers", type=positive_int, default=4, help="gunicorn workers (default 4)")
-    parser.add_argument("--consumers", type=non_negative_int, default=2, help="stream consumers (default 2)")
-    parser.add_argument("--toxiproxy-url", help="use this Toxiproxy instead of starting one "
+    parser.add_argument("--app-workers", type=positive_int, default=4, metavar="N", help="gunicorn workers")
+    parser.add_argument("--consumers", type=non_negative_int, default=2, metavar="N", help="stream consumers")
+    parser.add_argument("--toxiproxy-url", metavar="URL", help="use this Toxiproxy instead of starting one "
                         "(default: $TOXIPROXY_URL, else toxiproxy-server on PATH, else the embedded one)")
-    parser.add_argument("--health-timeout", type=float, default=30.0,
-                        help="seconds each service may take to become healthy (default 30)")
+    parser.add_argument("--health-timeout", type=positive_duration, default=30.0,
+                        help="how long each service may take to become healthy")
     parser.add_argument("--compose", action="store_true", help="attach to the docker compose services")
-    parser.add_argument("--compose-file", type=Path, help="compose file (default ./docker-compose.yml)")
-    parser.add_argument("--proxy-prefix", default="", help="prefix of this stack's proxy names, for a "
+    parser.add_argument("--compose-file", type=Path, metavar="FILE",
+                        help="compose file (default ./docker-compose.yml)")
+    parser.add_argument("--proxy-prefix", default="", metavar="PREFIX", help="prefix of this stack's proxy names, for a "
                         "Toxiproxy shared with others (e.g. ci-42- gives ci-42-app, ci-42-redis)")
     parser.add_argument("--foreground", action="store_true", help="keep the stack only while this "
                         "command runs: Ctrl-C, SIGTERM or SIGHUP stop it, and so does this process dying")
@@ -105,7 +173,7 @@ def handle_up(args: argparse.Namespace) -> int:
 
 # --- down ----------------------------------------------------------------------------
 
-def add_down(subparsers: argparse._SubParsersAction) -> None:
+def add_down(subparsers: Subparsers) -> None:
     parser = subparsers.add_parser("down", help="stop the stack (a no-op when none is running)")
     add_root_option(parser)
     parser.add_argument("--all", action="store_true",
@@ -129,7 +197,7 @@ def handle_down(args: argparse.Namespace) -> int:
 
 # --- status --------------------------------------------------------------------------
 
-def add_status(subparsers: argparse._SubParsersAction) -> None:
+def add_status(subparsers: Subparsers) -> None:
     parser = subparsers.add_parser("status", help="services, ports, health and active faults")
     add_root_option(parser)
     parser.add_argument("--all", action="store_true",
@@ -155,12 +223,12 @@ def active_faults(toxiproxy_url: str) -> list[dict[str, Any]]:
     return faults
 
 
-def process_faults(services: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+def process_faults(services: Sequence[ServiceStatus]) -> list[dict[str, Any]]:
     return [{"kind": "process", "service": row["name"], "status": row["status"]}
             for row in services if row.get("status") not in ("running", "external")]
 
 
-def status_document(stack: RunningStack) -> dict[str, Any]:
+def status_document(stack: Stack) -> dict[str, Any]:
     state = stack.state
     services = stack.services()
     try:
@@ -235,7 +303,7 @@ def describe_faults(faults: Sequence[dict[str, Any]]) -> str:
 
 # --- toxiproxy serve -------------------------------------------------------------------
 
-def add_toxiproxy(subparsers: argparse._SubParsersAction) -> None:
+def add_toxiproxy(subparsers: Subparsers) -> None:
     parser = subparsers.add_parser("toxiproxy", help="the embedded Toxiproxy server")
     commands = parser.add_subparsers(dest="toxiproxy_command", required=True)
     serve = commands.add_parser("serve", help="serve the Toxiproxy HTTP API until Ctrl-C "
@@ -254,15 +322,36 @@ def handle_toxiproxy_serve(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+# --- completion ----------------------------------------------------------------------
+
+def add_completion(subparsers: Subparsers) -> None:
+    from harness.cli.completion import SHELLS
+
+    parser = subparsers.add_parser(
+        "completion", help="print a shell completion script (source <(harness completion bash))",
+        description="Print a completion script generated from this command line: subcommands, options, "
+                    "scenario and plan names, and the other choices. Install it with "
+                    "`source <(harness completion bash)` in ~/.bashrc.")
+    parser.add_argument("shell", choices=SHELLS)
+    parser.set_defaults(handler=handle_completion)
+
+
+def handle_completion(args: argparse.Namespace) -> int:
+    from harness.cli.completion import completion_script
+
+    sys.stdout.write(completion_script(args.shell, build_parser()))
+    return EXIT_OK
+
+
 # --- the boundary ----------------------------------------------------------------------
 
-def parser_adders() -> list[Callable[[argparse._SubParsersAction], None]]:
+def parser_adders() -> list[Callable[[Subparsers], None]]:
     """Every subcommand's `add_*` function; a new subcommand is one more entry here."""
     from harness.cli import fault_commands, run_commands
     from harness.probe.cli import add_probe
 
     return [add_up, add_down, add_status, fault_commands.add_fault, run_commands.add_parsers, add_toxiproxy,
-            add_probe]
+            add_probe, add_completion]
 
 
 def package_version() -> str:
@@ -278,12 +367,13 @@ def package_version() -> str:
 def build_parser() -> Parser:
     parser = Parser(prog="harness", description="Idempotency chaos harness: prove that a "
                     "duplicated request never becomes a duplicated payment.",
-                    epilog="exit codes: 0 pass, 1 an invariant was violated, 2 the harness "
-                    "failed or the input was bad, 3 inconclusive (nothing violated, but a "
-                    "promised path was never exercised or too little was acknowledged), "
-                    "128+N when stopped by signal N (130 Ctrl-C, 129 SIGHUP, 143 SIGTERM)")
+                    epilog=f"{EXIT_CODES_HELP}. Every command: docs/cli.md.")
     parser.add_argument("--version", action="version", version=f"%(prog)s {package_version()}")
-    subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    # Typed as a plain ArgumentParser so the subcommands' `add_*` functions take the one
+    # `Subparsers` type; at run time the subparsers are still `Parser`s (argparse makes
+    # them of the parent's class).
+    root: argparse.ArgumentParser = parser
+    subparsers = root.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for add in parser_adders():
         add(subparsers)
     return parser

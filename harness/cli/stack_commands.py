@@ -12,17 +12,20 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from harness.errors import HarnessError
 from harness.processes import registry
 from harness.stack import services as svc
-from harness.stack.local import RunningStack, StackError, open_stack
+from harness.stack.local import StackError, open_stack
+
+if TYPE_CHECKING:
+    from harness.stack.protocol import Stack
 
 FOREGROUND_POLL = 0.5
 
 
-def live_stacks() -> list[tuple[dict[str, Any], RunningStack]]:
+def live_stacks() -> list[tuple[dict[str, Any], Stack]]:
     """(registry entry, handle) of every registered stack that still runs."""
     found = []
     for entry in registry.registered_stacks():
@@ -38,7 +41,7 @@ def live_stacks() -> list[tuple[dict[str, Any], RunningStack]]:
     return found
 
 
-def describe(entry: dict[str, Any], stack: RunningStack) -> dict[str, Any]:
+def describe(entry: dict[str, Any], stack: Stack) -> dict[str, Any]:
     state = stack.state
     owner = registry.Owner.from_json(entry.get("owner_process"))
     return {
@@ -88,7 +91,7 @@ def down_all(*, out: TextIO = sys.stdout) -> int:
     return 0
 
 
-def hold_in_foreground(stack: RunningStack, *, out: TextIO = sys.stderr) -> int:
+def hold_in_foreground(stack: Stack, *, out: TextIO = sys.stderr) -> int:
     """Keep the stack until a signal (Ctrl-C, SIGTERM, SIGHUP) or until it dies; then stop it.
 
     The interrupt propagates (the CLI turns it into 128 + signal); a stack that died on

@@ -16,35 +16,36 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from harness.cli.argtypes import duration, non_negative_int, positive_int
+from harness.cli.argtypes import Subparsers, non_negative_int, positive_duration, positive_int
 from harness.cli.argtypes import plan as plan_argument
 from harness.probe.checker import DEFAULT_MIN_ACKNOWLEDGED
 from harness.probe.config import PROFILES, ProbeConfig, ProbeConfigError, load_config, parse_upstream, simple_config
 from harness.probe.runner import ProbeSpec, run_probe
 
 
-def add_probe(subparsers: argparse._SubParsersAction) -> None:
+def add_probe(subparsers: Subparsers) -> None:
     parser = subparsers.add_parser(
         "probe", help="probe any HTTP API that takes an Idempotency-Key, under faults (black box)",
         description="Put a Toxiproxy in front of a service, swarm it with duplicating clients under a "
                     "fault plan, and judge from the answers alone. Docs: docs/probe.md")
-    parser.add_argument("--config", type=Path, help="probe config (YAML); see docs/probe.md")
-    parser.add_argument("--upstream", help="the service, host:port (overrides the config's)")
-    parser.add_argument("--toxiproxy-url", help="a running Toxiproxy to use instead of the embedded one")
-    parser.add_argument("--plan", type=plan_argument, metavar="NAME|FILE", help="fault plan; its windows act on proxy `app` (the probe's)")
-    parser.add_argument("--out", type=Path, help="run directory (default runs/probe-<time>)")
-    parser.add_argument("--users", type=positive_int, help="Locust users (overrides load.users)")
-    parser.add_argument("--duration", type=duration, help="load duration, e.g. 10s (overrides load.duration)")
-    parser.add_argument("--seed", type=int, help="seed of the users' choices (overrides load.seed)")
-    parser.add_argument("--min-acknowledged", type=non_negative_int, default=DEFAULT_MIN_ACKNOWLEDGED,
-                        help=f"fewer 2xx answers make the run inconclusive (default {DEFAULT_MIN_ACKNOWLEDGED})")
+    parser.add_argument("--config", type=Path, metavar="FILE", help="probe config (YAML); see docs/probe.md")
+    parser.add_argument("--upstream", metavar="HOST:PORT", help="the service, host:port (overrides the config's)")
+    parser.add_argument("--toxiproxy-url", metavar="URL", help="a running Toxiproxy to use instead of the embedded one")
+    parser.add_argument("--plan", type=plan_argument, metavar="NAME|FILE",
+                        help="fault plan; its windows act on proxy `app` (the probe's) (default: no faults)")
+    parser.add_argument("--out", type=Path, metavar="DIR", help="run directory (default runs/probe-<time>)")
+    parser.add_argument("--users", type=positive_int, metavar="N", help="Locust users (overrides load.users)")
+    parser.add_argument("--duration", type=positive_duration, help="load duration (overrides load.duration)")
+    parser.add_argument("--seed", type=int, metavar="N", help="seed of the users' choices (overrides load.seed)")
+    parser.add_argument("--min-acknowledged", type=non_negative_int, default=DEFAULT_MIN_ACKNOWLEDGED, metavar="N",
+                        help="fewer 2xx answers make the run inconclusive")
     simple = parser.add_argument_group("one endpoint without a config file")
     simple.add_argument("--path", help="URL path of the endpoint, e.g. /payments")
-    simple.add_argument("--method", default="POST", help="method (default POST)")
+    simple.add_argument("--method", default="POST", help="HTTP method")
     simple.add_argument("--body", help="JSON body template, with {uuid}, {int:A-B}, {choice:a|b}, {key}")
-    simple.add_argument("--id-pointer", default="/id", help="JSON pointer of the created id (default /id)")
-    simple.add_argument("--id-header", help="header naming the created resource instead, e.g. Location")
-    simple.add_argument("--read-path", help="read-back path with {id}, e.g. /payments/{id}")
+    simple.add_argument("--id-pointer", default="/id", metavar="POINTER", help="JSON pointer of the created id")
+    simple.add_argument("--id-header", metavar="HEADER", help="header naming the created resource instead, e.g. Location")
+    simple.add_argument("--read-path", metavar="PATH", help="read-back path with {id}, e.g. /payments/{id}")
     simple.add_argument("--profile", choices=tuple(PROFILES), default="ietf",
                         help="expected codes: ietf (400/422/409) or conflict-409 (payload mismatch 409)")
     simple.add_argument("--header", action="append", default=[], metavar="NAME:VALUE",
