@@ -18,7 +18,7 @@ import pytest
 from harness.nemesis.plans import NemesisRunner, load_plan, schedule
 from harness.nemesis.toxiproxy_client import Nemesis
 from harness.run.drain import iter_export, wait_for_drain
-from harness.stack.local import RunningStack, StackSettings, start_stack
+from harness.stack.local import Stack, StackSettings, start_stack
 from tests.load.locust_run import completions, expect_counts, load_env, records, run_locust
 
 PLANS = Path(__file__).resolve().parents[2] / "harness" / "plans"
@@ -30,7 +30,7 @@ INVENTORY = {"TARGET_APP_INVENTORY": "sku-1=1000000,sku-2=1000000"}
 RECLAIM_ENV = {"TARGET_APP_RECLAIM_IDLE_MS": "1000", "TARGET_APP_HANDLER_DELAY_MS": "50"}
 
 
-def _stack(tmp_path_factory: pytest.TempPathFactory, env: dict[str, str]) -> Iterator[RunningStack]:
+def _stack(tmp_path_factory: pytest.TempPathFactory, env: dict[str, str]) -> Iterator[Stack]:
     settings = StackSettings(root=tmp_path_factory.mktemp("stack"), app_workers=2, consumers=2,
                              env={**INVENTORY, **env})
     with start_stack(settings) as running:
@@ -38,16 +38,16 @@ def _stack(tmp_path_factory: pytest.TempPathFactory, env: dict[str, str]) -> Ite
 
 
 @pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningStack]:
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     yield from _stack(tmp_path_factory, {})
 
 
 @pytest.fixture(scope="module")
-def reclaiming_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningStack]:
+def reclaiming_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     yield from _stack(tmp_path_factory, RECLAIM_ENV)
 
 
-def run_under_plan(stack: RunningStack, plan: str, locustfile: str, history: Path, *,
+def run_under_plan(stack: Stack, plan: str, locustfile: str, history: Path, *,
                    users: int, log: Path) -> dict[str, int]:
     """Run the load with the plan's nemesis beside it; the app's counters afterwards."""
     state = stack.state
@@ -58,7 +58,7 @@ def run_under_plan(stack: RunningStack, plan: str, locustfile: str, history: Pat
                    seconds=SMOKE_SECONDS, timeout=120)
     finally:
         runner.stop()
-    assert runner.failure is None
+    runner.report().raise_for_failure()
     wait_for_drain(state, timeout=30)
     (counters,) = [line for line in iter_export(state["app_direct_url"], token=state.get("internal_token"))
                    if line["kind"] == "counters"]
@@ -66,7 +66,7 @@ def run_under_plan(stack: RunningStack, plan: str, locustfile: str, history: Pat
 
 
 @pytest.mark.slow
-def test_flaky_network_reaches_the_recovery_point_and_cuts_bodies(stack: RunningStack,
+def test_flaky_network_reaches_the_recovery_point_and_cuts_bodies(stack: Stack,
                                                                    tmp_path: Path) -> None:
     history = tmp_path / "histories"
     counters = run_under_plan(stack, "flaky-network", "timeout_replay.py", history, users=10,
@@ -87,7 +87,7 @@ def test_flaky_network_reaches_the_recovery_point_and_cuts_bodies(stack: Running
 
 
 @pytest.mark.slow
-def test_consumer_crashes_make_another_consumer_reclaim(reclaiming_stack: RunningStack,
+def test_consumer_crashes_make_another_consumer_reclaim(reclaiming_stack: Stack,
                                                         tmp_path: Path) -> None:
     history = tmp_path / "histories"
     counters = run_under_plan(reclaiming_stack, "consumer-crashes", "redelivered_messages.py",

@@ -13,14 +13,14 @@ import requests
 
 from harness.cli.main import main
 from harness.nemesis.toxiproxy_client import Nemesis
-from harness.stack.local import RunningStack
+from harness.stack.local import Stack
 from tests.stack.conftest import create_order
 
 
 @pytest.fixture
-def stack(shared_stack: RunningStack) -> Iterator[RunningStack]:
+def stack(shared_stack: Stack) -> Iterator[Stack]:
     yield shared_stack
-    Nemesis(shared_stack.state["toxiproxy_url"]).reset()
+    Nemesis(shared_stack.info.toxiproxy_url).reset()
     for name in shared_stack.health():
         if name != "toxiproxy":
             shared_stack.resume(name)
@@ -44,9 +44,9 @@ def timed_get(url: str) -> tuple[int, float]:
     return response.status_code, time.monotonic() - started
 
 
-def test_latency_fault_is_listed_felt_and_removed(stack: RunningStack, capsys: pytest.CaptureFixture[str]) -> None:
+def test_latency_fault_is_listed_felt_and_removed(stack: Stack, capsys: pytest.CaptureFixture[str]) -> None:
     root = stack.root
-    app_url = stack.state["app_url"]
+    app_url = stack.info.app_url
     assert fault_list(root, capsys)["toxics"] == []
     code, out, _ = run_cli(["fault", "add", "latency", "--proxy", "app", "--latency", "400",
                             "--jitter", "0", "--name", "slow", "--root", str(root)], capsys)
@@ -63,23 +63,23 @@ def test_latency_fault_is_listed_felt_and_removed(stack: RunningStack, capsys: p
     assert requests.get(f"{app_url}/healthz", timeout=5).status_code == 200
 
 
-def test_upstream_latency_on_the_redis_proxy_slows_the_app(stack: RunningStack,
+def test_upstream_latency_on_the_redis_proxy_slows_the_app(stack: Stack,
                                                           capsys: pytest.CaptureFixture[str]) -> None:
     root = stack.root
     code, _, _ = run_cli(["fault", "add", "latency", "--proxy", "redis", "--stream", "upstream",
                           "--latency", "300", "--root", str(root)], capsys)
     assert code == 0
     started = time.monotonic()
-    assert create_order(stack.state["app_url"]).status_code == 201
+    assert create_order(stack.info.app_url).status_code == 201
     assert time.monotonic() - started >= 0.3
     code, out, _ = run_cli(["fault", "clear", "--root", str(root)], capsys)
     assert code == 0 and "removed 1" in out
     assert fault_list(root, capsys)["toxics"] == []
 
 
-def test_redis_proxy_down_gives_503_then_201(stack: RunningStack, capsys: pytest.CaptureFixture[str]) -> None:
+def test_redis_proxy_down_gives_503_then_201(stack: Stack, capsys: pytest.CaptureFixture[str]) -> None:
     root = stack.root
-    app_url = stack.state["app_url"]
+    app_url = stack.info.app_url
     code, _, _ = run_cli(["fault", "down", "redis", "--root", str(root)], capsys)
     assert code == 0
     listed = fault_list(root, capsys)
@@ -92,22 +92,22 @@ def test_redis_proxy_down_gives_503_then_201(stack: RunningStack, capsys: pytest
     assert create_order(app_url).status_code == 201
 
 
-def test_app_proxy_down_refuses_clients_but_not_the_direct_url(stack: RunningStack,
+def test_app_proxy_down_refuses_clients_but_not_the_direct_url(stack: Stack,
                                                                capsys: pytest.CaptureFixture[str]) -> None:
     root = stack.root
     assert run_cli(["fault", "down", "app", "--root", str(root)], capsys)[0] == 0
     with pytest.raises(requests.ConnectionError):
-        requests.get(f"{stack.state['app_url']}/healthz", timeout=2)
-    assert requests.get(f"{stack.state['app_direct_url']}/healthz", timeout=2).status_code == 200
+        requests.get(f"{stack.info.app_url}/healthz", timeout=2)
+    assert requests.get(f"{stack.info.app_direct_url}/healthz", timeout=2).status_code == 200
     code, out, _ = run_cli(["status", "--root", str(root)], capsys)
     assert "proxy app down" in out
     assert run_cli(["fault", "clear", "--root", str(root)], capsys)[0] == 0
-    assert requests.get(f"{stack.state['app_url']}/healthz", timeout=2).status_code == 200
+    assert requests.get(f"{stack.info.app_url}/healthz", timeout=2).status_code == 200
 
 
-def test_limit_data_and_reset_peer_break_responses(stack: RunningStack, capsys: pytest.CaptureFixture[str]) -> None:
+def test_limit_data_and_reset_peer_break_responses(stack: Stack, capsys: pytest.CaptureFixture[str]) -> None:
     root = stack.root
-    url = f"{stack.state['app_url']}/healthz"
+    url = f"{stack.info.app_url}/healthz"
     assert run_cli(["fault", "add", "reset_peer", "--proxy", "app", "--timeout", "0",
                     "--root", str(root)], capsys)[0] == 0
     with pytest.raises(requests.ConnectionError):
@@ -117,7 +117,7 @@ def test_limit_data_and_reset_peer_break_responses(stack: RunningStack, capsys: 
     assert requests.get(url, timeout=2).status_code == 200
 
 
-def test_pause_and_resume_a_consumer_by_hand(stack: RunningStack, capsys: pytest.CaptureFixture[str]) -> None:
+def test_pause_and_resume_a_consumer_by_hand(stack: Stack, capsys: pytest.CaptureFixture[str]) -> None:
     root = stack.root
     assert run_cli(["fault", "pause", "consumer-1", "--root", str(root)], capsys)[0] == 0
     assert fault_list(root, capsys)["processes"] == [
@@ -128,9 +128,9 @@ def test_pause_and_resume_a_consumer_by_hand(stack: RunningStack, capsys: pytest
     assert stack.health()["consumer-1"] is True
 
 
-def test_fault_commands_work_against_any_toxiproxy(stack: RunningStack, tmp_path: Path,
+def test_fault_commands_work_against_any_toxiproxy(stack: Stack, tmp_path: Path,
                                                    capsys: pytest.CaptureFixture[str]) -> None:
-    url = stack.state["toxiproxy_url"]
+    url = stack.info.toxiproxy_url
     no_stack = str(tmp_path / "nothing-here")
     code, out, _ = run_cli(["fault", "add", "bandwidth", "--proxy", "app", "--rate", "100",
                             "--toxiproxy-url", url, "--root", no_stack], capsys)
@@ -156,7 +156,7 @@ def test_fault_commands_work_against_any_toxiproxy(stack: RunningStack, tmp_path
     (["status", "--json", "--env"], "not allowed"),
     (["frobnicate"], "invalid choice"),
 ])
-def test_bad_input_is_one_line_and_exit_2(stack: RunningStack, capsys: pytest.CaptureFixture[str],
+def test_bad_input_is_one_line_and_exit_2(stack: Stack, capsys: pytest.CaptureFixture[str],
                                           args: list[str], needle: str) -> None:
     code, out, err = run_cli([*args, "--root", str(stack.root)] if args[0] == "fault" else args, capsys)
     assert code == 2

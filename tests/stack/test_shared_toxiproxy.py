@@ -39,11 +39,11 @@ def test_two_prefixed_stacks_share_a_toxiproxy_and_touch_only_their_own(
     try:
         b = start_stack(small_settings(tmp_path / "b", consumers=0, toxiproxy_url=shared, proxy_prefix="b-"))
         try:
-            state_a, state_b = a.state, b.state
-            assert state_a["proxy_prefix"] == "a-" and state_a["proxies"] == {"app": "a-app", "redis": "a-redis"}
+            info_a, info_b = a.info, b.info
+            assert info_a.proxy_prefix == "a-" and info_a.proxies == {"app": "a-app", "redis": "a-redis"}
             assert set(Nemesis(shared).proxies()) == {"app", "a-app", "a-redis", "b-app", "b-redis"}
-            assert create_order(state_a["app_url"]).status_code == 201
-            assert create_order(state_b["app_url"]).status_code == 201
+            assert create_order(info_a.app_url).status_code == 201
+            assert create_order(info_b.app_url).status_code == 201
             with pytest.raises(StackError, match="--proxy-prefix"):
                 start_stack(small_settings(tmp_path / "c", consumers=0, toxiproxy_url=shared, proxy_prefix="a-"))
             assert set(Nemesis(shared).proxies()) == {"app", "a-app", "a-redis", "b-app", "b-redis"}
@@ -78,13 +78,13 @@ def test_two_prefixed_stacks_share_a_toxiproxy_and_touch_only_their_own(
             b.down()
         assert set(Nemesis(shared).proxies()) == {"app", "a-app", "a-redis"}
         # The internal token: the caller's, passed to the app and the consumers, in state.json.
-        state = a.state
-        assert state["internal_token"] == "given-token"
-        for row in state["services"]:
-            if row["name"] in ("app", "consumer-1"):
-                environ = Path(f"/proc/{row['pid']}/environ").read_bytes().split(b"\0")
+        info = a.info
+        assert info.internal_token == "given-token"
+        for service in info.services:
+            if service.name in ("app", "consumer-1"):
+                environ = Path(f"/proc/{service.pid}/environ").read_bytes().split(b"\0")
                 assert b"TARGET_APP_INTERNAL_TOKEN=given-token" in environ
-        ports = stack_ports(state)
+        ports = stack_ports(info)
     finally:
         a.down()
     assert set(Nemesis(shared).proxies()) == {"app"}
@@ -103,10 +103,10 @@ def test_an_unprefixed_stack_will_not_take_a_name_in_use(tmp_path: Path, shared:
 def test_a_generated_internal_token_and_the_registry_entry(tmp_path: Path) -> None:
     root = (tmp_path / "h").resolve()
     with start_stack(small_settings(root, consumers=0)) as stack:
-        state = stack.state
-        token = state["internal_token"]
-        assert len(token) == 32 and token != state["webhook_secret"]
-        app_pid = next(row["pid"] for row in state["services"] if row["name"] == "app")
+        info = stack.info
+        token = info.internal_token
+        assert len(token) == 32 and token != info.webhook_secret
+        app_pid = info.service("app").pid
         assert f"TARGET_APP_INTERNAL_TOKEN={token}".encode() in \
             Path(f"/proc/{app_pid}/environ").read_bytes().split(b"\0")
         entries = [entry for entry in registry.registered_stacks() if entry["root"] == str(root)]

@@ -16,13 +16,13 @@ import pytest
 import requests
 from webui_helpers import CHROMIUM_FLAGS, LocustWebUI, chromium_path, start_locust_web
 
-from harness.stack.local import RunningStack
+from harness.stack.local import Stack
 
 LOAD_SECONDS = 12  # long enough for `mixed` to exercise every path it promises
 
 
 @pytest.fixture()
-def web(stack: RunningStack, tmp_path: Path) -> Iterator[LocustWebUI]:
+def web(stack: Stack, tmp_path: Path) -> Iterator[LocustWebUI]:
     ui = start_locust_web("mixed", stack.root, tmp_path)
     try:
         yield ui
@@ -50,7 +50,7 @@ def page(tmp_path: Path) -> Iterator[object]:
             context.close()
 
 
-def test_swarm_toxic_stop_verdict_in_the_browser(web: LocustWebUI, stack: RunningStack, page: object,
+def test_swarm_toxic_stop_verdict_in_the_browser(web: LocustWebUI, stack: Stack, page: object,
                                                   tmp_path: Path) -> None:
     try:
         run(web, stack, page)
@@ -60,12 +60,12 @@ def test_swarm_toxic_stop_verdict_in_the_browser(web: LocustWebUI, stack: Runnin
         raise
 
 
-def run(web: LocustWebUI, stack: RunningStack, page: object) -> None:
+def run(web: LocustWebUI, stack: Stack, page: object) -> None:
     page.goto(web.url + "/")
     # Locust's own start form.
     page.locator('input[name="userCount"]').fill("6")
     page.locator('input[name="spawnRate"]').fill("6")
-    page.locator('input[name="host"]').fill(stack.state["app_url"])
+    page.locator('input[name="host"]').fill(stack.info.app_url)
     page.get_by_role("button", name="Start").click()
 
     page.get_by_role("tab", name="Chaos").click()

@@ -12,11 +12,11 @@ import pytest
 import requests
 from webui_helpers import LocustWebUI, start_locust_web
 
-from harness.stack.local import RunningStack
+from harness.stack.local import Stack
 
 
 @pytest.fixture(scope="module")
-def web(stack: RunningStack, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocustWebUI]:
+def web(stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocustWebUI]:
     ui = start_locust_web("mixed", stack.root, tmp_path_factory.mktemp("web"))
     try:
         yield ui
@@ -117,13 +117,13 @@ def test_reports_are_served_only_from_run_directories(web: LocustWebUI) -> None:
         assert web.get(path).status_code == 404, path
 
 
-def test_each_start_gets_a_run_directory_and_stop_a_verdict(web: LocustWebUI, stack: RunningStack) -> None:
+def test_each_start_gets_a_run_directory_and_stop_a_verdict(web: LocustWebUI, stack: Stack) -> None:
     if state(web)["run"] is None:
         refused = web.post("/chaos/api/check")
         assert refused.status_code == 409 and refused.headers["Content-Type"] == "application/problem+json"
     run_ids = []
     for _ in range(2):
-        started = web.post("/swarm", data={"user_count": "4", "spawn_rate": "4", "host": stack.state["app_url"]})
+        started = web.post("/swarm", data={"user_count": "4", "spawn_rate": "4", "host": stack.info.app_url})
         assert started.status_code == 200 and started.json()["success"], started.text
         run = state(web)["run"]
         run_ids.append(run["id"])
@@ -152,13 +152,13 @@ def test_each_start_gets_a_run_directory_and_stop_a_verdict(web: LocustWebUI, st
 
 
 
-def test_a_master_judges_its_workers_swarm(stack: RunningStack, tmp_path: Path) -> None:
+def test_a_master_judges_its_workers_swarm(stack: Stack, tmp_path: Path) -> None:
     """On a master the tab is the master's: the workers (separate processes, over TCP)
     record into the run directory the master began, through Locust's messaging."""
     master = start_locust_web("mixed", stack.root, tmp_path, workers=2)
     try:
         started = master.post("/swarm", data={"user_count": "6", "spawn_rate": "6",
-                                              "host": stack.state["app_url"]})
+                                              "host": stack.info.app_url})
         assert started.status_code == 200 and started.json()["success"], started.text
         run_id = master.get("/chaos/api/state").json()["run"]["id"]
         time.sleep(8)

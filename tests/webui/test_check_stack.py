@@ -10,13 +10,13 @@ from pathlib import Path
 
 from webui_helpers import LOCUST, REPO, clean_env, harness
 
-from harness.stack.local import RunningStack
+from harness.stack.local import Stack
 
 RUN_FILES = ("settings.json", "baseline.ndjson", "export.ndjson", "final_reads.ndjson", "result.json",
              "junit.xml", "report.html")
 
 
-def swarm(stack: RunningStack, workdir: Path, histories: Path, seconds: int = 6) -> None:
+def swarm(stack: Stack, workdir: Path, histories: Path, seconds: int = 6) -> None:
     """`locust --headless` by hand, recording into `histories`."""
     completed = subprocess.run(
         [str(LOCUST), "-f", str(REPO / "harness" / "locustfiles" / "timeout_replay.py"), "--headless", "-u", "6", "-r", "6",
@@ -25,7 +25,7 @@ def swarm(stack: RunningStack, workdir: Path, histories: Path, seconds: int = 6)
     assert completed.returncode in (0, 1), completed.stderr[-3000:]  # 1: some requests failed, by design
 
 
-def begin(stack: RunningStack, workdir: Path) -> Path:
+def begin(stack: Stack, workdir: Path) -> Path:
     began = harness("swarm", "begin", "timeout_replay", "--root", str(stack.root),
                     "--runs-dir", str(workdir / "runs"), cwd=workdir)
     assert began.returncode == 0, began.stderr
@@ -35,7 +35,7 @@ def begin(stack: RunningStack, workdir: Path) -> Path:
     return run_dir
 
 
-def test_check_stack_judges_a_swarm_run_by_hand(stack: RunningStack, tmp_path: Path) -> None:
+def test_check_stack_judges_a_swarm_run_by_hand(stack: Stack, tmp_path: Path) -> None:
     run_dir = begin(stack, tmp_path)
     settings = json.loads((run_dir / "settings.json").read_text())
     assert settings["scenario"] == "timeout_replay"
@@ -68,7 +68,7 @@ def test_check_stack_judges_a_swarm_run_by_hand(stack: RunningStack, tmp_path: P
     assert second_orders < export_orders and export_orders >= first_orders + second_orders
 
 
-def test_check_stack_refuses_without_a_begun_swarm(stack: RunningStack, tmp_path: Path) -> None:
+def test_check_stack_refuses_without_a_begun_swarm(stack: Stack, tmp_path: Path) -> None:
     bare = tmp_path / "bare"
     (bare / "histories").mkdir(parents=True)
     checked = harness("check", "--stack", str(bare), "--root", str(stack.root), cwd=tmp_path)
