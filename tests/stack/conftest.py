@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -13,17 +13,21 @@ import pytest
 import requests
 
 from harness.stack import services as svc
-from harness.stack.local import RunningStack, start_stack
+from harness.stack.info import StackInfo
+from harness.stack.local import start_stack
+from harness.stack.protocol import Stack
 from tests.support.registry import registry_for_session
 from tests.support.stacks import small_settings
 
 ORDER = {"sku": "sku-1", "quantity": 1, "amount_cents": 1000, "currency": "EUR"}
 
 
-def stack_ports(state: dict[str, Any]) -> list[int]:
-    ports = [row["port"] for row in state["services"] if row.get("port")]
-    for key in ("app_url", "app_direct_url", "redis_proxy_url"):
-        ports.append(int(state[key].rsplit(":", 1)[1].split("/")[0]))
+def stack_ports(state: StackInfo | Mapping[str, Any]) -> list[int]:
+    """Every port a stack listens on (its services' and its proxies'), from its info or state dict."""
+    info = state if isinstance(state, StackInfo) else StackInfo.from_json(state)
+    ports = [service.port for service in info.services if service.port]
+    for url in (info.app_url, info.app_direct_url, info.redis_proxy_url):
+        ports.append(int(url.rsplit(":", 1)[1].split("/")[0]))
     return ports
 
 
@@ -49,11 +53,11 @@ private_registry = pytest.fixture(registry_for_session, scope="session", autouse
 
 
 @pytest.fixture(scope="module")
-def shared_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningStack]:
+def shared_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     """One stack for a module whose tests only add (and remove) faults."""
     root = tmp_path_factory.mktemp("stack") / ".harness"
     stack = start_stack(small_settings(root, env={"TARGET_APP_IDEMPOTENCY_TTL": "3600"}))
-    ports = stack_ports(stack.state)
+    ports = stack_ports(stack.info)
     try:
         yield stack
     finally:

@@ -20,8 +20,10 @@ from harness.nemesis.toxiproxy_client import Nemesis
 from harness.ports import free_port
 from harness.run.runner import RunSpec
 from harness.stack.compose import CONTAINER_RUN_DIR, PROJECT, ComposeLocust, read_layout, start_compose_stack
+from harness.stack.info import StackInfo
 from harness.stack.local import StackSettings, open_stack
 from harness.toxiproxy.server import EmbeddedToxiproxy
+from tests.support.stacks import sample_info
 
 REPO = Path(__file__).resolve().parents[2]
 COMPOSE_FILE = REPO / "docker-compose.yml"
@@ -156,6 +158,10 @@ def test_compose_stack_through_a_stand_in_docker(tmp_path: Path, monkeypatch: py
         assert up[:5] == ["compose", "-f", str(file), "-p", PROJECT]
         assert "up" in up and "--wait" in up and "consumer=3" in up
         state = stack.state
+        written = json.loads((root / "state.json").read_text())
+        assert StackInfo.from_json(written).to_json() == written == state  # the compose writer, too
+        assert stack.info.compose_file == str(file) and stack.info.supervisor_pid is None
+        assert all(service.status is None for service in stack.info.services)  # docker is asked instead
         assert state["mode"] == "compose" and state["toxiproxy_url"] == toxiproxy.url
         assert state["app_url"] == "http://127.0.0.1:18666" and state["unsafe_disable"] == ["inbox"]
         assert [row["name"] for row in state["services"]][-1] == "consumer-3"
@@ -206,8 +212,7 @@ elif args[0] == "compose" and "run" in args:
 def test_compose_locust_runs_the_master_then_the_workers_into_the_run_directory(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, compose: dict) -> None:
     log = stand_in_docker(tmp_path, monkeypatch, FAKE_LOCUST_DOCKER)
-    state = {"mode": "compose", "compose_file": str(COMPOSE_FILE), "project": PROJECT,
-             "webhook_secret": "s3cret", "stream": "payments"}
+    state = sample_info(mode="compose", compose_file=str(COMPOSE_FILE), project=PROJECT, webhook_secret="s3cret")
     run_dir = tmp_path / "runs" / "r1"
     locust = ComposeLocust(state=state, scenario="mixed", users=12, spawn_rate=6.0, duration=4.2,
                            workers=3, run_dir=run_dir, seed=11)
@@ -249,7 +254,7 @@ def test_scale_workers_needs_a_compose_stack(tmp_path: Path) -> None:
         RunSpec(scenario="mixed", scale_workers=2).validate()
     RunSpec(scenario="mixed", scale_workers=2, compose=True).validate()
     with pytest.raises(HarnessError, match="compose stack"):
-        ComposeLocust(state={"mode": "local"}, scenario="mixed", users=1, spawn_rate=1, duration=1,
+        ComposeLocust(state=sample_info(), scenario="mixed", users=1, spawn_rate=1, duration=1,
                       workers=2, run_dir=tmp_path, seed=0)
     from harness.cli.main import build_parser
     args = build_parser().parse_args(["run", "mixed", "--compose", "--scale-workers", "4"])

@@ -16,7 +16,9 @@ import redis
 import requests
 
 from harness.cli.main import main
+from harness.processes import registry
 from harness.stack import services as svc
+from harness.stack.info import ServiceInfo, StackInfo, write_info
 from harness.stack.local import (
     StackAlreadyRunning,
     StackError,
@@ -24,10 +26,9 @@ from harness.stack.local import (
     open_stack,
     read_state,
     start_stack,
-    write_state,
 )
 from tests.stack.conftest import create_order, stack_ports, wait_until_gone
-from tests.support.stacks import small_settings
+from tests.support.stacks import sample_info, small_settings
 
 
 def test_up_serves_through_the_proxies_and_down_leaves_nothing(tmp_path: Path) -> None:
@@ -77,7 +78,13 @@ def test_state_file_has_the_documented_shape(tmp_path: Path) -> None:
         assert state["unsafe_disable"] == [] and state["stream"] == "payments"
         assert [row["name"] for row in state["services"]] == ["redis", "toxiproxy", "app"]
         assert all({"name", "pid", "port", "log"} <= set(row) for row in state["services"])
-        ports = stack_ports(stack.state)
+        # The file a real supervisor wrote is a StackInfo, and writes back to the same JSON.
+        info = StackInfo.from_json(state, tmp_path / "h" / "state.json")
+        assert info.to_json() == state and stack.info == info and stack.state == state
+        assert info.mode == "local" and info.phase == "running" and info.owner == "up"
+        assert info.root == str((tmp_path / "h").resolve()) and info.supervisor_pid is not None
+        assert info.compose_file is None and info.service_names == ("redis", "toxiproxy", "app")
+        ports = stack_ports(stack.info)
     assert wait_until_gone(tmp_path / "h", ports) == ([], [])
 
 
@@ -171,13 +178,14 @@ def test_stale_state_is_detected_and_cleaned(tmp_path: Path, capsys: pytest.Capt
     root.mkdir()
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
-    write_state(root, {"mode": "local", "root": str(root), "supervisor_pid": dead.pid,
-                       "app_url": "http://127.0.0.1:1", "redis_proxy_url": "redis://127.0.0.1:1/0",
-                       "services": [{"name": "app", "pid": os.getpid(), "port": None, "log": None}]})
+    stale = sample_info(root=str(root), supervisor_pid=dead.pid, app_url="http://127.0.0.1:1",
+                        redis_proxy_url="redis://127.0.0.1:1/0", toxiproxy_url="",
+                        services=(ServiceInfo("app", os.getpid(), None, None, "running"),))
+    write_info(root, stale)
     assert open_stack(root) is None
     assert not (root / "state.json").exists()
     assert svc.pid_alive(os.getpid())  # a recorded pid that is not ours is never signalled
-    write_state(root, {"mode": "local", "root": str(root), "supervisor_pid": dead.pid, "services": []})
+    write_info(root, sample_info(root=str(root), supervisor_pid=dead.pid, toxiproxy_url="", services=()))
     assert main(["status", "--root", str(root)]) == 0
     assert "no stack is running" in capsys.readouterr().out
 
@@ -224,3 +232,29 @@ def test_an_external_toxiproxy_gets_the_proxies_and_loses_them_at_down(tmp_path:
             stack.down()
         assert Nemesis(toxiproxy.url).proxies() == {}
     assert wait_until_gone(root.resolve(), ports) == ([], [])
+
+
+def test_proxies_a_stack_could_not_delete_are_logged_and_fail_down(tmp_path: Path) -> None:
+    """A shared Toxiproxy gone at `down`: the supervisor's failed deletes are in its log,
+    `down` names the proxies left (a StackError: exit 2 from `harness down`) and their
+    lease stays in the registry for the next up/down to reclaim."""
+    from harness.toxiproxy.server import EmbeddedToxiproxy
+
+    root = (tmp_path / "h").resolve()
+    toxiproxy = EmbeddedToxiproxy().start()
+    try:
+        stack = start_stack(small_settings(root, consumers=0, toxiproxy_url=toxiproxy.url, proxy_prefix="t-"))
+        ports = stack_ports(stack.info)
+    finally:
+        toxiproxy.stop()
+    with pytest.raises(StackError) as caught:
+        stack.down()
+    message = str(caught.value)
+    assert "proxy t-app on" in message and "proxy t-redis on" in message and "supervisor.log" in message
+    log = (root / "logs" / "supervisor.log").read_text()
+    assert "could not delete proxy t-app" in log and "could not delete proxy t-redis" in log
+    kept = [lease for _, lease in registry.leases() if lease.get("root") == str(root)]
+    assert [proxy["name"] for lease in kept for proxy in lease["proxies"]] == ["t-app", "t-redis"]
+    assert wait_until_gone(root, ports) == ([], [])
+    for lease in kept:  # this test's Toxiproxy never comes back: its leftovers are nobody's
+        registry.remove_lease(str(lease["id"]))
