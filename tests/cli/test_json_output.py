@@ -32,7 +32,7 @@ def _harness(*args: str, cwd: Path, timeout: float = 60) -> subprocess.Completed
 
 
 def _invariant(document: dict[str, Any], name: str) -> dict[str, Any]:
-    found = [entry for entry in document["invariants"] if entry["name"] == name]
+    found: list[dict[str, Any]] = [entry for entry in document["invariants"] if entry["name"] == name]
     assert len(found) == 1, document["invariants"]
     return found[0]
 
