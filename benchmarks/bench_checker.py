@@ -3,6 +3,11 @@
     .venv/bin/python benchmarks/bench_checker.py            # the full table
     .venv/bin/python benchmarks/bench_checker.py --quick    # small sizes, a smoke run
     .venv/bin/python benchmarks/bench_checker.py --row 100000,1,0,0 --repeat 1   # one row
+    .venv/bin/python benchmarks/bench_checker.py --compare OLD_TREE   # this checker beside another
+
+`--compare DIR` checks each row with the `harness` package found in DIR as well
+(e.g. `git archive HEAD~3 harness | tar -x -C DIR`), alternating the two, so a
+change to the checker is measured before and after in one run on one machine.
 
 Each row generates a run directory on disk (history files of 8 load processes and
 the matching export of a correct app), then checks it in a fresh subprocess so the
@@ -196,7 +201,7 @@ def generate(run_dir: Path, *, orders: int, rounds: int, duplicates: int = 0, lo
     return operations
 
 
-def measure(run_dir: Path) -> dict:
+def measure(run_dir: Path, tree: Path | None = None) -> dict:
     """Check the run in a fresh interpreter: wall time and peak RSS of the check alone."""
     # VmHWM (not ru_maxrss, which a forked child inherits from this big parent)
     code = (
@@ -217,8 +222,11 @@ def measure(run_dir: Path) -> dict:
         "                  'operations': result.counts['operations'],\n"
         "                  'violations': sum(i.violation_count for i in result.invariants)}))\n"
     )
+    env = dict(os.environ)
+    if tree is not None:
+        env["PYTHONPATH"] = str(tree)  # before the installed package on sys.path
     output = subprocess.run([sys.executable, "-c", code, str(run_dir)], check=True,
-                            capture_output=True, text=True).stdout
+                            capture_output=True, text=True, env=env).stdout
     return json.loads(output.strip().splitlines()[-1])
 
 
@@ -230,6 +238,8 @@ def main() -> None:
                              "other work on a shared machine only ever adds time")
     parser.add_argument("--row", metavar="ORDERS,ROUNDS,SECOND,LOST",
                         help="one row only, e.g. 100000,1,0,0 (for iterating on the checker)")
+    parser.add_argument("--compare", type=Path, metavar="DIR",
+                        help="also check each row with the harness package in DIR, alternating")
     args = parser.parse_args()
     # (orders, duplicate rounds, second payments, lost payments)
     if args.row:
@@ -250,7 +260,17 @@ def main() -> None:
             started = time.perf_counter()
             operations = generate(run_dir, orders=orders, rounds=rounds, duplicates=duplicates, lost=lost)
             generated = time.perf_counter() - started
-            runs = [measure(run_dir) for _ in range(max(1, args.repeat))]
+            runs, others = [], []
+            for _ in range(max(1, args.repeat)):
+                runs.append(measure(run_dir))
+                if args.compare is not None:
+                    others.append(measure(run_dir, args.compare))
+        if others:
+            best = min(others, key=lambda figure: figure["seconds"])
+            print(f"| {orders:,} | {best['operations']:,} | {injected} (compared: {args.compare}) "
+                  f"| {best['seconds']:.2f} | {min(f['cpu'] for f in others):.2f} "
+                  f"| {max(f['peak_mib'] for f in others):.0f} | {best['peak_mib'] - best['base_mib']:.0f} "
+                  f"| {best['verdict']} |", flush=True)
         figures = min(runs, key=lambda figure: figure["seconds"])
         figures["cpu"] = min(figure["cpu"] for figure in runs)
         figures["peak_mib"] = max(figure["peak_mib"] for figure in runs)

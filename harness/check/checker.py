@@ -18,11 +18,11 @@ from __future__ import annotations
 
 import gc
 import heapq
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 
@@ -39,7 +39,8 @@ from harness.check.invariants import (
 )
 from harness.check.run_scope import scoped_export
 from harness.errors import HarnessError
-from harness.history import HistoryError, history_files
+from harness.history import HistoryError
+from harness.run.rundir import DEFAULT_MIN_ACKNOWLEDGED, RunDir, RunDirError, RunScope, RunSettings
 
 __all__ = ["DEFAULT_MIN_ACKNOWLEDGED", "PATHS", "VERDICTS", "CheckResult", "CheckerError",
            "ExportState", "HistoryFiles", "InvariantResult", "Violation", "check", "check_run",
@@ -51,9 +52,6 @@ EVIDENCE_OPERATIONS = 20
 EVIDENCE_FAULTS = 20
 EVIDENCE_PAYMENTS = 20
 DEAD_LETTERS_LISTED = 20
-# A run with nothing acknowledged proves nothing; one ok operation is the least
-# that does not depend on the run's length. Runners set more in settings.json.
-DEFAULT_MIN_ACKNOWLEDGED = 1
 VERDICTS = ("pass", "fail", "inconclusive")
 
 _LAYER_COUNTERS = {
@@ -93,37 +91,78 @@ class CheckerError(HarnessError):
     """The checker could not judge the run: missing or malformed input (exit 2)."""
 
 
-# A payment as kept in memory: (provider_ref, source, source_id, amount_cents, applied_at).
-Payment = tuple[str, Any, Any, Any, Any]
-# A message effect as kept: (message_id, order_id, outcome).
-Effect = tuple[str, Any, Any]
-# An exported order (harness.check.invariants.O_*): (id, scope, status, tenant, sku, quantity, amount).
-OrderRow = tuple[str, str, Any, Any, Any, Any, Any]
-# A valid dead-lettered payment message: (message_id, order_id, provider_ref, reason).
-DeadPayment = tuple[Any, Any, Any, str]
+class ExportOrder(NamedTuple):
+    """An `order` line, as kept (indexed by harness.check.invariants.O_*): its id, its
+    (tenant, key) scope (see scope_key; "" without a key) and what the order holds."""
+
+    id: str
+    scope: str
+    status: str | None
+    tenant: str
+    sku: str | None
+    quantity: int | None
+    amount_cents: int | None
+
+
+class ExportPayment(NamedTuple):
+    """A `payment` line, as kept under its order (indexed by harness.check.invariants.P_*)."""
+
+    provider_ref: str
+    source: str | None
+    source_id: str | None
+    amount_cents: int | None
+    applied_at: float | None
+    order_id: str
+
+
+class MessageEffect(NamedTuple):
+    """A `message_effect` line: one run of the message handler."""
+
+    message_id: str
+    order_id: str | None
+    outcome: str | None
+
+
+class InventoryLine(NamedTuple):
+    """An `inventory` line: stock left and all stock ever added, per SKU."""
+
+    sku: str
+    available: int
+    added_total: int
+
+
+class DeadLetter(NamedTuple):
+    """A `dead_letter` line: a stream entry the consumer parked, and why."""
+
+    message_id: str | None
+    order_id: str | None
+    provider_ref: str | None
+    reason: str
+    valid: bool
 
 
 class ExportState:
-    """The final state reduced to what the invariants read, in compact tuples:
-    at 10^5 orders, dicts per line would be most of the checker's memory."""
+    """The final state reduced to what the invariants read, one typed record per
+    line kind (named tuples: at 10^5 orders, dicts or dataclasses per line would be
+    most of the checker's memory)."""
 
     def __init__(self) -> None:
-        self.orders: dict[str, OrderRow] = {}
+        self.orders: dict[str, ExportOrder] = {}
         self.broken: list[str] = []
         self.order_by_scope: dict[str, str] = {}
         self.extra_orders_by_scope: dict[str, list[str]] = {}
         self.reserved: dict[str, int] = {}
-        self.payments: dict[str, list[Payment]] = {}
+        self.payments: dict[str, list[ExportPayment]] = {}
         self.payment_count = 0
-        self.effects: dict[str, list[Effect]] = {}
+        self.effects: dict[str, list[MessageEffect]] = {}
         # message ids whose handler said paid / already_paid: the app acknowledged them
         self.paid_messages: set[str] = set()
-        self.inventory: dict[str, dict[str, Any]] = {}
+        self.inventory: dict[str, InventoryLine] = {}
         self.dead_letters: set[str] = set()
         self.dead_letter_count = 0
         self.dead_letter_reasons: dict[str, int] = {}
         self.dead_letters_listed: list[dict[str, Any]] = []
-        self.valid_dead_letters: list[DeadPayment] = []
+        self.valid_dead_letters: list[DeadLetter] = []
         self.counters: dict[str, int] = {}
 
     def holds(self, order_id: str, provider_ref: str) -> bool:
@@ -134,10 +173,11 @@ class ExportState:
 
     def payments_of(self, order_ids: Iterable[str]) -> list[dict[str, Any]]:
         """The export lines of these orders' payments, for evidence."""
-        return [{"kind": "payment", "order_id": order_id, "provider_ref": ref, "amount_cents": amount,
-                 "source": source, "source_id": source_id, "applied_at": applied}
+        return [{"kind": "payment", "order_id": order_id, "provider_ref": payment.provider_ref,
+                 "amount_cents": payment.amount_cents, "source": payment.source,
+                 "source_id": payment.source_id, "applied_at": payment.applied_at}
                 for order_id in order_ids
-                for ref, source, source_id, amount, applied in self.payments.get(order_id, ())]
+                for payment in self.payments.get(order_id, ())]
 
     def dead_letter_summary(self) -> dict[str, Any]:
         """The result's `dead_letters`: how many, per reason, and the first ones as exported."""
@@ -152,22 +192,31 @@ def _require(record: dict[str, Any], *names: str) -> None:
             raise CheckerError(f"export {record.get('kind')} line lacks {name!r}: {record}")
 
 
+# Building a named tuple through tuple.__new__ skips the generated __new__'s Python
+# frame: a third of the cost of loading 10^5 orders.
+_new = tuple.__new__
+
+
 def load_export(records: Iterable[dict[str, Any]]) -> ExportState:
+    """Parse each export line once into its record (docs/internals.md, "State export")."""
     state = ExportState()
     # Few distinct tenants, statuses, skus, sources, outcomes: share one string object each.
     shared: dict[Any, Any] = {}
-    share = shared.setdefault
+    share: Callable[[Any, Any], Any] = shared.setdefault
     orders = state.orders
     payments = state.payments
+    new = _new
     for record in records:
         if not isinstance(record, dict):
             raise CheckerError(f"export line is not an object: {record!r}")
         get = record.get
         kind = get("kind")
+        # JSON fields are Any: str by the export's format, their presence checked here
+        order_id: Any
         if kind == "order":
             order_id = get("id")
             if order_id is None:
-                _require(record, "id")
+                raise CheckerError(f"export order line lacks 'id': {record}")
             if get("broken") is True:
                 state.broken.append(order_id)
                 continue
@@ -175,8 +224,8 @@ def load_export(records: Iterable[dict[str, Any]]) -> ExportState:
             tenant = share(get("tenant") or "default", get("tenant") or "default")
             scope = scope_key(tenant, key) if key else ""
             status, sku, quantity = get("status"), get("sku"), get("quantity")
-            orders[order_id] = (order_id, scope, share(status, status), tenant, share(sku, sku),
-                                quantity, get("amount_cents"))
+            orders[order_id] = new(ExportOrder, (order_id, scope, share(status, status), tenant,
+                                                 share(sku, sku), quantity, get("amount_cents")))
             if key:
                 first = state.order_by_scope.setdefault(scope, order_id)
                 if first != order_id:
@@ -184,7 +233,8 @@ def load_export(records: Iterable[dict[str, Any]]) -> ExportState:
             if sku is not None:
                 state.reserved[sku] = state.reserved.get(sku, 0) + int(quantity or 0)
         elif kind == "payment":
-            order_id, provider_ref = get("order_id"), get("provider_ref")
+            order_id = get("order_id")
+            provider_ref = get("provider_ref")
             if order_id is None or provider_ref is None:
                 _require(record, "order_id", "provider_ref")
             order = orders.get(order_id)
@@ -192,8 +242,8 @@ def load_export(records: Iterable[dict[str, Any]]) -> ExportState:
                 order_id = order[0]
             source = get("source")
             held = payments.get(order_id)
-            payment = (provider_ref, share(source, source), get("source_id"), get("amount_cents"),
-                       get("applied_at"))
+            payment = new(ExportPayment, (provider_ref, share(source, source), get("source_id"),
+                                          get("amount_cents"), get("applied_at"), order_id))
             if held is None:
                 payments[order_id] = [payment]
             else:
@@ -202,16 +252,17 @@ def load_export(records: Iterable[dict[str, Any]]) -> ExportState:
         elif kind == "message_effect":
             _require(record, "message_id")
             message_id = record["message_id"]
-            order = orders.get(get("order_id"))
+            effect_order: Any = get("order_id")
+            order = orders.get(effect_order)
             outcome = get("outcome")
-            state.effects.setdefault(message_id, []).append(
-                (message_id, order[0] if order is not None else get("order_id"),
-                 share(outcome, outcome)))
+            state.effects.setdefault(message_id, []).append(new(MessageEffect, (
+                message_id, order[0] if order is not None else effect_order, share(outcome, outcome))))
             if outcome in PAID_OUTCOMES:
                 state.paid_messages.add(message_id)
         elif kind == "inventory":
             _require(record, "sku", "available")
-            state.inventory[record["sku"]] = record
+            state.inventory[record["sku"]] = InventoryLine(
+                record["sku"], _int_field(record, "available"), _int_field(record, "added_total"))
         elif kind == "dead_letter":
             _dead_letter(state, record)
         elif kind == "counters":
@@ -222,18 +273,25 @@ def load_export(records: Iterable[dict[str, Any]]) -> ExportState:
     return state
 
 
+def _int_field(record: dict[str, Any], name: str) -> int:
+    value = record.get(name)
+    try:
+        return int(value or 0)
+    except (TypeError, ValueError):
+        raise CheckerError(f"export {record.get('kind')} line: {name} is not an integer: {record}") from None
+
+
 def _dead_letter(state: ExportState, record: dict[str, Any]) -> None:
-    message_id = record.get("message_id")
-    if message_id is not None:
-        state.dead_letters.add(message_id)
-    reason = str(record.get("reason") or "unknown")
+    letter = DeadLetter(record.get("message_id"), record.get("order_id"), record.get("provider_ref"),
+                        str(record.get("reason") or "unknown"), record.get("valid") is True)
+    if letter.message_id is not None:
+        state.dead_letters.add(letter.message_id)
     state.dead_letter_count += 1
-    state.dead_letter_reasons[reason] = state.dead_letter_reasons.get(reason, 0) + 1
+    state.dead_letter_reasons[letter.reason] = state.dead_letter_reasons.get(letter.reason, 0) + 1
     if len(state.dead_letters_listed) < DEAD_LETTERS_LISTED:
-        state.dead_letters_listed.append(dict(record))
-    if record.get("valid") is True:
-        state.valid_dead_letters.append(
-            (message_id, record.get("order_id"), record.get("provider_ref"), reason))
+        state.dead_letters_listed.append(dict(record))  # shown as exported, in result.json
+    if letter.valid:
+        state.valid_dead_letters.append(letter)
 
 
 @dataclass
@@ -303,6 +361,8 @@ class CheckResult:
     promised_paths: list[str] = field(default_factory=list)
     min_acknowledged: int = DEFAULT_MIN_ACKNOWLEDGED
     dead_letters: dict[str, Any] = field(default_factory=lambda: {"count": 0, "reasons": {}, "first": []})
+    # interrupted.json's marker when the run was stopped before its end (harness.run.rundir)
+    interrupted: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         # A result built the old way (valid only) still has a verdict.
@@ -328,7 +388,8 @@ class CheckResult:
                 "invariants": [result.to_dict() for result in self.invariants],
                 "paths": self.paths, "dead_letters": self.dead_letters,
                 "outcomes": self.outcomes, "jepsen": self.jepsen, "layers": self.layers,
-                "duplicates": self.duplicates, "counts": self.counts}
+                "duplicates": self.duplicates, "counts": self.counts,
+                **({"interrupted": self.interrupted} if self.interrupted is not None else {})}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> CheckResult:
@@ -343,7 +404,8 @@ class CheckResult:
                    inconclusive_reasons=list(data.get("inconclusive_reasons", [])),
                    paths=data.get("paths", {}), promised_paths=list(data.get("promised_paths", [])),
                    min_acknowledged=int(data.get("min_acknowledged", DEFAULT_MIN_ACKNOWLEDGED)),
-                   dead_letters=data.get("dead_letters") or {"count": 0, "reasons": {}, "first": []})
+                   dead_letters=data.get("dead_letters") or {"count": 0, "reasons": {}, "first": []},
+                   interrupted=data.get("interrupted") if isinstance(data.get("interrupted"), dict) else None)
 
 
 def read_pairs(paths: Iterable[Path]) -> Iterator[tuple[dict[str, Any], dict[str, Any]]]:
@@ -517,14 +579,15 @@ def _check(
     evidence = {**early.evidence(state, faults), **late.evidence(state, faults)}
 
     invariants = []
-    for name, title in INVARIANTS:
+    for registered in INVARIANTS:
+        name = registered.name
         violations = [
             Violation(invariant=name, order_id=finding.order_ids[0] if finding.order_ids else None,
                       message=finding.message, evidence=evidence[id(finding)], details=finding.details)
             for finding in findings.kept[name]
         ]
         count = findings.counts[name]
-        invariants.append(InvariantResult(name=name, title=title, passed=count == 0,
+        invariants.append(InvariantResult(name=name, title=registered.title, passed=count == 0,
                                           checked=findings.checked[name], violation_count=count,
                                           violations=violations))
     paths = _paths(state, index)
@@ -599,7 +662,7 @@ def _layers(counters: dict[str, int], index: HistoryIndex) -> dict[str, dict[str
 
 
 def _kept(findings: Findings) -> list[Finding]:
-    return [finding for name, _ in INVARIANTS for finding in findings.kept[name]]
+    return [finding for invariant in INVARIANTS for finding in findings.kept[invariant.name]]
 
 
 class EvidenceCollector:
@@ -634,7 +697,7 @@ class EvidenceCollector:
         """Offer an operation as its (invoke, completion) records; merged only when kept."""
         # Most operations touch nothing that failed: test that before allocating.
         get = invoke.get
-        order_id = get("order_id")
+        order_id: Any = get("order_id")
         if order_id is None:
             order_id = done.get("order_id")
         hits = self.by_order.get(order_id, ())
@@ -661,7 +724,7 @@ class EvidenceCollector:
                  faults: Sequence[dict[str, Any]]) -> dict[int, dict[str, list[dict[str, Any]]]]:
         """id(finding) -> its payments, operations (in invoke order) and faults in play."""
         evidence = {}
-        for finding, heap in zip(self.findings, self.heaps):
+        for finding, heap in zip(self.findings, self.heaps, strict=True):
             chosen = sorted(heap, key=lambda entry: (-entry[1], entry[2]))
             ops = [entry[3] for entry in chosen]
             evidence[id(finding)] = {
@@ -702,112 +765,48 @@ def _active_faults(ops: list[dict[str, Any]], faults: Sequence[dict[str, Any]]) 
     return active
 
 
-def _read_ndjson(path: Path, what: str) -> Iterator[dict[str, Any]]:
-    """The objects of an NDJSON file, streamed; a missing file or a bad line is a CheckerError."""
-    try:
-        handle = open(path, "rb")
-    except OSError as error:
-        raise CheckerError(f"{what} {path} is missing or unreadable: {error}") from error
-    loads = orjson.loads
-    number = 0
-    with handle:
-        for line in handle:
-            number += 1
-            try:
-                record = loads(line)
-            except orjson.JSONDecodeError as error:
-                if not line.strip():
-                    continue
-                raise CheckerError(f"{path}:{number}: {what} line is not JSON: {error}") from error
-            if type(record) is not dict:
-                raise CheckerError(f"{path}:{number}: {what} line is not an object")
-            yield record
-
-
 def read_export(path: Path) -> Iterator[dict[str, Any]]:
-    """The export's lines, streamed; a missing file or a bad line is a CheckerError."""
-    return _read_ndjson(path, "state export")
+    """The export's lines, streamed; a missing file or a bad line is a RunDirError."""
+    return RunDir(Path(path).parent).read_ndjson(Path(path), "state export")
 
 
 def read_final_reads(path: Path) -> Iterator[dict[str, Any]]:
     """`final_reads.ndjson`, streamed: one `{"order_id", "tenant", "status_code", "order"}` per line."""
-    return _final_reads(_read_ndjson(path, "final reads"))
+    return _final_reads(RunDir(Path(path).parent).read_ndjson(Path(path), "final reads"))
 
 
-def _read_jsonl(path: Path) -> list[dict[str, Any]]:
-    try:
-        lines = path.read_bytes().splitlines()
-        return [orjson.loads(line) for line in lines if line.strip()]
-    except (OSError, orjson.JSONDecodeError) as error:
-        raise CheckerError(f"{path} is unreadable: {error}") from error
-
-
-def _settings(path: Path) -> dict[str, Any]:
-    if not path.exists():
-        return {}
-    try:
-        settings = orjson.loads(path.read_bytes())
-    except (OSError, orjson.JSONDecodeError) as error:
-        raise CheckerError(f"{path} is unreadable: {error}") from error
-    return settings if isinstance(settings, dict) else {}
-
-
-def _judging_settings(settings: Mapping[str, Any]) -> tuple[list[str], int]:
-    """`promised_paths` (a list of path names) and `min_acknowledged` (an int >= 0) of settings.json."""
-    promised = settings.get("promised_paths") or []
-    if not isinstance(promised, list) or not all(isinstance(name, str) for name in promised):
-        raise CheckerError(f"settings.json: promised_paths must be a list of path names, not {promised!r}")
-    minimum = settings.get("min_acknowledged", DEFAULT_MIN_ACKNOWLEDGED)
-    if minimum is None:
-        minimum = DEFAULT_MIN_ACKNOWLEDGED
-    if isinstance(minimum, bool) or not isinstance(minimum, int) or minimum < 0:
-        raise CheckerError(f"settings.json: min_acknowledged must be an int >= 0, not {minimum!r}")
-    return promised, minimum
-
-
-def _scoped(run_dir: Path, export: Iterator[dict[str, Any]], scope: Any,
+def _scoped(run_dir: RunDir, export: Iterator[dict[str, Any]], scope: RunScope | None,
             dropped: set[Any]) -> Iterable[dict[str, Any]]:
     """The export narrowed to this run on a reused stack (harness.check.run_scope); the
     older orders it leaves out go to `dropped`."""
-    if not scope:
+    if scope is None:
         return export
-    if not isinstance(scope, dict) or not scope.get("baseline"):
-        raise CheckerError(
-            f"{run_dir}/settings.json has a scope without a baseline ({scope!r}): runs on a reused "
-            "stack are scoped by the export saved before the load, not by clocks; re-run it")
-    baseline = list(_read_ndjson(run_dir / str(scope["baseline"]), "baseline export"))
-    return scoped_export(export, baseline, counters_before=scope.get("counters_before"), dropped=dropped)
+    baseline = list(run_dir.read_ndjson(run_dir.scope_file(scope), "baseline export"))
+    return scoped_export(export, baseline, counters_before=scope.counters_before, dropped=dropped)
 
 
-def check_run(run_dir: Path) -> CheckResult:
-    """Check a run directory: histories/*.jsonl, export.ndjson, faults.jsonl, settings.json,
-    final_reads.ndjson and, on a reused stack, the baseline export settings.json names."""
-    run_dir = Path(run_dir)
-    export_path = run_dir / "export.ndjson"
-    if not export_path.is_file():
-        raise CheckerError(f"{run_dir} has no state export (export.ndjson); the run did not finish")
-    histories = run_dir / "histories"
-    if not histories.is_dir():
-        raise CheckerError(f"{run_dir} has no histories/ directory")
-    faults_path = run_dir / "faults.jsonl"
-    faults = _read_jsonl(faults_path) if faults_path.exists() else []
-    reads_path = run_dir / "final_reads.ndjson"
-    reads = read_final_reads(reads_path) if reads_path.exists() else iter(())
-    settings = _settings(run_dir / "settings.json")
-    unsafe = settings.get("unsafe_disable") or []
-    if isinstance(unsafe, str):
-        unsafe = [part.strip() for part in unsafe.split(",") if part.strip()]
-    promised, minimum = _judging_settings(settings)
+def check_run(run_dir: Path | RunDir) -> CheckResult:
+    """Check a run directory (harness.run.rundir): its histories, export, fault log,
+    settings, final reads and, on a reused stack, the baseline export settings name."""
+    run = run_dir if isinstance(run_dir, RunDir) else RunDir(Path(run_dir))
+    if not run.export.is_file():
+        raise CheckerError(f"{run.path} has no state export ({run.export.name}); the run did not finish")
+    if not run.histories.is_dir():
+        raise CheckerError(f"{run.path} has no {run.histories.name}/ directory")
     try:
+        faults = run.read_faults()
+        settings = run.read_settings() or RunSettings(run_id=run.name, scenario="")
+        reads = read_final_reads(run.final_reads) if run.final_reads.exists() else iter(())
         dropped: set[Any] = set()
-        export = _scoped(run_dir, read_export(export_path), settings.get("scope"), dropped)
+        export = _scoped(run, read_export(run.export), settings.scope, dropped)
         # Read lazily, after the export is loaded: an older order the scope left out
         # is not the run's to judge, so neither is its final read.
         reads = (read for read in reads if read.get("order_id") not in dropped)
-        return check(HistoryFiles(history_files(histories)), export, faults,
-                     run_id=str(settings.get("run_id") or run_dir.name),
-                     scenario=str(settings.get("scenario") or ""),
-                     unsafe_disable=list(unsafe), final_reads=reads,
-                     promised_paths=promised, min_acknowledged=minimum)
+        return check(HistoryFiles(run.history_files()), export, faults,
+                     run_id=settings.run_id or run.name, scenario=settings.scenario,
+                     unsafe_disable=settings.unsafe_disable, final_reads=reads,
+                     promised_paths=settings.promised_paths, min_acknowledged=settings.min_acknowledged)
     except HistoryError as error:
-        raise CheckerError(f"history of {run_dir} is unreadable: {error}") from error
+        raise CheckerError(f"history of {run.path} is unreadable: {error}") from error
+    except RunDirError as error:
+        raise CheckerError(str(error)) from error

@@ -27,7 +27,6 @@ import requests
 
 from harness.errors import HarnessError
 
-FINAL_READS_FILE = "final_reads.ndjson"
 READ_THREADS = 8
 READ_ATTEMPTS = 3
 READ_TIMEOUT = 5.0

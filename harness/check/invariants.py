@@ -1,7 +1,7 @@
 """The history folded into compact per-subject records, and the invariants.
 
-Memory must grow with the number of orders, not of operations (DESIGN.md, Scale):
-the export (harness.check.checker.ExportState, proportional to orders) is loaded first,
+Memory must grow with the number of orders, not of operations (a run of 10^6
+operations is checked in the memory of its orders; docs/checker.md): the export (harness.check.checker.ExportState, proportional to orders) is loaded first,
 then the history is streamed once and folded into small records: attempt flags
 per (order, provider_ref), the ok order ids per idempotency key, one int per key
 for its original and replayed answers, one int per key for the bodies sent under it.
@@ -9,39 +9,39 @@ No operation is kept; what a single operation proves wrong on its own (an answer
 that contradicts its request) is a finding at once, and evidence is gathered
 afterwards, in a second pass, for the failing subjects only.
 
-The export's rows are plain tuples indexed by the `O_*` / `P_*` constants below:
-10^5 orders as dataclasses would cost several times the memory and the time.
+The export's rows are named tuples (harness.check.checker.ExportOrder, ExportPayment),
+indexed in the hot loops by the `O_*` / `P_*` constants below: 10^5 orders as
+dataclasses would cost several times the memory and the time.
+
+`INVARIANTS`, at the end of the module, is the registry: each invariant's name,
+title, phase and the rules that evaluate it, in the order results are listed.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 if TYPE_CHECKING:
     from harness.check.checker import ExportState
 
-INVARIANTS: tuple[tuple[str, str], ...] = (
-    ("one_payment_per_order", "One payment per order"),
-    ("no_lost_acknowledgement", "No lost acknowledgement"),
-    ("nothing_unexpected", "Nothing unexpected"),
-    ("one_order_per_key", "One order per idempotency key"),
-    ("replay_fidelity", "Replay fidelity"),
-    ("inventory_conservation", "Inventory conservation"),
-    ("message_effects_once", "Message effects once"),
-    ("answers_match_requests", "Answers match requests"),
-    ("payment_amount_matches_order", "Payment amount matches the order"),
-    ("tenant_isolation", "Tenant isolation"),
-    ("no_parked_payment", "No parked payment"),
-    ("final_reads_agree", "Final reads agree with the export"),
-)
-
 # An exported order row: (id, scope, status, tenant, sku, quantity, amount_cents). An
 # order the export lists as broken has no row, only its id in `ExportState.broken`.
-O_ID, O_SCOPE, O_STATUS, O_TENANT, O_SKU, O_QUANTITY, O_AMOUNT = range(7)
+# (Final literals: mypy then knows each field's type at a constant index.)
+O_ID: Final = 0
+O_SCOPE: Final = 1
+O_STATUS: Final = 2
+O_TENANT: Final = 3
+O_SKU: Final = 4
+O_QUANTITY: Final = 5
+O_AMOUNT: Final = 6
 # An exported payment row: (provider_ref, source, source_id, amount_cents, applied_at).
-P_REF, P_SOURCE, P_SOURCE_ID, P_AMOUNT, P_APPLIED = range(5)
+P_REF: Final = 0
+P_SOURCE: Final = 1
+P_SOURCE_ID: Final = 2
+P_AMOUNT: Final = 3
+P_APPLIED: Final = 4
 
 # Attempt flags per (order_id, provider_ref): which entry point tried it, and how
 # the server answered. One small int per pair instead of a list of operations.
@@ -120,9 +120,9 @@ class Findings:
 
     def __init__(self, cap: int) -> None:
         self.cap = cap
-        self.kept: dict[str, list[Finding]] = {name: [] for name, _ in INVARIANTS}
-        self.counts: dict[str, int] = {name: 0 for name, _ in INVARIANTS}
-        self.checked: dict[str, int] = {name: 0 for name, _ in INVARIANTS}
+        self.kept: dict[str, list[Finding]] = {invariant.name: [] for invariant in INVARIANTS}
+        self.counts: dict[str, int] = {invariant.name: 0 for invariant in INVARIANTS}
+        self.checked: dict[str, int] = {invariant.name: 0 for invariant in INVARIANTS}
 
     def add(self, finding: Finding) -> None:
         self.counts[finding.invariant] += 1
@@ -238,6 +238,7 @@ class HistoryIndex:
                 kind = answered("type")
             status = answered("status")
             replayed = answered("replayed")
+            tally: tuple[Any, ...]
             if kind == "ok":
                 tally = (name, kind, expect, status, replayed, None)
                 answer = answered("answer")
@@ -248,7 +249,8 @@ class HistoryIndex:
                          answered("problem_type") if kind == "fail" else None)
                 answer = None
             tallies[tally] = tallies.get(tally, 0) + 1
-            order_id = get("order_id")
+            # A JSON field: a str by the history's format (docs/internals.md), or absent.
+            order_id: Any = get("order_id")
             if order_id is None:
                 order_id = answered("order_id")  # a create learns its order from the answer
 
@@ -332,7 +334,7 @@ class HistoryIndex:
                 seen = bodies.get(scope)
                 if seen is None:
                     bodies[scope] = print_hash | 1 if kind == "ok" else print_hash
-                elif type(seen) is int:
+                elif isinstance(seen, int):
                     if seen & -2 == print_hash:
                         if kind == "ok" and not seen & 1:
                             bodies[scope] = seen | 1
@@ -607,26 +609,18 @@ def _codes(value: int | set[int] | None) -> set[int]:
 # -- evaluation ------------------------------------------------------------------------
 
 def evaluate_export(export: ExportState, findings: Findings) -> None:
-    """The invariants the export alone decides: known before the history is read."""
-    one_payment_per_order(export, findings)
-    orders_per_key_in_export(export, findings)
-    inventory_conservation(export, findings)
-    message_effects_once(export, findings)
-    payment_amount_matches_order(export, findings)
-    broken_orders(export, findings)
+    """The invariants' rules the export alone decides: known before the history is read."""
+    for invariant in INVARIANTS:
+        for rule in invariant.export_rules:
+            rule(export, findings)
 
 
 def evaluate_history(export: ExportState, index: HistoryIndex, findings: Findings,
                      final_reads: Iterable[dict[str, Any]] = ()) -> None:
-    """The invariants that need the folded history (and the final reads)."""
-    no_lost_acknowledgement(export, index, findings)
-    nothing_unexpected(export, index, findings)
-    one_order_per_key(export, index, findings)
-    replay_fidelity(index, findings)
-    honest_retries_accepted(index, findings)
-    tenant_isolation(export, index, findings)
-    no_parked_payment(export, index, findings)
-    final_reads_agree(export, index, findings, final_reads)
+    """The invariants' rules that need the folded history (and the final reads)."""
+    for invariant in INVARIANTS:
+        for rule in invariant.history_rules:
+            rule(export, index, findings, final_reads)
 
 
 def one_payment_per_order(export: ExportState, findings: Findings) -> None:
@@ -724,9 +718,9 @@ def nothing_unexpected(export: ExportState, index: HistoryIndex, findings: Findi
     findings.checked[name] += export.payment_count
     pairs = index.pairs
     for order_id, payments in export.payments.items():
-        for provider_ref, source, source_id, _amount, _applied in payments:
+        for provider_ref, source, source_id, *_rest in payments:
             flags = pairs.get((order_id, provider_ref), 0)
-            rule = SOURCES.get(source)
+            rule = SOURCES.get(source) if source is not None else None
             if rule is None:
                 reason = f"has unknown source {source!r}"
             else:
@@ -876,7 +870,7 @@ def no_parked_payment(export: ExportState, index: HistoryIndex, findings: Findin
     own id is a violation on its own.
     """
     name = "no_parked_payment"
-    for message_id, order_id, provider_ref, reason in export.valid_dead_letters:
+    for message_id, order_id, provider_ref, reason, _valid in export.valid_dead_letters:
         findings.checked[name] += 1
         handled = message_id in export.effects
         held_payment = order_id is not None and provider_ref is not None and export.holds(
@@ -912,7 +906,7 @@ def final_reads_agree(export: ExportState, index: HistoryIndex, findings: Findin
     created: set[str] | None = None
     for read in final_reads:
         findings.checked[name] += 1
-        order_id = read.get("order_id")
+        order_id: Any = read.get("order_id")
         tenant = read.get("tenant") or DEFAULT_TENANT
         code = read.get("status_code")
         row = export.orders.get(order_id)
@@ -985,8 +979,7 @@ def inventory_conservation(export: ExportState, findings: Findings) -> None:
             findings.add(Finding(name, f"orders reserve {reserved} of {sku}, which has no inventory line",
                                  details={"sku": sku, "reserved": reserved}))
             continue
-        added = int(line.get("added_total") or 0)
-        available = int(line["available"])
+        added, available = line.added_total, line.available
         expected = added - reserved
         if available == expected and available >= 0:
             continue
@@ -1021,3 +1014,81 @@ def jepsen_counts(export: ExportState, index: HistoryIndex, findings: Findings) 
             "unexpected": findings.counts["nothing_unexpected"],
             "recovered": elements["recovered"],
             "indeterminate_absent": elements["indeterminate_absent"]}
+
+
+# -- the registry ------------------------------------------------------------------------
+
+ExportRule = Callable[["ExportState", Findings], None]
+HistoryRule = Callable[["ExportState", HistoryIndex, Findings, Iterable[dict[str, Any]]], None]
+Phase = Literal["export", "history"]
+
+
+@dataclass(frozen=True)
+class Invariant:
+    """One invariant: its name (result.json, junit), its title (the report), its phase
+    and the rules that evaluate it.
+
+    `phase` is `export` when the export alone decides it (its findings are known
+    before the history streams by, so their evidence is gathered in that one pass),
+    `history` when it needs the folded history. `export_rules` run before the
+    history is read, `history_rules` after; `HistoryIndex` also records findings of
+    `answers_match_requests`, `tenant_isolation` and `one_order_per_key` while it
+    streams (what one operation proves wrong on its own).
+    """
+
+    name: str
+    title: str
+    phase: Phase
+    export_rules: tuple[ExportRule, ...] = ()
+    history_rules: tuple[HistoryRule, ...] = ()
+
+
+def _index_only(rule: Callable[[HistoryIndex, Findings], None]) -> HistoryRule:
+    def evaluate(_export: ExportState, index: HistoryIndex, findings: Findings,
+                 _reads: Iterable[dict[str, Any]]) -> None:
+        rule(index, findings)
+    return evaluate
+
+
+def _without_reads(rule: Callable[[ExportState, HistoryIndex, Findings], None]) -> HistoryRule:
+    def evaluate(export: ExportState, index: HistoryIndex, findings: Findings,
+                 _reads: Iterable[dict[str, Any]]) -> None:
+        rule(export, index, findings)
+    return evaluate
+
+
+INVARIANTS: tuple[Invariant, ...] = (
+    Invariant("one_payment_per_order", "One payment per order", "export",
+              export_rules=(one_payment_per_order,)),
+    Invariant("no_lost_acknowledgement", "No lost acknowledgement", "history",
+              history_rules=(_without_reads(no_lost_acknowledgement),)),
+    Invariant("nothing_unexpected", "Nothing unexpected", "history",
+              history_rules=(_without_reads(nothing_unexpected),)),
+    Invariant("one_order_per_key", "One order per idempotency key", "history",
+              export_rules=(orders_per_key_in_export,), history_rules=(_without_reads(one_order_per_key),)),
+    Invariant("replay_fidelity", "Replay fidelity", "history",
+              history_rules=(_index_only(replay_fidelity),)),
+    Invariant("inventory_conservation", "Inventory conservation", "export",
+              export_rules=(inventory_conservation,)),
+    Invariant("message_effects_once", "Message effects once", "export",
+              export_rules=(message_effects_once,)),
+    Invariant("answers_match_requests", "Answers match requests", "history",
+              history_rules=(_index_only(honest_retries_accepted),)),
+    Invariant("payment_amount_matches_order", "Payment amount matches the order", "export",
+              export_rules=(payment_amount_matches_order,)),
+    Invariant("tenant_isolation", "Tenant isolation", "history",
+              history_rules=(_without_reads(tenant_isolation),)),
+    Invariant("no_parked_payment", "No parked payment", "history",
+              history_rules=(_without_reads(no_parked_payment),)),
+    Invariant("final_reads_agree", "Final reads agree with the export", "history",
+              export_rules=(broken_orders,), history_rules=(final_reads_agree,)),
+)
+INVARIANT_NAMES: tuple[str, ...] = tuple(invariant.name for invariant in INVARIANTS)
+
+
+def invariant_title(name: str) -> str:
+    """The registered title of an invariant; the name itself for one this version lacks."""
+    for invariant in INVARIANTS:
+        if invariant.name == name:
+            return invariant.title
+    return name

@@ -6,9 +6,10 @@ files and HTTP responses, so any string may hold markup.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from html import escape
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 
@@ -239,43 +240,102 @@ def faults_table(faults: Sequence[Mapping[str, Any]], start: float | None) -> st
     return _table(header, rows)
 
 
+class ViolationView(Protocol):
+    """A violation as the report shows it (harness.check.checker.Violation is one)."""
+
+    @property
+    def message(self) -> str: ...
+    @property
+    def details(self) -> Mapping[str, Any]: ...
+    @property
+    def evidence(self) -> Mapping[str, Any]: ...
+
+
+class InvariantView(Protocol):
+    """An invariant's outcome as the report shows it (InvariantResult is one)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def title(self) -> str: ...
+    @property
+    def passed(self) -> bool: ...
+    @property
+    def violation_count(self) -> int: ...
+    @property
+    def violations(self) -> Sequence[ViolationView]: ...
+
+
+@dataclass(frozen=True)
+class _Violation:
+    message: str
+    details: Mapping[str, Any]
+    evidence: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class _Invariant:
+    name: str
+    title: str
+    passed: bool
+    violation_count: int
+    violations: Sequence[_Violation]
+
+
 def violations_section(result: Mapping[str, Any], start: float, *, open_first: int = 3) -> str:
+    """`invariant_violations` for a result document read from JSON (the probe's)."""
+    invariants = []
+    for inv in result.get("invariants") or []:
+        violations = [_Violation(str(v.get("message") or "violation"), _mapping(v.get("details")),
+                                 _mapping(v.get("evidence")))
+                      for v in inv.get("violations") or [] if isinstance(v, Mapping)]
+        total = inv.get("violation_count", len(violations))
+        name = str(inv.get("name", "?"))
+        invariants.append(_Invariant(name, str(inv.get("title") or name), bool(inv.get("passed", False)),
+                                     total if isinstance(total, int) else len(violations), violations))
+    return invariant_violations(invariants, start, open_first=open_first)
+
+
+def _mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def invariant_violations(invariants: Sequence[InvariantView], start: float, *, open_first: int = 3) -> str:
     """Each failed invariant's violations with their evidence; the first few unfolded."""
-    failed = [inv for inv in result.get("invariants") or [] if not inv.get("passed", False)]
+    failed = [inv for inv in invariants if not inv.passed]
     if not failed:
         return "<h2>Violations</h2><p class='note'>No violations: every invariant held.</p>"
     parts = ["<h2>Violations</h2>"]
     for inv in failed:
-        name = str(inv.get("name", "?"))
-        violations = inv.get("violations") or []
-        total = inv.get("violation_count", len(violations))
-        parts.append(f"<h3 id='inv-{escape(name)}'>{escape(str(inv.get('title') or name))} "
-                     f"<span class='mono note'>{escape(name)}</span> · "
-                     f"{escape(_plural(total, 'violation'))}</h3>")
+        violations = inv.violations
+        total = inv.violation_count
+        parts.append(f"<h3 id='inv-{escape(inv.name)}'>{escape(inv.title or inv.name)} "
+                     f"<span class='mono note'>{escape(inv.name)}</span> · "
+                     f"{escape(plural(total, 'violation'))}</h3>")
         for index, violation in enumerate(violations):
             parts.append(_violation(violation, start, open_=index < open_first))
-        if isinstance(total, int) and total > len(violations):
+        if total > len(violations):
             parts.append(f"<p class='note'>{total - len(violations)} more not listed "
                          "(the checker keeps the first ones).</p>")
     return "".join(parts)
 
 
-def _violation(violation: Mapping[str, Any], start: float, *, open_: bool) -> str:
-    evidence = violation.get("evidence") or {}
+def _violation(violation: ViolationView, start: float, *, open_: bool) -> str:
+    evidence = violation.evidence
     sections = []
-    details = violation.get("details")
-    if isinstance(details, Mapping) and details:
+    details = violation.details
+    if details:
         pairs = " · ".join(f"<span class='note'>{escape(str(k))}</span> "
                            f"{format_cell(str(k), v, start)}" for k, v in details.items())
         sections.append(f"<p class='details'>{pairs}</p>")
-    renderers = {
+    renderers: dict[str, Callable[[Sequence[Mapping[str, Any]], float | None], str]] = {
         "operations": operations_table,
         "faults": faults_table,
         "payments": lambda rows, start: records_table(
             rows, ("order_id", "provider_ref", "amount_cents", "source", "source_id",
                    "applied_at"), start=start, hidden=("kind",)),
     }
-    for key, value in evidence.items() if isinstance(evidence, Mapping) else []:
+    for key, value in evidence.items():
         title = f"<h4 style='margin:10px 0 4px'>{escape(str(key))}</h4>"
         if isinstance(value, list) and value:
             rows = [v if isinstance(v, Mapping) else {"value": v} for v in value]
@@ -290,9 +350,10 @@ def _violation(violation: Mapping[str, Any], start: float, *, open_: bool) -> st
         else:
             sections.append(title + format_cell(str(key), value, start))
     return (f"<details class='violation'{' open' if open_ else ''}>"
-            f"<summary>{escape(str(violation.get('message') or 'violation'))}</summary>"
+            f"<summary>{escape(violation.message or 'violation')}</summary>"
             f"<div>{''.join(sections)}</div></details>")
 
 
-def _plural(count: Any, noun: str) -> str:
+def plural(count: Any, noun: str) -> str:
+    """`1 fault`, `2 faults`."""
     return f"{count} {noun}{'' if count == 1 else 's'}"

@@ -122,7 +122,7 @@ def _y_grid(ticks: Sequence[float], sy: Callable[[float], float], left: float,
 def _legend(entries: Sequence[tuple[str, str]], y: int) -> list[str]:
     """Legend chips right-aligned on the title row (widths estimated from text length)."""
     parts: list[str] = []
-    x = WIDTH - 16
+    x: float = WIDTH - 16
     for name, color in reversed(entries):
         text_width = 7.2 * len(name)
         x -= text_width + 34
@@ -189,7 +189,7 @@ def line_chart(
 
     parts = _open_svg(plot_id, title, height)
     parts += _legend([(s.name, s.color) for s in series], 22 + drop)
-    for window, lane in zip(ordered, lanes):
+    for window, lane in zip(ordered, lanes, strict=True):
         x0, x1 = sx(window.start), sx(window.end)
         width = max(x1 - x0, 2.0)
         tooltip = f"{window.label}: {window.start:.1f}–{window.end:.1f} s {window.detail}".strip()

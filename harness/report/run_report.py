@@ -1,7 +1,9 @@
 """The verdict on disk: result.json, junit.xml and a self-contained report.html.
 
-The check result (format in docs/internals.md, "Check result") says what held;
-the run directory's histories and fault log say what the run looked like. The
+The typed check result (harness.check.checker.CheckResult; its JSON in
+docs/internals.md, "Check result") says what held; the run directory's histories,
+fault log and settings (read through harness.run.rundir) say what the run looked
+like. Invariant titles come from the result, which takes them from the registry. The
 history is streamed once into per-second buckets (`harness.report.series`), so a
 long run costs memory per second of run time, not per operation.
 """
@@ -9,24 +11,24 @@ long run costs memory per second of run time, not per operation.
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from html import escape
 from pathlib import Path
 from typing import Any
 
-import orjson
-
-from harness.history import HistoryError, history_files, iter_operations
+from harness.check.checker import CheckResult
+from harness.check.invariants import invariant_title
+from harness.history import HistoryError, iter_operations
 from harness.report.html import (
     badge,
     card_table,
     faults_table,
+    invariant_violations,
     page,
-    violations_section,
+    plural,
 )
-from harness.report.junit import verdict_of, write_junit
+from harness.report.junit import write_check_junit
 from harness.report.matrix import MatrixCell, format_matrix_table, write_matrix_report
 from harness.report.plots import (
     FaultWindow,
@@ -37,6 +39,7 @@ from harness.report.plots import (
     stacked_bar_chart,
 )
 from harness.report.series import RunSeries, build_series, percentile
+from harness.run.rundir import RunDir, RunDirError, RunSettings
 
 __all__ = [
     "MatrixCell",
@@ -66,76 +69,61 @@ class ReportPaths:
     report_html: Path
 
 
-def write_reports(run_dir: Path, result: dict) -> ReportPaths:
-    """Write the three report files into `run_dir` and return their paths."""
-    run_dir = Path(run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    paths = ReportPaths(run_dir / "result.json", run_dir / "junit.xml", run_dir / "report.html")
-    _write_atomic(paths.result_json, orjson.dumps(
-        result, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS | orjson.OPT_APPEND_NEWLINE))
-    write_junit(paths.junit_xml, result)
-    faults = read_faults(run_dir / "faults.jsonl")
-    settings = _read_json(run_dir / "settings.json")
+def write_reports(run_dir: Path | RunDir, result: CheckResult) -> ReportPaths:
+    """Write result.json, junit.xml and report.html into the run directory; their paths."""
+    run = run_dir if isinstance(run_dir, RunDir) else RunDir(Path(run_dir))
+    run.path.mkdir(parents=True, exist_ok=True)
+    paths = ReportPaths(run.result, run.junit, run.report)
+    run.write_result(result.to_dict())
+    write_check_junit(paths.junit_xml, result)
+    faults = run.read_faults(strict=False)
+    try:
+        settings = run.read_settings()
+    except RunDirError:
+        settings = None  # the report is best effort; the checker said what was wrong
     history_error = None
     try:
-        series = build_series(iter_operations(history_files(run_dir / "histories")))
+        series = build_series(iter_operations(run.history_files()))
     except (HistoryError, OSError) as error:
         series, history_error = RunSeries(), str(error)
     html = render_report(result, series, faults, settings=settings, history_error=history_error)
-    _write_atomic(paths.report_html, html.encode("utf-8", "replace"))
+    run.write_text(paths.report_html, html)
     return paths
 
 
-def summary_line(result: dict, report_html: Path) -> str:
+def summary_line(result: CheckResult, report_html: Path) -> str:
     """The one-line verdict for the terminal."""
-    invariants = result.get("invariants") or []
-    counts = result.get("counts") or {}
-    failed = [inv for inv in invariants if not inv.get("passed", False)]
-    interrupted = result.get("interrupted")
-    if isinstance(interrupted, Mapping):
+    invariants = result.invariants
+    counts = result.counts
+    failed = [inv for inv in invariants if not inv.passed]
+    interrupted = result.interrupted
+    if interrupted is not None:
         # A partial run: whatever the invariants say, it is not a verdict on the app.
         return (f"INTERRUPTED ({interrupted.get('signal') or 'killed'} during "
                 f"{interrupted.get('phase') or 'the run'}): the recorded part "
-                f"{'held every invariant' if not failed else 'violated ' + ', '.join(str(i.get('name')) for i in failed)}"
+                f"{'held every invariant' if not failed else 'violated ' + ', '.join(i.name for i in failed)}"
                 f" — report: {report_html}")
-    if verdict_of(result) == "inconclusive" and not failed:
-        reasons = "; ".join(map(str, result.get("inconclusive_reasons") or [])) or "no reason given"
+    if result.verdict == "inconclusive" and not failed:
+        reasons = "; ".join(result.inconclusive_reasons) or "no reason given"
         return f"INCONCLUSIVE: no invariant was violated, but {reasons} — report: {report_html}"
-    if result.get("valid") and not failed:
+    if result.valid and not failed:
         detail = (f"all {len(invariants)} invariants held "
-                  f"({_plural(counts.get('operations', 0), 'operation')}, "
-                  f"{_plural(counts.get('faults', 0), 'fault')})")
+                  f"({plural(counts.get('operations', 0), 'operation')}, "
+                  f"{plural(counts.get('faults', 0), 'fault')})")
         return f"PASS: {detail} — report: {report_html}"
     if failed:
-        detail = ", ".join(
-            f"{inv.get('name', '?')} ({_plural(inv.get('violation_count', 0), 'violation')})"
-            for inv in failed)
+        detail = ", ".join(f"{inv.name} ({plural(inv.violation_count, 'violation')})" for inv in failed)
     else:
         detail = "the result is marked invalid"
     return f"FAIL: {detail} — report: {report_html}"
 
 
-def read_faults(path: Path) -> list[dict[str, Any]]:
-    """The fault log; unreadable lines are skipped because the report is best-effort."""
-    if not path.is_file():
-        return []
-    faults = []
-    for line in path.read_bytes().splitlines():
-        try:
-            record = orjson.loads(line)
-        except orjson.JSONDecodeError:
-            continue
-        if isinstance(record, dict):
-            faults.append(record)
-    return faults
-
-
 def render_report(
-    result: Mapping[str, Any],
+    result: CheckResult,
     series: RunSeries,
     faults: Sequence[Mapping[str, Any]],
     *,
-    settings: Mapping[str, Any] | None = None,
+    settings: RunSettings | None = None,
     history_error: str | None = None,
 ) -> str:
     """The whole report page as one HTML string."""
@@ -144,10 +132,10 @@ def render_report(
     start = math.floor(min(starts)) if starts else 0
     duration = max(max(ends, default=start) - start, 0.0)
     windows = [_window(f, start, duration) for f in faults if _num(f.get("start")) is not None]
-    run_id = str(result.get("run_id") or "run")
+    run_id = result.run_id or "run"
     body = [
         f"<h1>Idempotency chaos report · <span class='mono'>{escape(run_id)}</span></h1>",
-        _verdict(result, settings or {}, duration, len(faults)),
+        _verdict(result, settings, duration, len(faults)),
         _invariants(result),
     ]
     if history_error:
@@ -163,43 +151,42 @@ def render_report(
     body.append(_dead_letters(result))
     body.append(_jepsen(result))
     body.append(_duplicates(result))
-    body.append(violations_section(result, start))
-    return page(f"{verdict_of(result).upper()} · {run_id}", "".join(body))
+    body.append(invariant_violations(result.invariants, start))
+    return page(f"{result.verdict.upper()} · {run_id}", "".join(body))
 
 
-def _verdict(result: Mapping[str, Any], settings: Mapping[str, Any], duration: float,
-             fault_count: int) -> str:
-    verdict = verdict_of(result)
-    invariants = result.get("invariants") or []
-    failed = [inv for inv in invariants if not inv.get("passed", False)]
-    counts = result.get("counts") or {}
+def _verdict(result: CheckResult, settings: RunSettings | None, duration: float, fault_count: int) -> str:
+    verdict = result.verdict
+    invariants = result.invariants
+    failed = [inv for inv in invariants if not inv.passed]
+    counts = result.counts
     if verdict == "pass":
         headline = f"all {len(invariants)} invariants held"
     elif verdict == "inconclusive":
         headline = (f"all {len(invariants)} invariants held, but the run proved too little: "
-                    + "; ".join(map(str, result.get("inconclusive_reasons") or [])))
+                    + "; ".join(result.inconclusive_reasons))
     else:
         headline = f"{len(failed)} of {len(invariants)} invariants violated"
         if failed:
-            headline += ": " + ", ".join(str(inv.get("name", "?")) for inv in failed)
-    interrupted = result.get("interrupted")
-    if isinstance(interrupted, Mapping):
+            headline += ": " + ", ".join(inv.name for inv in failed)
+    interrupted = result.interrupted
+    if interrupted is not None:
         headline = (f"INTERRUPTED by {interrupted.get('signal') or 'a kill'} during "
                     f"{interrupted.get('phase') or 'the run'}; this judges only what was "
                     f"recorded before: {headline}")
-    facts: list[tuple[str, str]] = [("scenario", str(result.get("scenario") or "–"))]
-    unsafe = result.get("unsafe_disable") or []
-    if unsafe:
-        facts.append(("unsafe_disable (mutant)", ", ".join(map(str, unsafe))))
+    facts: list[tuple[str, str]] = [("scenario", result.scenario or "–")]
+    if result.unsafe_disable:
+        facts.append(("unsafe_disable (mutant)", ", ".join(result.unsafe_disable)))
     facts.append(("duration", f"{duration:.1f} s"))
     facts.append(("operations", _count(counts.get("operations", 0))))
     facts.append(("faults", str(counts.get("faults", fault_count))))
     for key in ("orders", "payments"):
         if key in counts:
             facts.append((key, _count(counts[key])))
-    for key in ("users", "seed"):
-        if settings.get(key) is not None:
-            facts.append((key, str(settings[key])))
+    if settings is not None and settings.users is not None:
+        facts.append(("users", str(settings.users)))
+    if settings is not None and settings.seed is not None:
+        facts.append(("seed", str(settings.seed)))
     items = "".join(
         f"<div><dt>{escape(k)}</dt><dd>"
         + (f"<span class='mutant'>{escape(v)}</span>" if k.startswith("unsafe") else escape(v))
@@ -213,20 +200,20 @@ def _verdict(result: Mapping[str, Any], settings: Mapping[str, Any], duration: f
     )
 
 
-def _invariants(result: Mapping[str, Any]) -> str:
+def _invariants(result: CheckResult) -> str:
     rows = []
-    for inv in result.get("invariants") or []:
-        name = str(inv.get("name", "?"))
-        passed = bool(inv.get("passed", False))
-        count = inv.get("violation_count", 0)
-        link = escape(name) if passed else f"<a href='#inv-{escape(name)}'>{escape(name)}</a>"
+    for inv in result.invariants:
+        name = inv.name
+        # The registry's title; a result.json of another version keeps its own.
+        title = inv.title or invariant_title(name)
+        link = escape(name) if inv.passed else f"<a href='#inv-{escape(name)}'>{escape(name)}</a>"
         rows.append(
-            f"<tr class='{'passed' if passed else 'failed'}' data-invariant='{escape(name)}'>"
-            f"<td>{badge('PASS', 'pass') if passed else badge('FAIL', 'fail')}</td>"
-            f"<td><strong>{escape(str(inv.get('title') or name))}</strong><br>"
+            f"<tr class='{'passed' if inv.passed else 'failed'}' data-invariant='{escape(name)}'>"
+            f"<td>{badge('PASS', 'pass') if inv.passed else badge('FAIL', 'fail')}</td>"
+            f"<td><strong>{escape(title)}</strong><br>"
             f"<span class='mono note'>{link}</span></td>"
-            f"<td class='num'>{escape(str(inv.get('checked', '–')))}</td>"
-            f"<td class='num'>{escape(str(count))}</td></tr>")
+            f"<td class='num'>{escape(str(inv.checked))}</td>"
+            f"<td class='num'>{escape(str(inv.violation_count))}</td></tr>")
     return (
         "<section class='card'><h2 style='margin-top:0'>Invariants</h2><table><thead><tr>"
         "<th></th><th>invariant</th><th class='num'>checked</th>"
@@ -260,8 +247,8 @@ def _time_charts(series: RunSeries, start: int, duration: float,
     ]
 
 
-def _outcomes_chart(result: Mapping[str, Any], series: RunSeries) -> str:
-    outcomes = result.get("outcomes") or {
+def _outcomes_chart(result: CheckResult, series: RunSeries) -> str:
+    outcomes = result.outcomes or {
         op: {"ok": s.ok, "fail": s.fail, "info": s.info} for op, s in series.ops.items()}
     known = ("create_order", "pay", "webhook", "publish")
     ordered = sorted(outcomes, key=lambda op: (known.index(op) if op in known else 9, op))
@@ -270,10 +257,10 @@ def _outcomes_chart(result: Mapping[str, Any], series: RunSeries) -> str:
                              OUTCOME_SEGMENTS, empty_note="no operations recorded")
 
 
-def _layers_chart(result: Mapping[str, Any]) -> str:
+def _layers_chart(result: CheckResult) -> str:
     rows: list[tuple[str, float, str]] = []
     legend: list[tuple[str, str]] = []
-    for index, (layer, counters) in enumerate((result.get("layers") or {}).items()):
+    for index, (layer, counters) in enumerate(result.layers.items()):
         color = LAYER_COLORS.get(layer, FALLBACK_COLORS[index % len(FALLBACK_COLORS)])
         name = LAYER_NAMES.get(str(layer), str(layer))
         legend.append((name, color))
@@ -307,12 +294,12 @@ def _faults_table(faults: Sequence[Mapping[str, Any]], start: float) -> str:
     return f"<section class='card'><h3>Faults ({len(faults)})</h3>{table}</section>"
 
 
-def _paths(result: Mapping[str, Any]) -> str:
+def _paths(result: CheckResult) -> str:
     """How often each protective path ran, and which ones the run promised."""
-    paths = result.get("paths") or {}
+    paths = result.paths
     if not paths:
         return "<h2>Protective paths</h2><p class='note'>not reported</p>"
-    promised = set(map(str, result.get("promised_paths") or []))
+    promised = set(result.promised_paths)
     rows = []
     for name, count in paths.items():
         missing = str(name) in promised and not _num(count)
@@ -326,8 +313,8 @@ def _paths(result: Mapping[str, Any]) -> str:
             + card_table("<th>path</th><th class='num'>times</th><th></th>", "".join(rows)))
 
 
-def _dead_letters(result: Mapping[str, Any]) -> str:
-    dead = result.get("dead_letters") or {}
+def _dead_letters(result: CheckResult) -> str:
+    dead = result.dead_letters
     reasons = dead.get("reasons") or {}
     listed = dead.get("first") or []
     if not reasons and not listed:
@@ -344,8 +331,8 @@ def _dead_letters(result: Mapping[str, Any]) -> str:
             f"<table><thead><tr>{head}</tr></thead><tbody>{entry_rows}</tbody></table></section>")
 
 
-def _jepsen(result: Mapping[str, Any]) -> str:
-    jepsen = result.get("jepsen") or {}
+def _jepsen(result: CheckResult) -> str:
+    jepsen = result.jepsen
     bad = {"lost", "unexpected"}
     tiles = "".join(
         f"<div class='stat{' bad' if k in bad and (_num(v) or 0) > 0 else ''}'>"
@@ -359,8 +346,8 @@ def _jepsen(result: Mapping[str, Any]) -> str:
         f"<div class='grid'>{tiles or '<p class=note>not reported</p>'}</div>")
 
 
-def _duplicates(result: Mapping[str, Any]) -> str:
-    duplicates = result.get("duplicates") or {}
+def _duplicates(result: CheckResult) -> str:
+    duplicates = result.duplicates
     if not duplicates:
         return "<h2>Duplicates provoked</h2><p class='note'>none recorded</p>"
     ordered = sorted(duplicates.items(), key=lambda kv: (-(_num(kv[1]) or 0), str(kv[0])))
@@ -393,22 +380,3 @@ def _num(value: Any) -> float | None:
 
 def _count(value: Any) -> str:
     return f"{value:,}" if isinstance(value, int) else str(value)
-
-
-def _plural(count: Any, noun: str) -> str:
-    return f"{count} {noun}{'' if count == 1 else 's'}"
-
-
-def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        value = orjson.loads(path.read_bytes())
-    except (OSError, orjson.JSONDecodeError):
-        return {}
-    return value if isinstance(value, dict) else {}
-
-
-def _write_atomic(path: Path, data: bytes) -> None:
-    """Write beside the target then rename, so a reader never sees half a report."""
-    partial = path.with_name(path.name + ".partial")
-    partial.write_bytes(data)
-    os.replace(partial, path)

@@ -1,4 +1,9 @@
-"""After the load: wait for the consumers to drain the stream, then export the state."""
+"""After the load: wait for the consumers to drain the stream, then export the state.
+
+Both read the stack through its `StackInfo` (a state.json object as read is taken
+too): the direct Redis URL, the stream and group for the drain; the app's direct
+URL and internal token for the export (docs/internals.md, "State export").
+"""
 
 from __future__ import annotations
 
@@ -12,6 +17,7 @@ import redis
 import requests
 
 from harness.errors import HarnessError
+from harness.stack.info import StackInfo
 
 
 class DrainTimeout(HarnessError):
@@ -42,11 +48,14 @@ def stream_backlog(client: redis.Redis, stream: str, group: str) -> int | None:
     return None
 
 
-def wait_for_drain(state: Mapping[str, Any], *, timeout: float, poll: float = 0.2) -> None:
+def wait_for_drain(stack: StackInfo | Mapping[str, Any], *, timeout: float, poll: float = 0.2) -> None:
     """Block until the consumer group has no lag and nothing pending, or raise DrainTimeout."""
-    stream = str(state.get("stream", "payments"))
-    group = str(state.get("group", "target-app"))
-    client = redis.Redis.from_url(str(state["redis_url"]), socket_timeout=5)
+    if isinstance(stack, StackInfo):
+        redis_url, stream, group = stack.redis_url, stack.stream, stack.group
+    else:
+        redis_url = str(stack["redis_url"])
+        stream, group = str(stack.get("stream", "payments")), str(stack.get("group", "target-app"))
+    client = redis.Redis.from_url(redis_url, socket_timeout=5)
     deadline = time.monotonic() + timeout
     backlog: int | None = None
     try:

@@ -4,13 +4,21 @@ start (or attach to) the stack → reset faults → load and nemesis side by sid
 heal every fault → let the consumers drain (bounded) → export state → check →
 report → stop the stack this run started.
 
-The exit code separates the two kinds of bad news: 1 when an invariant was
-violated, 2 when the harness itself could not do its job (`HarnessError`).
+Cleanup is unconditional: each step that undoes something (stop the load, stop the
+nemesis, heal the faults, resume paused consumers, copy the logs, stop a stack the
+run started) is registered on an `ExitStack` as soon as what it undoes is acquired,
+so a failing step never skips a later one. A step that fails is reported on stderr
+and in the run directory (`harness.run.cleanup`), and makes the run a harness
+failure: a fault that could not be healed is never followed by a PASS.
+
+The exit code separates the kinds of bad news (harness.exit_codes): 1 when an
+invariant was violated, 2 when the harness itself could not do its job
+(`HarnessError`), 3 when the run proved too little.
 """
 
 from __future__ import annotations
 
-import json
+import functools
 import os
 import shutil
 import sys
@@ -19,41 +27,41 @@ from collections.abc import Iterator, Mapping
 from contextlib import ExitStack, contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, Protocol, TextIO
 
 from harness.catalog import DEFAULT_MIN_ACKNOWLEDGED, MUTANTS, SCENARIO_PROMISES, SCENARIOS
-from harness.check.checker import HistoryFiles, check_run
-from harness.check.final_reads import FINAL_READS_FILE, orders_to_read, read_orders
+from harness.check.checker import CheckResult, HistoryFiles, check_run
+from harness.check.final_reads import orders_to_read, read_orders
 from harness.errors import HarnessError
-from harness.history import LOAD_STARTED, history_files
+from harness.exit_codes import VERDICT_EXIT_CODES
+from harness.history import LOAD_STARTED
 from harness.load.locust_process import LocustProcess, locustfile_for, parse_master_address
 from harness.load.settings import load_environment
+from harness.names import DEFAULT_STACK_ROOT
 from harness.nemesis.plans import NemesisRunner, Plan, load_plan, schedule
-from harness.nemesis.toxiproxy_client import Nemesis, NemesisError
+from harness.nemesis.toxiproxy_client import NemesisError
 from harness.processes.lifeline import RunGuard
-from harness.processes.registry import interrupted_marker
 from harness.report.run_report import summary_line, write_reports
+from harness.run.cleanup import Cleanup, HealFailed
 from harness.run.drain import export_state, wait_for_drain
 from harness.run.progress import ProgressLine
+from harness.run.rundir import RunDir, RunScope, RunSettings
+from harness.stack.info import StackInfo
 from harness.stack.local import (
-    RunningStack,
     StackError,
     StackSettings,
     open_stack,
     start_stack,
     target_app_env,
 )
+from harness.stack.protocol import Stack
 
-EXIT_OK = 0
-EXIT_VIOLATION = 1
-EXIT_HARNESS = 2
-EXIT_INCONCLUSIVE = 3
-VERDICT_EXIT_CODES = {"pass": EXIT_OK, "fail": EXIT_VIOLATION, "inconclusive": EXIT_INCONCLUSIVE}
-BASELINE_FILE = "baseline.ndjson"
 # After the drain, a request that a client gave up on may still be finishing in the
 # app; this long a pause lets it land before the state is read.
 SETTLE_SECONDS = 0.5
 INTERRUPT_DRAIN_SECONDS = 2.0
+# state.json keys a run directory must not keep (settings.json is shared freely).
+SECRET_STATE_KEYS = ("webhook_secret", "internal_token")
 
 
 @dataclass(frozen=True)
@@ -78,7 +86,7 @@ class RunSpec:
     scale_workers: int = 0
     unsafe_disable: tuple[str, ...] = ()
     runs_root: Path = Path("runs")
-    stack_root: Path = Path(".harness")
+    stack_root: Path = DEFAULT_STACK_ROOT
     app_workers: int = 4
     consumers: int = 2
     drain_timeout: float = 30.0
@@ -124,10 +132,35 @@ class RunSpec:
 
 @dataclass
 class RunOutcome:
+    """A judged run: its directory, exit code, the typed check result (None when
+    none was made) and result.json's document (for JSON answers such as the web UI's)."""
+
     run_dir: Path
     exit_code: int
     result: dict[str, Any] | None
     summary: str
+    check: CheckResult | None = None
+
+
+class LoadProcess(Protocol):
+    """What the runner needs of a load (`LocustProcess`, `ComposeLocust`)."""
+
+    log_path: Path
+
+    @property
+    def returncode(self) -> int | None: ...
+
+    def start(self) -> None: ...
+
+    def finished(self, *, timeout: float) -> bool: ...
+
+    def stop(self) -> None: ...
+
+
+class Resettable(Protocol):
+    """A nemesis that can take every network fault away (`StackNemesis`, `Nemesis`)."""
+
+    def reset(self) -> None: ...
 
 
 def new_run_id(scenario: str, unsafe_disable: tuple[str, ...] = ()) -> str:
@@ -136,134 +169,149 @@ def new_run_id(scenario: str, unsafe_disable: tuple[str, ...] = ()) -> str:
     return f"{stamp}-{os.getpid()}-{scenario}{suffix}"
 
 
+def stack_summary(info: StackInfo) -> dict[str, Any]:
+    """The stack's state for settings.json: everything but its secrets."""
+    return {key: value for key, value in info.to_json().items() if key not in SECRET_STATE_KEYS}
+
+
 def run(spec: RunSpec, *, out: TextIO = sys.stderr) -> RunOutcome:
     """Run one scenario end to end; never raises for a violation (exit code 1)."""
     spec.validate()
-    run_id = spec.run_id or new_run_id(spec.scenario, spec.unsafe_disable)
-    run_dir = Path(spec.runs_root) / run_id
-    run_dir.mkdir(parents=True, exist_ok=False)
-    (run_dir / "histories").mkdir()
+    run_dir = RunDir.create(Path(spec.runs_root), spec.run_id or new_run_id(spec.scenario, spec.unsafe_disable))
     plan = load_plan(Path(spec.plan)) if spec.plan is not None else None
     if spec.plan is not None:
-        shutil.copyfile(spec.plan, run_dir / "plan.yaml")
+        shutil.copyfile(spec.plan, run_dir.plan)
     # The guard marks the run interrupted on a signal and, if this process is killed
     # outright, its janitor stops what the run started and heals its faults.
-    with RunGuard(run_dir) as guard:
-        return _run_in(spec, run_id, run_dir, plan, guard, out=out)
+    with RunGuard(run_dir.path) as guard:
+        return _run_in(spec, run_dir, plan, guard, out=out)
 
 
-def _run_in(spec: RunSpec, run_id: str, run_dir: Path, plan: Plan | None, guard: RunGuard,
-            *, out: TextIO) -> RunOutcome:
-    with ExitStack() as cleanup:
-        stack, attached = cleanup.enter_context(_stack_for(spec, run_dir, out=out, guard=guard))
-        state = stack.state
-        token = state.get("internal_token") or None
+def _run_in(spec: RunSpec, run_dir: RunDir, plan: Plan | None, guard: RunGuard, *, out: TextIO) -> RunOutcome:
+    cleanup = Cleanup(run_dir, out=out)
+    with ExitStack() as held:
+        # Registered first, so undone last: the stack outlives every other step.
+        stack, attached = held.enter_context(_stack_for(spec, run_dir, out=out, guard=guard, cleanup=cleanup))
+        info = stack.info
+        token = info.internal_token or None
+        if attached and not spec.compose:
+            # A stack of our own keeps its logs under the run's stack/logs already.
+            held.callback(cleanup.step("copy the service logs", lambda: _copy_logs(stack.info, run_dir.logs)))
         # Interrupted: a short drain, then export what the app holds, so `harness check`
         # can judge what was recorded (bounded: a CI sends SIGKILL after ~10 s).
-        cleanup.push(guard.on_interrupt(
-            lambda: wait_for_drain(state, timeout=INTERRUPT_DRAIN_SECONDS),
-            lambda: export_state(state["app_direct_url"], run_dir / "export.ndjson", token=token)))
-        settings = {
-            "run_id": run_id,
-            "scenario": spec.scenario,
-            "unsafe_disable": list(state.get("unsafe_disable") or spec.unsafe_disable),
-            "users": spec.users,
-            "seed": spec.seed,
-            "duration": spec.duration,
-            "promised_paths": promised_paths(spec.scenario, plan),
-            "min_acknowledged": spec.min_acknowledged,
-            "spec": spec.to_json(),
-            "stack": {key: value for key, value in state.items()
-                      if key not in ("webhook_secret", "internal_token")},
-            "started_at": time.time(),
-        }
+        held.push(guard.on_interrupt(
+            lambda: wait_for_drain(info, timeout=INTERRUPT_DRAIN_SECONDS),
+            lambda: export_state(info.app_direct_url, run_dir.export, token=token)))
+        scope = None
         if attached:
             # Earlier runs left state on this stack; the checker judges only what this
             # run created or changed, against a copy of the state before it.
-            export_state(state["app_direct_url"], run_dir / BASELINE_FILE, token=token)
-            settings["scope"] = {"baseline": BASELINE_FILE}
-        (run_dir / "settings.json").write_text(json.dumps(settings, indent=2))
+            export_state(info.app_direct_url, run_dir.baseline, token=token)
+            scope = RunScope(run_dir.baseline.name)
+        run_dir.write_settings(RunSettings(
+            run_id=run_dir.name, scenario=spec.scenario, mode="run",
+            unsafe_disable=info.unsafe_disable or spec.unsafe_disable,
+            users=spec.users, seed=spec.seed, duration=spec.duration,
+            plan=str(spec.plan) if spec.plan is not None else None,
+            promised_paths=tuple(promised_paths(spec.scenario, plan)),
+            min_acknowledged=spec.min_acknowledged, spec=spec.to_json(),
+            stack=stack_summary(info), started_at=time.time(), scope=scope))
 
         nemesis = stack.nemesis(recorder=guard)  # this stack's proxies; faults on the guard's lease
         heal_everything(nemesis, stack)
         windows = schedule(plan, spec.duration, run_seed=spec.seed) if plan is not None else []
-        runner = NemesisRunner(nemesis, guard.processes_of(stack), run_dir / "faults.jsonl")
-        if spec.scale_workers:
-            from harness.stack.compose import ComposeLocust
-
-            locust = ComposeLocust(state=state, scenario=spec.scenario, users=spec.users,
-                                   spawn_rate=spec.spawn_rate or float(spec.users), duration=spec.duration,
-                                   workers=spec.scale_workers, run_dir=run_dir, seed=spec.seed, guard=guard)
-        else:
-            locust = LocustProcess(
-                locustfile=locustfile_for(spec.scenario),
-                host=state["app_url"],
-                users=spec.users,
-                spawn_rate=spec.spawn_rate or float(spec.users),
-                duration=spec.duration,
-                processes=spec.processes,
-                remote_workers=spec.remote_workers,
-                master_bind=(parse_master_address(spec.master_bind, default_host="0.0.0.0")
-                             if spec.master_bind else None),
-                workers_wait=spec.workers_wait,
-                output_dir=run_dir / "locust",
-                env=_load_env(spec, state, run_dir),
-                guard=guard,
-            )
-        progress = ProgressLine(run_dir / "histories", out=out, enabled=spec.progress)
-        try:
+        runner = NemesisRunner(nemesis, guard.processes_of(stack), run_dir.faults)
+        locust = _load_process(spec, info, run_dir, guard)
+        progress = ProgressLine(run_dir.histories, out=out, enabled=spec.progress)
+        with ExitStack() as load:
+            # Undone in reverse: stop the load, stop the nemesis, then heal what is left.
+            load.callback(cleanup.step("heal every fault", lambda: heal_everything(nemesis, stack)))
+            load.callback(cleanup.step("stop the nemesis", runner.stop))
             locust.start()
-            if spec.remote_workers:
+            load.callback(cleanup.step("stop the load", locust.stop))
+            if spec.remote_workers and isinstance(locust, LocustProcess) and locust.master_bind is not None:
                 # The plan's clock starts with the load, once every worker joined.
                 host, port = locust.master_bind
                 print(f"harness: waiting for {spec.remote_workers} remote worker(s): on each, "
                       f"harness worker {spec.scenario} --master <this host>:{port} "
                       f"(listening on {host}:{port})", file=out)
-                _wait_for_load(locust, run_dir / "histories", spec.workers_wait + 5.0)
+                _wait_for_load(locust, run_dir.histories, spec.workers_wait + 5.0)
             runner.start(windows)
             while not locust.finished(timeout=1.0) and runner.failure is None:
                 progress.update(active_faults=runner.active())
             progress.finish()
-        finally:
-            locust.stop()
-            runner.stop()
-            heal_everything(nemesis, stack)
+        # Drain and export only on a healed stack: a fault still on would be judged as the app.
+        cleanup.raise_if_failed()
         if runner.failure is not None:
             raise HarnessError(f"a fault could not be applied: {runner.failure}")
         if locust.returncode not in (0, None):
-            raise HarnessError(
-                f"locust exited with {locust.returncode}; see {locust.log_path}"
-            )
-        collect_state(stack, run_dir, drain_timeout=spec.drain_timeout)
-        if attached and not spec.compose:
-            # A stack of our own keeps its logs under run_dir/stack/logs already.
-            _copy_logs(state, run_dir / "logs")
+            raise HarnessError(f"locust exited with {locust.returncode}; see {locust.log_path}")
+        collect_state(stack, run_dir, drain_timeout=spec.drain_timeout, cleanup=cleanup)
+    cleanup.raise_if_failed()
     return check_saved_run(run_dir)
 
 
-def collect_state(stack: RunningStack, run_dir: Path, *, drain_timeout: float) -> None:
+def _load_process(spec: RunSpec, info: StackInfo, run_dir: RunDir, guard: RunGuard) -> LoadProcess:
+    if spec.scale_workers:
+        from harness.stack.compose import ComposeLocust
+
+        return ComposeLocust(state=info, scenario=spec.scenario, users=spec.users,
+                             spawn_rate=spec.spawn_rate or float(spec.users), duration=spec.duration,
+                             workers=spec.scale_workers, run_dir=run_dir.path, seed=spec.seed, guard=guard)
+    return LocustProcess(
+        locustfile=locustfile_for(spec.scenario),
+        host=info.app_url,
+        users=spec.users,
+        spawn_rate=spec.spawn_rate or float(spec.users),
+        duration=spec.duration,
+        processes=spec.processes,
+        remote_workers=spec.remote_workers,
+        master_bind=(parse_master_address(spec.master_bind, default_host="0.0.0.0")
+                     if spec.master_bind else None),
+        workers_wait=spec.workers_wait,
+        output_dir=run_dir.locust,
+        env=_load_env(spec, info, run_dir),
+        guard=guard,
+    )
+
+
+def collect_state(stack: Stack, run_dir: RunDir, *, drain_timeout: float,
+                  cleanup: Cleanup | None = None) -> None:
     """After the faults are healed: let the consumers drain the stream (bounded), then,
-    with the consumers paused, write `export.ndjson` and the final reads of every order
-    `run_dir/histories` names. `harness run` and a swarm judged afterwards share it."""
-    state = stack.state
-    token = state.get("internal_token") or None
-    wait_for_drain(state, timeout=drain_timeout)
-    with _quiesced(stack):
-        export_state(state["app_direct_url"], run_dir / "export.ndjson", token=token)
-        orders = orders_to_read(HistoryFiles(history_files(run_dir / "histories")))
-        read_orders(state["app_direct_url"], orders, run_dir / FINAL_READS_FILE)
+    with the consumers paused, write the export and the final reads of every order
+    the run's histories name. `harness run` and a swarm judged afterwards share it.
+    A consumer that cannot be resumed afterwards is reported through `cleanup`
+    (raised at once without one)."""
+    info = stack.info
+    token = info.internal_token or None
+    wait_for_drain(info, timeout=drain_timeout)
+    own = cleanup is None
+    cleanup = cleanup if cleanup is not None else Cleanup(run_dir, out=sys.stderr)
+    with _quiesced(stack, cleanup):
+        export_state(info.app_direct_url, run_dir.export, token=token)
+        orders = orders_to_read(HistoryFiles(run_dir.history_files()))
+        read_orders(info.app_direct_url, orders, run_dir.final_reads)
+    if own:
+        cleanup.raise_if_failed()
 
 
-def finish_run(stack: RunningStack, run_dir: Path, *, drain_timeout: float = 30.0) -> RunOutcome:
+def finish_run(stack: Stack, run_dir: Path | RunDir, *, drain_timeout: float = 30.0) -> RunOutcome:
     """The end of a run whose load is over, for a swarm the harness did not start
     (`harness check --stack`, the Chaos tab): heal every fault of the stack, drain,
     quiesce, export, final reads, check and report into `run_dir`."""
-    heal_everything(stack.nemesis(), stack)
-    collect_state(stack, Path(run_dir), drain_timeout=drain_timeout)
-    return check_saved_run(Path(run_dir))
+    run = run_dir if isinstance(run_dir, RunDir) else RunDir(Path(run_dir))
+    cleanup = Cleanup(run, out=sys.stderr)
+    try:
+        heal_everything(stack.nemesis(), stack)
+    except HealFailed as error:
+        cleanup.failed("heal every fault", error)
+    cleanup.raise_if_failed()
+    collect_state(stack, run, drain_timeout=drain_timeout, cleanup=cleanup)
+    cleanup.raise_if_failed()
+    return check_saved_run(run)
 
 
-def _wait_for_load(locust: Any, histories: Path, timeout: float) -> None:
+def _wait_for_load(locust: LoadProcess, histories: Path, timeout: float) -> None:
     """Until the Locust master starts the load (its workers all joined), bounded."""
     deadline = time.monotonic() + timeout
     while not (histories / LOAD_STARTED).exists():
@@ -281,47 +329,48 @@ def promised_paths(scenario: str, plan: Plan | None) -> list[str]:
     return promised
 
 
+def _consumers(info: StackInfo) -> list[str]:
+    return [service.name for service in info.services if service.name.startswith("consumer-")]
+
+
 @contextmanager
-def _quiesced(stack: RunningStack) -> Iterator[None]:
+def _quiesced(stack: Stack, cleanup: Cleanup) -> Iterator[None]:
     """Consumers paused (and a short settle) while the state is read, so no late
-    write lands between the export and the final reads; resumed afterwards."""
-    consumers = [service["name"] for service in stack.state.get("services", [])
-                 if str(service.get("name", "")).startswith("consumer-")]
-    paused = []
-    try:
-        for name in consumers:
+    write lands between the export and the final reads; each resumed afterwards,
+    whatever happened (a resume that fails is reported, and the others still run)."""
+    with ExitStack() as paused:
+        for name in _consumers(stack.info):
             stack.pause(name)
-            paused.append(name)
+            paused.callback(cleanup.step(f"resume {name}", functools.partial(stack.resume, name)))
         time.sleep(SETTLE_SECONDS)
         yield
-    finally:
-        for name in paused:
-            stack.resume(name)
 
 
-def check_saved_run(run_dir: Path) -> RunOutcome:
+def check_saved_run(run_dir: Path | RunDir) -> RunOutcome:
     """Check a run directory and (re)write its reports."""
+    run = run_dir if isinstance(run_dir, RunDir) else RunDir(Path(run_dir))
     # A CheckerError (no export, unreadable history) is a HarnessError: exit 2.
-    result = check_run(Path(run_dir)).to_dict()
-    marker = interrupted_marker(Path(run_dir))
+    result = check_run(run)
+    marker = run.interrupted_marker()
     if marker is not None:
-        result["interrupted"] = marker  # a re-check of an interrupted run stays marked
-    paths = write_reports(Path(run_dir), result)
-    exit_code = VERDICT_EXIT_CODES[str(result.get("verdict") or ("pass" if result["valid"] else "fail"))]
-    return RunOutcome(run_dir, exit_code, result, summary_line(result, paths.report_html))
+        result.interrupted = marker  # a re-check of an interrupted run stays marked
+    paths = write_reports(run, result)
+    return RunOutcome(run.path, VERDICT_EXIT_CODES[result.verdict], result.to_dict(),
+                      summary_line(result, paths.report_html), check=result)
 
 
 @contextmanager
-def _stack_for(spec: RunSpec, run_dir: Path, *, out: TextIO,
-               guard: RunGuard) -> Iterator[tuple[RunningStack, bool]]:
-    """The stack `harness up` left running (kept running), or one of our own (stopped after)."""
+def _stack_for(spec: RunSpec, run_dir: RunDir, *, out: TextIO, guard: RunGuard,
+               cleanup: Cleanup) -> Iterator[tuple[Stack, bool]]:
+    """The stack `harness up` left running (kept running), or one of our own (stopped
+    after, as a cleanup step: a stack that would not stop is reported)."""
     try:
         running = open_stack(Path(spec.stack_root)) if spec.attach else None
     except StackError as error:
         raise HarnessError(str(error)) from error
     if running is not None:
         wanted = set(spec.unsafe_disable)
-        actual = set(running.state.get("unsafe_disable") or [])
+        actual = set(running.info.unsafe_disable)
         if wanted and wanted != actual:
             raise HarnessError(
                 f"the running stack in {spec.stack_root} has unsafe_disable={sorted(actual)}, "
@@ -335,7 +384,7 @@ def _stack_for(spec: RunSpec, run_dir: Path, *, out: TextIO,
     if spec.unsafe_disable:
         env["TARGET_APP_UNSAFE_DISABLE"] = ",".join(spec.unsafe_disable)
     settings = StackSettings(
-        root=run_dir / "stack",
+        root=run_dir.stack_root,
         app_workers=spec.app_workers,
         consumers=spec.consumers,
         env=env,
@@ -349,42 +398,59 @@ def _stack_for(spec: RunSpec, run_dir: Path, *, out: TextIO,
         stack = start_stack(settings, lifeline=guard.lifeline)
     except StackError as error:
         raise HarnessError(f"the stack would not start: {error}") from error
-    try:
+    with ExitStack() as owned:
+        owned.callback(cleanup.step("stop the run's stack", stack.down))
         yield stack, False
-    finally:
-        stack.down()
 
 
-def _load_env(spec: RunSpec, state: Mapping[str, Any], run_dir: Path) -> dict[str, str]:
+def _load_env(spec: RunSpec, info: StackInfo, run_dir: RunDir) -> dict[str, str]:
     env = dict(os.environ)
-    env.update(load_environment(state, seed=spec.seed, history_dir=run_dir / "histories"))
+    env.update(load_environment(info, seed=spec.seed, history_dir=run_dir.histories))
     return env
 
 
-def heal_everything(nemesis: Nemesis, stack: RunningStack) -> None:
-    """Remove every toxic, re-enable every proxy, resume anything paused, start anything down."""
+def heal_everything(nemesis: Resettable, stack: Stack) -> None:
+    """Remove every toxic, re-enable every proxy, resume anything paused, start anything down.
+
+    Every step is tried whatever failed before it; a failure (a reset that left a
+    fault on, a service that would not resume or start) is never dropped: all of
+    them are raised together as one `HealFailed` (a HarnessError) at the end.
+    """
+    failures: list[str] = []
     try:
         nemesis.reset()
     except NemesisError as error:
-        raise HarnessError(f"could not reset Toxiproxy: {error}") from error
-    for service in stack.state.get("services", []):
+        failures.append(f"could not reset Toxiproxy: {error}")
+    try:
+        services = stack.services()
+    except StackError as error:
+        failures.append(f"could not read the services' status: {error}")
+        services = []
+    for service in services:
+        if service["status"] != "paused":
+            continue
         try:
             stack.resume(service["name"])
-        except StackError:
-            pass  # resuming a running service is not an error worth stopping for
-    health = stack.health()
-    down = [name for name, healthy in health.items() if not healthy]
-    for name in down:
+        except StackError as error:
+            failures.append(f"service {service['name']} could not be resumed: {error}")
+    try:
+        health = stack.health()
+    except StackError as error:
+        failures.append(f"could not read the services' health: {error}")
+        health = {}
+    for name, healthy in health.items():
+        if healthy:
+            continue
         try:
             stack.start(name)
         except StackError as error:
-            raise HarnessError(f"service {name} did not come back: {error}") from error
+            failures.append(f"service {name} did not come back: {error}")
+    if failures:
+        raise HealFailed(failures)
 
 
-def _copy_logs(state: Mapping[str, Any], destination: Path) -> None:
+def _copy_logs(info: StackInfo, destination: Path) -> None:
     destination.mkdir(parents=True, exist_ok=True)
-    for service in state.get("services", []):
-        log = service.get("log")
-        if log and Path(log).is_file():
-            shutil.copyfile(log, destination / Path(log).name)
-
+    for service in info.services:
+        if service.log and Path(service.log).is_file():
+            shutil.copyfile(service.log, destination / Path(service.log).name)

@@ -9,6 +9,7 @@ which scenario catches which missing layer.
 
 from __future__ import annotations
 
+import io
 import sys
 import threading
 from collections.abc import Callable, Sequence
@@ -20,8 +21,9 @@ from typing import TextIO
 from harness import bundled
 from harness.catalog import MUTANTS, SCENARIOS
 from harness.errors import HarnessError
+from harness.exit_codes import EXIT_HARNESS, EXIT_INCONCLUSIVE, EXIT_OK, EXIT_VIOLATION
 from harness.report.run_report import MatrixCell, format_matrix_table, write_matrix_report
-from harness.run.runner import EXIT_INCONCLUSIVE, EXIT_OK, EXIT_VIOLATION, RunOutcome, RunSpec, run
+from harness.run.runner import RunOutcome, RunSpec, run
 
 # The plan each scenario runs under in the smoke job: the duplicate source it targets.
 SCENARIO_PLANS: dict[str, str | None] = {
@@ -88,8 +90,8 @@ class SmokeStep:
     @property
     def caught_by(self) -> list[str]:
         """The invariants that failed in this step's run."""
-        result = self.outcome.result if self.outcome is not None else None
-        return [inv["name"] for inv in (result or {}).get("invariants", []) if not inv.get("passed")]
+        check = self.outcome.check if self.outcome is not None else None
+        return check.failed if check is not None else []
 
     @property
     def passed(self) -> bool:
@@ -143,7 +145,7 @@ def _step(label: str, spec: RunSpec, *, expect_violation: bool, invariant: str |
     with lock:
         print(f"harness smoke: {label} ...", file=out, flush=True)
     try:
-        outcome = run(spec, out=_Quiet() if not spec.progress else out)
+        outcome = run(spec, out=_quiet() if not spec.progress else out)
     except HarnessError as error:
         with lock:
             print(f"harness smoke: {label}: harness failure: {error}", file=out, flush=True)
@@ -160,19 +162,15 @@ def _step(label: str, spec: RunSpec, *, expect_violation: bool, invariant: str |
     return step
 
 
-class _Quiet:
-    """A text sink for runs side by side, whose progress lines would interleave."""
-
-    def write(self, text: str) -> int:
-        return len(text)
-
-    def flush(self) -> None:
-        pass
+def _quiet() -> TextIO:
+    """A text sink for runs side by side, whose progress lines would interleave (a
+    run's few lines of progress, dropped with it)."""
+    return io.StringIO()
 
 
 def smoke_exit_code(steps: Sequence[SmokeStep]) -> int:
     if any(step.outcome is None for step in steps):
-        return 2
+        return EXIT_HARNESS
     return EXIT_OK if all(step.passed for step in steps) else EXIT_VIOLATION
 
 
@@ -217,8 +215,7 @@ def matrix(
             except HarnessError as error:
                 cell = MatrixCell(mutant, scenario, False, [], "", str(error))
             else:
-                result = outcome.result or {}
-                failed = [inv["name"] for inv in result.get("invariants", []) if not inv.get("passed")]
+                failed = outcome.check.failed if outcome.check is not None else []
                 cell = MatrixCell(mutant, scenario, bool(failed), failed, str(outcome.run_dir),
                                   inconclusive=outcome.exit_code == EXIT_INCONCLUSIVE)
             cells.append(cell)
@@ -232,7 +229,7 @@ def matrix_exit_code(cells: Sequence[MatrixCell]) -> int:
     somewhere; 1 for a false alarm or a mutant caught nowhere; 3 when a correct-app cell
     was inconclusive; 2 for a harness error."""
     if any(cell.error for cell in cells):
-        return 2
+        return EXIT_HARNESS
     false_alarms = [c for c in cells if c.mutant == "none" and c.caught]
     missed = {c.mutant for c in cells if c.mutant != "none"} - {
         c.mutant for c in cells if c.mutant != "none" and c.caught

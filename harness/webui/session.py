@@ -4,9 +4,10 @@
 against `harness up` (or presses Start in the web UI) does not. Judging such a swarm
 needs what the runner does around its load, in the same order:
 
-1. before the load, `begin_swarm(stack, ...)`: a new run directory under `runs/` with
-   `histories/` (where the Locust processes write), `settings.json` (scenario,
-   promised paths, min_acknowledged, the stack) and `baseline.ndjson`, the export of
+1. before the load, `begin_swarm(stack, ...)`: a new run directory under `runs/`
+   (harness.run.rundir) with `histories/` (where the Locust processes write),
+   `settings.json` (a `RunSettings`: scenario, promised paths, min_acknowledged,
+   the stack) and `baseline.ndjson`, the export of
    the stack's state before the swarm. The stack usually served earlier runs; the
    checker judges only what the swarm created or changed, against that baseline
    (harness.check.run_scope), and never by clocks. The stack remembers its current swarm
@@ -26,6 +27,7 @@ import json
 import os
 import time
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -33,8 +35,9 @@ from harness.catalog import DEFAULT_MIN_ACKNOWLEDGED, SCENARIOS
 from harness.errors import HarnessError
 from harness.nemesis.plans import load_plan
 from harness.run.drain import export_state
-from harness.run.runner import BASELINE_FILE, RunOutcome, finish_run, promised_paths
-from harness.stack.local import RunningStack
+from harness.run.rundir import RunDir, RunDirError, RunScope, RunSettings
+from harness.run.runner import RunOutcome, finish_run, promised_paths, stack_summary
+from harness.stack.protocol import Stack
 
 SWARM_POINTER = "swarm.json"  # in the stack's root: the swarm begun last on it
 
@@ -45,7 +48,7 @@ def new_swarm_id(scenario: str) -> str:
     return f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}-swarm-{scenario}"
 
 
-def begin_swarm(stack: RunningStack, runs_root: Path, scenario: str, *, plan: Path | None = None,
+def begin_swarm(stack: Stack, runs_root: Path, scenario: str, *, plan: Path | None = None,
                 min_acknowledged: int = DEFAULT_MIN_ACKNOWLEDGED,
                 extra: Mapping[str, Any] | None = None) -> Path:
     """Create the swarm's run directory (settings, baseline export, histories/) and make
@@ -58,39 +61,28 @@ def begin_swarm(stack: RunningStack, runs_root: Path, scenario: str, *, plan: Pa
     runs_root = Path(runs_root)
     runs_root.mkdir(parents=True, exist_ok=True)
     base = new_swarm_id(scenario)
-    run_dir = runs_root / base
-    for attempt in range(1, 100):  # bounded: ids differ by the second and the pid already
+    run_dir: RunDir | None = None
+    for attempt in range(100):  # bounded: ids differ by the second and the pid already
         try:
-            run_dir.mkdir()
+            run_dir = RunDir.create(runs_root, base if attempt == 0 else f"{base}-{attempt}")
             break
-        except FileExistsError:
-            run_dir = runs_root / f"{base}-{attempt}"
-    else:
+        except RunDirError:
+            continue
+    if run_dir is None:
         raise HarnessError(f"could not create a new run directory under {runs_root}")
-    (run_dir / "histories").mkdir()
-    state = stack.state
-    settings: dict[str, Any] = {
-        "run_id": run_dir.name,
-        "scenario": scenario,
-        "mode": "swarm",  # Locust was started by someone else; users and duration are theirs
-        "unsafe_disable": list(state.get("unsafe_disable") or []),
-        "promised_paths": promised_paths(scenario, loaded),
-        "min_acknowledged": min_acknowledged,
-        "plan": str(plan) if plan is not None else None,
-        "stack": {key: value for key, value in state.items()
-                  if key not in ("webhook_secret", "internal_token")},
-        "started_at": time.time(),
-        "scope": {"baseline": BASELINE_FILE},
-        **dict(extra or {}),
-    }
-    export_state(state["app_direct_url"], run_dir / BASELINE_FILE,
-                 token=state.get("internal_token") or None)
-    (run_dir / "settings.json").write_text(json.dumps(settings, indent=2) + "\n")
-    _write_pointer(stack, run_dir)
-    return run_dir
+    info = stack.info
+    export_state(info.app_direct_url, run_dir.baseline, token=info.internal_token or None)
+    # Locust was started by someone else: users and duration are theirs, so absent.
+    run_dir.write_settings(RunSettings(
+        run_id=run_dir.name, scenario=scenario, mode="swarm", unsafe_disable=info.unsafe_disable,
+        promised_paths=tuple(promised_paths(scenario, loaded)), min_acknowledged=min_acknowledged,
+        plan=str(plan) if plan is not None else None, stack=stack_summary(info),
+        started_at=time.time(), scope=RunScope(run_dir.baseline.name), extra=dict(extra or {})))
+    _write_pointer(stack, run_dir.path)
+    return run_dir.path
 
 
-def adopt_swarm(stack: RunningStack, run_dir: Path, scenario: str, *,
+def adopt_swarm(stack: Stack, run_dir: Path, scenario: str, *,
                 min_acknowledged: int = DEFAULT_MIN_ACKNOWLEDGED) -> Path:
     """Give a swarm that was never begun (e.g. the `runs/swarm-<time>-<pid>/histories`
     a locustfile records into by default) the settings.json of a run, without a baseline:
@@ -98,50 +90,46 @@ def adopt_swarm(stack: RunningStack, run_dir: Path, scenario: str, *,
     nothing before the swarm (a fresh `harness up`); returns the run directory."""
     if scenario not in SCENARIOS:
         raise HarnessError(f"unknown scenario {scenario!r}; choose one of {', '.join(SCENARIOS)}")
-    run_dir = Path(run_dir)
-    if run_dir.name == "histories" and not (run_dir / "histories").is_dir():
-        run_dir = run_dir.parent  # given the histories directory itself
-    if (run_dir / "settings.json").is_file():
-        raise HarnessError(f"{run_dir} already has settings.json; judge it without --whole-state")
-    if not (run_dir / "histories").is_dir():
-        raise HarnessError(f"{run_dir} has no histories/ directory")
-    state = stack.state
-    settings = {
-        "run_id": run_dir.name, "scenario": scenario, "mode": "swarm", "whole_state": True,
-        "unsafe_disable": list(state.get("unsafe_disable") or []),
-        "promised_paths": promised_paths(scenario, None), "min_acknowledged": min_acknowledged,
-        "stack": {key: value for key, value in state.items() if key not in ("webhook_secret", "internal_token")},
-    }
-    (run_dir / "settings.json").write_text(json.dumps(settings, indent=2) + "\n")
-    return run_dir
+    path = Path(run_dir)
+    if path.name == "histories" and not (path / "histories").is_dir():
+        path = path.parent  # given the histories directory itself
+    run = RunDir(path)
+    if run.has_settings():
+        raise HarnessError(f"{run.path} already has settings.json; judge it without --whole-state")
+    if not run.histories.is_dir():
+        raise HarnessError(f"{run.path} has no histories/ directory")
+    info = stack.info
+    run.write_settings(RunSettings(
+        run_id=run.name, scenario=scenario, mode="swarm", whole_state=True,
+        unsafe_disable=info.unsafe_disable, promised_paths=tuple(promised_paths(scenario, None)),
+        min_acknowledged=min_acknowledged, stack=stack_summary(info)))
+    return run.path
 
 
-def finish_swarm(stack: RunningStack, run_dir: Path, *, drain_timeout: float = 30.0) -> RunOutcome:
+def finish_swarm(stack: Stack, run_dir: Path, *, drain_timeout: float = 30.0) -> RunOutcome:
     """Heal, drain, quiesce, export, final reads, check and report a swarm's directory."""
-    run_dir = Path(run_dir)
-    settings_path = run_dir / "settings.json"
-    if not settings_path.is_file():
+    run = RunDir(Path(run_dir))
+    try:
+        settings = run.read_settings()
+    except RunDirError as error:
+        raise HarnessError(str(error)) from error
+    if settings is None:
         raise HarnessError(
-            f"{run_dir} has no settings.json: begin the swarm with `harness swarm begin SCENARIO` "
+            f"{run.path} has no settings.json: begin the swarm with `harness swarm begin SCENARIO` "
             "before the load, so its baseline is saved (or, on a stack that served nothing before "
             "the swarm, judge its whole state: --whole-state --scenario SCENARIO)")
-    try:
-        settings = json.loads(settings_path.read_text())
-    except ValueError as error:
-        raise HarnessError(f"{settings_path} is not JSON: {error}") from error
-    began_on = (settings.get("stack") or {}).get("started_at")
-    if began_on is not None and began_on != stack.state.get("started_at"):
+    began_on = settings.stack.get("started_at")
+    if began_on is not None and began_on != stack.info.started_at:
         raise HarnessError(
-            f"the swarm in {run_dir} began on another stack (started at {began_on}); "
+            f"the swarm in {run.path} began on another stack (started at {began_on}); "
             "its baseline does not describe this one")
-    if not (run_dir / "histories").is_dir():
-        raise HarnessError(f"{run_dir} has no histories/ directory")
-    settings["finished_at"] = time.time()
-    settings_path.write_text(json.dumps(settings, indent=2) + "\n")
-    return finish_run(stack, run_dir, drain_timeout=drain_timeout)
+    if not run.histories.is_dir():
+        raise HarnessError(f"{run.path} has no histories/ directory")
+    run.write_settings(replace(settings, finished_at=time.time()))
+    return finish_run(stack, run, drain_timeout=drain_timeout)
 
 
-def current_swarm(stack: RunningStack) -> Path | None:
+def current_swarm(stack: Stack) -> Path | None:
     """The run directory of the swarm begun last on this stack, or None."""
     try:
         data = json.loads((Path(stack.root) / SWARM_POINTER).read_text())
@@ -153,7 +141,7 @@ def current_swarm(stack: RunningStack) -> Path | None:
     return Path(run_dir) if isinstance(run_dir, str) else None
 
 
-def _write_pointer(stack: RunningStack, run_dir: Path) -> None:
+def _write_pointer(stack: Stack, run_dir: Path) -> None:
     path = Path(stack.root) / SWARM_POINTER
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps({"run_dir": str(run_dir.resolve())}) + "\n")

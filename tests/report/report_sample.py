@@ -25,9 +25,12 @@ import orjson
 
 import harness.history as history_module
 from harness.catalog import PATHS
+from harness.check.checker import CheckResult
 from harness.check.invariants import INVARIANTS
 from harness.history import Client, HistoryWriter
+from harness.run.rundir import RunDir, RunSettings
 
+SCENARIO = "mixed"
 START = 1_764_493_200.0  # a fixed unix time: 2025-11-30 09:00 UTC
 DURATION = 60.0
 FAULTS = (
@@ -104,6 +107,11 @@ def write_history(histories: Path, *, rate: float = 40.0, seed: int = 7,
     return count
 
 
+def typed(result: dict[str, Any]) -> CheckResult:
+    """A result document as the typed check result the report takes (as `harness check` reads it back)."""
+    return CheckResult.from_dict(result)
+
+
 def write_faults(path: Path) -> None:
     path.write_bytes(b"".join(orjson.dumps(f, option=orjson.OPT_APPEND_NEWLINE) for f in FAULTS))
 
@@ -115,7 +123,7 @@ def base_result(scenario: str, operations: int) -> dict[str, Any]:
         "invariants": [
             {"name": name, "title": title, "passed": True, "checked": 412,
              "violation_count": 0, "violations": []}
-            for name, title in INVARIANTS],
+            for name, title in ((inv.name, inv.title) for inv in INVARIANTS)],
         "outcomes": {"create_order": {"ok": 410, "fail": 31, "info": 24},
                      "pay": {"ok": 800, "fail": 70, "info": 52},
                      "webhook": {"ok": 400, "fail": 30, "info": 22},
@@ -131,7 +139,7 @@ def base_result(scenario: str, operations: int) -> dict[str, Any]:
         "counts": {"operations": operations, "orders": 412, "payments": 401,
                    "faults": len(FAULTS)},
         "verdict": "pass", "inconclusive_reasons": [],
-        "promised_paths": ["replay", "recovery_point"],
+        "promised_paths": ["replay", "recovery_point"], "min_acknowledged": 1,
         "paths": {name: (0 if name == "dead_letter" else 3) for name in PATHS},
         "dead_letters": {"count": 1, "reasons": {"no message_id": 1},
                          "first": [{"kind": "dead_letter", "message_id": None, "order_id": "ord_1",
@@ -171,6 +179,7 @@ def failing_result(operations: int, order_id: str = "ord_7f3a") -> dict[str, Any
                       "faults": [FAULTS[0], FAULTS[1]]}},
         {"invariant": "one_payment_per_order", "order_id": "ord_91bc",
          "message": "order ord_91bc holds 2 payments",
+         "details": {"status": "PAID", "provider_refs": ["pr_api_1", "pr_hook_2"]},
          "evidence": {"payments": [dict(p, order_id="ord_91bc") for p in payments],
                       "operations": [], "faults": []}},
     ]
@@ -180,6 +189,7 @@ def failing_result(operations: int, order_id: str = "ord_7f3a") -> dict[str, Any
     effects.update(passed=False, violation_count=1, violations=[
         {"invariant": "message_effects_once", "order_id": "ord_c001",
          "message": "message m_551 produced 2 effects",
+         "details": {"message_id": "m_551", "outcomes": ["paid", "already_paid"]},
          "evidence": {"effects": [{"message_id": "m_551", "outcome": "paid"},
                                   {"message_id": "m_551", "outcome": "already_paid"}]}}])
     result["layers"]["domain"] = {"already_paid": 0, "conflicts": 0, "amount_mismatches": 0}
@@ -191,9 +201,10 @@ def build_run(run_dir: Path, *, failing: bool, order_id: str = "ord_7f3a") -> di
     run_dir.mkdir(parents=True, exist_ok=True)
     count = write_history(run_dir / "histories", order_id=order_id)
     write_faults(run_dir / "faults.jsonl")
-    (run_dir / "settings.json").write_bytes(orjson.dumps(
-        {"scenario": "mixed", "users": 50, "duration": DURATION, "seed": 7}))
-    return failing_result(count, order_id) if failing else base_result("mixed", count)
+    # Written by the runner's own writer, so the sample cannot drift from what runs hold.
+    RunDir(run_dir).write_settings(RunSettings(run_id=f"20251130-090000-{SCENARIO}", scenario=SCENARIO,
+                                               users=50, duration=DURATION, seed=7))
+    return failing_result(count, order_id) if failing else base_result(SCENARIO, count)
 
 
 def main(argv: list[str]) -> int:
@@ -203,8 +214,8 @@ def main(argv: list[str]) -> int:
     if (out / "histories").exists():
         shutil.rmtree(out / "histories")  # the writer appends; start from an empty history
     result = build_run(out, failing=True)
-    paths = write_reports(out, result)
-    print(summary_line(result, paths.report_html))
+    paths = write_reports(out, typed(result))
+    print(summary_line(typed(result), paths.report_html))
     return 0
 
 

@@ -9,11 +9,12 @@ from typing import Any
 
 import orjson
 from html_probe import SVG, Probe, svgs
-from report_sample import FAULTS, START, base_result
+from report_sample import FAULTS, START, base_result, typed
 
 from harness.history import Client, HistoryWriter
 from harness.report.run_report import ReportPaths, render_report, summary_line, write_reports
 from harness.report.series import RunSeries
+from harness.run.rundir import RunDir, RunSettings
 
 PLOTS = ("throughput", "latency", "errors", "outcomes", "layers")
 TIME_PLOTS = ("throughput", "latency", "errors")
@@ -21,7 +22,7 @@ TIME_PLOTS = ("throughput", "latency", "errors")
 
 def test_failing_run_writes_the_three_files(failing_run: tuple[Path, dict[str, Any]]) -> None:
     run_dir, result = failing_run
-    paths = write_reports(run_dir, result)
+    paths = write_reports(run_dir, typed(result))
     assert paths == ReportPaths(run_dir / "result.json", run_dir / "junit.xml",
                                 run_dir / "report.html")
     for path in (paths.result_json, paths.junit_xml, paths.report_html):
@@ -32,14 +33,14 @@ def test_failing_run_writes_the_three_files(failing_run: tuple[Path, dict[str, A
 def test_result_json_round_trips(failing_run: tuple[Path, dict[str, Any]]) -> None:
     run_dir, result = failing_run
     original = copy.deepcopy(result)
-    paths = write_reports(run_dir, result)
+    paths = write_reports(run_dir, typed(result))
     assert json.loads(paths.result_json.read_text()) == original
     assert result == original  # the writer must not modify its input
 
 
 def test_verdict_comes_first_and_says_fail(failing_run: tuple[Path, dict[str, Any]]) -> None:
     run_dir, result = failing_run
-    document = write_reports(run_dir, result).report_html.read_text()
+    document = write_reports(run_dir, typed(result)).report_html.read_text()
     probe = Probe(document)
     [verdict] = probe.find(id="verdict")
     assert verdict["data-valid"] == "false"
@@ -54,7 +55,7 @@ def test_verdict_comes_first_and_says_fail(failing_run: tuple[Path, dict[str, An
 
 def test_passing_run_verdict(passing_run: tuple[Path, dict[str, Any]]) -> None:
     run_dir, result = passing_run
-    probe = Probe(write_reports(run_dir, result).report_html.read_text())
+    probe = Probe(write_reports(run_dir, typed(result)).report_html.read_text())
     [verdict] = probe.find(id="verdict")
     assert verdict["data-valid"] == "true"
     assert f"all {len(base_result('mixed', 0)['invariants'])} invariants held" in probe.all_text
@@ -64,7 +65,7 @@ def test_passing_run_verdict(passing_run: tuple[Path, dict[str, Any]]) -> None:
 
 def test_every_plot_is_embedded_with_a_title(failing_run: tuple[Path, dict[str, Any]]) -> None:
     run_dir, result = failing_run
-    plots = svgs(write_reports(run_dir, result).report_html.read_text())
+    plots = svgs(write_reports(run_dir, typed(result)).report_html.read_text())
     assert set(plots) == set(PLOTS)
     for name, svg in plots.items():
         title = svg.find(f"{SVG}title")
@@ -83,7 +84,7 @@ def test_fault_windows_are_shaded_on_every_time_plot(
     failing_run: tuple[Path, dict[str, Any]],
 ) -> None:
     run_dir, result = failing_run
-    plots = svgs(write_reports(run_dir, result).report_html.read_text())
+    plots = svgs(write_reports(run_dir, typed(result)).report_html.read_text())
     for name in TIME_PLOTS:
         windows = [r for r in plots[name].iter(f"{SVG}rect") if r.get("class") == "fault-window"]
         assert len(windows) == len(FAULTS), name
@@ -99,7 +100,7 @@ def test_fault_windows_are_shaded_on_every_time_plot(
 
 def test_failing_evidence_is_present(failing_run: tuple[Path, dict[str, Any]]) -> None:
     run_dir, result = failing_run
-    probe = Probe(write_reports(run_dir, result).report_html.read_text())
+    probe = Probe(write_reports(run_dir, typed(result)).report_html.read_text())
     text = probe.all_text
     for needle in ("order ord_7f3a holds 2 payments", "pr_api_1", "pr_hook_2", "evt_88",
                    "key-41", "w0-u4-p1:17", "ReadTimeout", "message m_551 produced 2 effects"):
@@ -131,7 +132,7 @@ def test_hostile_strings_are_escaped(tmp_path: Path) -> None:
                      "faults": [fault], hostile: hostile}}])
     result["duplicates"] = {hostile: 1}
     result["layers"] = {hostile: {hostile: 3}}
-    document = write_reports(run_dir, result).report_html.read_text()
+    document = write_reports(run_dir, typed(result)).report_html.read_text()
     assert "<script" not in document
     assert "<img" not in document
     assert "<b>ref" not in document
@@ -142,7 +143,7 @@ def test_hostile_strings_are_escaped(tmp_path: Path) -> None:
 
 def test_page_is_self_contained(failing_run: tuple[Path, dict[str, Any]]) -> None:
     run_dir, result = failing_run
-    document = write_reports(run_dir, result).report_html.read_text()
+    document = write_reports(run_dir, typed(result)).report_html.read_text()
     probe = Probe(document)
     assert not probe.find("script") and not probe.find("link") and not probe.find("img")
     remaining = document.replace("http://www.w3.org/2000/svg", "")
@@ -154,7 +155,7 @@ def test_empty_history_still_renders(tmp_path: Path) -> None:
     run_dir.mkdir()
     result = base_result("timeout_replay", 0)
     result.update(outcomes={}, layers={}, duplicates={}, jepsen={})
-    paths = write_reports(run_dir, result)
+    paths = write_reports(run_dir, typed(result))
     document = paths.report_html.read_text()
     probe = Probe(document)
     assert probe.find(id="verdict")[0]["data-valid"] == "true"
@@ -168,7 +169,7 @@ def test_faults_without_operations_set_the_time_axis(tmp_path: Path) -> None:
     (run_dir / "histories").mkdir(parents=True)
     (run_dir / "faults.jsonl").write_bytes(
         b"".join(orjson.dumps(f) + b"\n" for f in FAULTS) + b'{"torn": ')
-    document = write_reports(run_dir, base_result("mixed", 0)).report_html.read_text()
+    document = write_reports(run_dir, typed(base_result("mixed", 0))).report_html.read_text()
     windows = [r for r in svgs(document)["errors"].iter(f"{SVG}rect")
                if r.get("class") == "fault-window"]
     assert len(windows) == len(FAULTS)  # the torn last line is skipped, not fatal
@@ -177,20 +178,20 @@ def test_faults_without_operations_set_the_time_axis(tmp_path: Path) -> None:
 def test_summary_line_pass_and_fail(tmp_path: Path) -> None:
     report = tmp_path / "report.html"
     passing = base_result("mixed", 1234)
-    assert summary_line(passing, report) == (
+    assert summary_line(typed(passing), report) == (
         f"PASS: all {len(passing['invariants'])} invariants held (1234 operations, {len(FAULTS)} faults) — report: {report}")
     failing = copy.deepcopy(passing)
     failing["valid"] = False
     failing["invariants"][0].update(passed=False, violation_count=2)
     failing["invariants"][5].update(passed=False, violation_count=1)
-    assert summary_line(failing, report) == (
+    assert summary_line(typed(failing), report) == (
         "FAIL: one_payment_per_order (2 violations), inventory_conservation (1 violation)"
         f" — report: {report}")
 
 
 def test_run_start_is_the_time_origin(failing_run: tuple[Path, dict[str, Any]]) -> None:
     run_dir, result = failing_run
-    document = write_reports(run_dir, result).report_html.read_text()
+    document = write_reports(run_dir, typed(result)).report_html.read_text()
     text = Probe(document).all_text
     assert "+12.000" in text  # the first fault starts 12 s after START
     assert str(int(START)) not in text  # no raw unix times in the page
@@ -201,7 +202,7 @@ def test_paths_and_dead_letters_are_shown_and_a_missed_promise_is_flagged(tmp_pa
     result["paths"]["recovery_point"] = 0
     result.update(verdict="inconclusive", valid=False,
                   inconclusive_reasons=["path recovery_point was promised but exercised 0 times"])
-    html = render_report(result, RunSeries(), [])
+    html = render_report(typed(result), RunSeries(), [])
     probe = Probe(html)
     [verdict] = probe.find(id="verdict")
     assert verdict["data-verdict"] == "inconclusive" and verdict["data-valid"] == "false"
@@ -210,13 +211,30 @@ def test_paths_and_dead_letters_are_shown_and_a_missed_promise_is_flagged(tmp_pa
     assert "NOT EXERCISED" in html[html.index("data-path='recovery_point'"):][:400]
     assert probe.find("tr", **{"data-path": "replay"})
     assert "no message_id" in probe.all_text and "pr_9" in probe.all_text
-    assert summary_line(result, tmp_path / "r.html").startswith("INCONCLUSIVE: no invariant was violated")
+    assert summary_line(typed(result), tmp_path / "r.html").startswith("INCONCLUSIVE: no invariant was violated")
 
 
 def test_an_interrupted_run_says_so_in_the_summary_and_the_verdict(tmp_path: Path) -> None:
     result = base_result("mixed", 10)
     result["interrupted"] = {"interrupted": True, "signal": "SIGTERM", "phase": "load"}
-    line = summary_line(result, tmp_path / "r.html")
+    line = summary_line(typed(result), tmp_path / "r.html")
     assert line.startswith("INTERRUPTED (SIGTERM during load): the recorded part held every invariant")
-    probe = Probe(render_report(result, RunSeries(), []))
+    probe = Probe(render_report(typed(result), RunSeries(), []))
     assert "INTERRUPTED by SIGTERM during load" in probe.all_text
+
+
+def test_the_verdict_shows_users_and_seed_from_the_runs_settings(tmp_path: Path) -> None:
+    # settings.json as the runner writes it: users and seed at the top level, the spec beside them
+    run_dir = RunDir(tmp_path / "run")
+    run_dir.path.mkdir()
+    run_dir.write_settings(RunSettings(run_id="r1", scenario="mixed", users=37, seed=11,
+                                       spec={"scenario": "mixed", "users": 37, "seed": 11}))
+    document = write_reports(run_dir, typed(base_result("mixed", 0))).report_html.read_text()
+    assert "<dt>users</dt><dd>37</dd>" in document and "<dt>seed</dt><dd>11</dd>" in document
+
+
+def test_older_settings_with_users_and_seed_only_in_the_spec_still_show_them(tmp_path: Path) -> None:
+    (tmp_path / "settings.json").write_text(json.dumps(
+        {"run_id": "r0", "scenario": "mixed", "spec": {"users": 5, "seed": 3}}))
+    settings = RunDir(tmp_path).read_settings()
+    assert settings is not None and (settings.users, settings.seed) == (5, 3)

@@ -8,8 +8,10 @@ from pathlib import Path
 import pytest
 
 from harness.catalog import SCENARIO_PROMISES
+from harness.check.checker import CheckResult, InvariantResult
+from harness.exit_codes import EXIT_INCONCLUSIVE, EXIT_OK, EXIT_VIOLATION
 from harness.nemesis.plans import PlanError, load_plan, parse_plan
-from harness.run.runner import EXIT_INCONCLUSIVE, EXIT_OK, EXIT_VIOLATION, RunOutcome, promised_paths
+from harness.run.runner import RunOutcome, promised_paths
 from harness.run.smoke import SmokeStep
 
 PLANS = Path(__file__).resolve().parents[2] / "harness" / "plans"
@@ -37,9 +39,10 @@ def test_every_shipped_plan_parses_with_known_promises() -> None:
 
 
 def _step(exit_code: int, failed: list[str], *, expect_violation: bool, invariant: str | None) -> SmokeStep:
-    result = {"invariants": [{"name": name, "passed": False} for name in failed]
-              + [{"name": "other", "passed": True}]}
-    return SmokeStep("label", expect_violation, RunOutcome(Path("."), exit_code, result, ""), None, invariant)
+    invariants = [InvariantResult(name, name, False, 1, 1) for name in failed]
+    check = CheckResult(valid=not failed, invariants=[*invariants, InvariantResult("other", "Other", True, 1, 0)])
+    outcome = RunOutcome(Path("."), exit_code, check.to_dict(), "", check=check)
+    return SmokeStep("label", expect_violation, outcome, None, invariant)
 
 
 def test_a_control_passes_the_smoke_only_when_its_own_invariant_caught_it() -> None:
