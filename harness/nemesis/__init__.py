@@ -1,1 +1,12 @@
-"""The nemesis: faults, fault plans and their schedule, through Toxiproxy and the stack."""
+"""The nemesis (Jepsen's word): faults, fault plans and their schedule, through Toxiproxy
+and the stack.
+
+- `faults`: the fault types, each applying, healing, describing and recording itself
+  (the `Fault` protocol), and `ProcessAction`, the one list of process actions;
+- `plans`: the plan format, its checks (targets included) and `schedule`;
+- `runner`: `NemesisRunner`, a schedule beside the load, and its `NemesisReport`;
+- `toxiproxy_client`: `Nemesis`, a verifying client of the Toxiproxy API;
+- `stack_proxies`: `StackNemesis`, one stack's proxies by their plain names.
+
+Details: docs/nemesis.md.
+"""

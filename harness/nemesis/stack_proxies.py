@@ -5,7 +5,8 @@ on a shared Toxiproxy they carry a prefix (`--proxy-prefix ci-42-` → `ci-42-ap
 `StackNemesis` maps the plain names to the stack's real ones; on a shared Toxiproxy
 it also shows only those proxies (by their plain names) and their toxics, and its
 `reset` heals only them, so neither a run nor `harness fault` touches another
-team's proxies. When a `RunGuard`
+team's proxies; one fault it cannot heal does not stop it healing the others, and it
+raises `NemesisHealError` naming every fault still on. When a `RunGuard`
 is given, every toxic added and every proxy disabled is written to the run's lease
 *before* it is applied (a SIGKILL between the two leaves a harmless extra record,
 never an unrecorded fault) and struck off after it is healed.
