@@ -15,7 +15,6 @@ asks "which kind of fault is this?" before acting on it.
   names (`app-latency-downstream`, `pause-consumer-1`, `redis-down`).
 - `fault.record(window)` is its line of `faults.jsonl` without the times
   (`FaultRecord`: the file's format, docs/nemesis.md).
-- `FaultWindow` is one fault in time (a plan's window, after `schedule`).
 - `fault.target` is the proxy or service it acts on; `fault.target_type` says which
   (`proxy` or `service`), and `fault.target_field` where a plan names it, so a plan's
   targets are checked before any stack starts (harness.nemesis.plans).
@@ -25,6 +24,8 @@ disabled: its listener closed, its connections cut) and `ProcessFault` (a servic
 killed, paused or restarted). `ProcessAction` is the one list of what can be done to
 a service (by a plan, `harness fault`, the Chaos tab); `FAULT_ACTIONS` are the ones
 a plan may name, each healed by its `heal_action` (a restart heals itself).
+`FaultTargets` bundles where faults go (`NetworkFaults`, `ProcessFaults`), and
+`FaultWindow` is one fault in time (a plan's window, after `schedule`).
 """
 
 from __future__ import annotations
