@@ -129,8 +129,8 @@ def measure(target: str, counts: list[int], args: argparse.Namespace
                     root=scratch / "stack", app_workers=2, consumers=2,
                     env={"TARGET_APP_INVENTORY": "sku-1=100000000,sku-2=5"}))
                 locustfile = REPO / "harness" / "locustfiles" / "mixed.py"
-                host = str(stack.state["app_url"])
-                env.update(load_environment(stack.state, seed=7))
+                host = stack.info.app_url
+                env.update(load_environment(stack.info, seed=7))
             rates: dict[int, list[float]] = {n: [] for n in counts}
             busy: dict[int, list[float]] = {n: [] for n in counts}
             load: dict[int, list[float]] = {n: [] for n in counts}

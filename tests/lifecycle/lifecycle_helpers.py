@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 
 from harness.processes.registry import REGISTRY_ENV
 from harness.stack import services as svc
+from harness.stack.info import StackInfo, read_info
 
 REPO = Path(__file__).resolve().parents[2]
 CLEAN_WITHIN = 10.0  # the issue's bound: seconds from the signal until nothing is left
@@ -64,14 +65,16 @@ def processes_with_env(entry: str) -> list[int]:
     return found
 
 
-def state_ports(state: dict[str, Any]) -> list[int]:
-    ports = [int(row["port"]) for row in state.get("services", []) if row.get("port")]
-    keys = ["app_url", "app_direct_url", "redis_proxy_url"]
-    if state.get("toxiproxy_kind") != "external":  # a shared Toxiproxy is not the run's to stop
-        keys.append("toxiproxy_url")
-    for key in keys:
-        if state.get(key):
-            ports.append(int(str(state[key]).rsplit(":", 1)[1].split("/")[0]))
+def url_port(url: str) -> int:
+    return int(url.rsplit(":", 1)[1].split("/")[0])
+
+
+def state_ports(info: StackInfo) -> list[int]:
+    ports = [service.port for service in info.services if service.port]
+    urls = [info.app_url, info.app_direct_url, info.redis_proxy_url]
+    if info.toxiproxy_kind != "external":  # a shared Toxiproxy is not the run's to stop
+        urls.append(info.toxiproxy_url)
+    ports += [url_port(url) for url in urls if url]
     return sorted(set(ports))
 
 
@@ -117,9 +120,9 @@ class HarnessRun:
         found = sorted(self.runs.glob("*/")) if self.runs.is_dir() else []
         return found[0] if found else None
 
-    def stack_state(self) -> dict[str, Any] | None:
+    def stack_state(self) -> StackInfo | None:
         run_dir = self.run_dir()
-        return read_json(run_dir / "stack" / "state.json") if run_dir else None
+        return read_info(run_dir / "stack") if run_dir else None
 
     def lease(self) -> dict[str, Any] | None:
         for path in sorted((self.registry / "leases").glob("run-*.json")):
@@ -130,11 +133,11 @@ class HarnessRun:
 
     def observe(self) -> None:
         """Remember the ports and Toxiproxy the run uses (read while it runs)."""
-        state = self.stack_state()
-        if state:
-            self.seen_ports.update(state_ports(state))
-            if state.get("toxiproxy_url"):
-                self.seen_toxiproxies.add(str(state["toxiproxy_url"]))
+        info = self.stack_state()
+        if info is not None:
+            self.seen_ports.update(state_ports(info))
+            if info.toxiproxy_url:
+                self.seen_toxiproxies.add(info.toxiproxy_url)
 
     def wait_until(self, predicate: Callable[[HarnessRun], bool], timeout: float) -> bool:
         def check() -> bool:
@@ -205,8 +208,8 @@ def _describe(pid: int) -> str:
 # The moments of a run, read from what it leaves on disk and in its lease.
 
 def stack_starting(run: HarnessRun) -> bool:
-    state = run.stack_state()
-    return bool(state and state.get("phase") == "starting" and any(r.get("pid") for r in state["services"]))
+    info = run.stack_state()
+    return info is not None and info.phase == "starting" and any(service.pid for service in info.services)
 
 
 def under_load(run: HarnessRun) -> bool:

@@ -21,7 +21,6 @@ import requests
 from lifecycle_helpers import (
     HarnessRun,
     processes_with_env,
-    read_json,
     sigkill_all,
     toxics_on,
     under_load_with_toxic,
@@ -29,6 +28,7 @@ from lifecycle_helpers import (
 )
 
 from harness.nemesis.toxiproxy_client import Nemesis
+from harness.stack.info import read_info
 from harness.toxiproxy.server import EmbeddedToxiproxy
 
 pytestmark = pytest.mark.timeout(240)
@@ -60,25 +60,25 @@ def test_sigkill_of_a_run_on_a_harness_up_stack_heals_it_and_keeps_it(tmp_path: 
     up = HarnessRun(tmp_path / "up", ["up", "--root", str(root), "--app-workers", "1", "--consumers", "2"])
     runs.append(up.start())
     assert up.process is not None and up.process.wait(timeout=90) == 0, up.output()
-    state = read_json(root / "state.json")
-    assert state is not None
+    info = read_info(root)
+    assert info is not None
     run = HarnessRun(tmp_path / "run", ["run", "mixed", "--root", str(root), "--plan", str(plan),
                                         "--duration", "30s", "--users", "2",
                                         "--runs-dir", str(tmp_path / "run" / "runs")])
     runs.append(run.start())
     assert run.wait_until(paused_consumer, 60), run.output()[-3000:]
-    assert sorted(toxics_on(state["toxiproxy_url"]) or []) != []
+    assert sorted(toxics_on(info.toxiproxy_url) or []) != []
     since = run.signal(signal.SIGKILL)
 
     left = run.leftovers(since)  # the run's own processes: harness, janitor, Locust
     print(f"attached SIGKILL: run clean after {left['seconds']} s")
     assert left["processes"] == [], left
-    healed = wait_for(lambda: toxics_on(state["toxiproxy_url"]) == [] and _consumer_running(root), 10)
-    assert healed, (toxics_on(state["toxiproxy_url"]), (run.run_dir() or tmp_path).joinpath("lifeline.log"))
+    healed = wait_for(lambda: toxics_on(info.toxiproxy_url) == [] and _consumer_running(root), 10)
+    assert healed, (toxics_on(info.toxiproxy_url), (run.run_dir() or tmp_path).joinpath("lifeline.log"))
     print(f"attached SIGKILL: faults healed after {time.monotonic() - since:.2f} s")
     # The stack `harness up` started on purpose is still there and healthy.
-    assert os.path.exists(f"/proc/{state['supervisor_pid']}")
-    assert requests.get(f"{state['app_url']}/healthz", timeout=5).status_code == 200
+    assert os.path.exists(f"/proc/{info.supervisor_pid}")
+    assert requests.get(f"{info.app_url}/healthz", timeout=5).status_code == 200
     run_dir = run.run_dir()
     assert run_dir is not None and (run_dir / "interrupted.json").is_file()
     down = HarnessRun(tmp_path / "up", ["down", "--root", str(root)])
@@ -86,11 +86,11 @@ def test_sigkill_of_a_run_on_a_harness_up_stack_heals_it_and_keeps_it(tmp_path: 
 
 
 def _consumer_running(root: Path) -> bool:
-    state = read_json(root / "state.json") or {}
-    rows = {row["name"]: row for row in state.get("services", [])}
-    pid = rows.get("consumer-1", {}).get("pid")
-    if rows.get("consumer-1", {}).get("status") != "running" or not pid:
+    info = read_info(root)
+    consumer = next((service for service in info.services if service.name == "consumer-1"), None) if info else None
+    if consumer is None or consumer.status != "running" or not consumer.pid:
         return False
+    pid = consumer.pid
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     except OSError:

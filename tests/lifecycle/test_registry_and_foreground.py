@@ -11,7 +11,9 @@ import time
 from pathlib import Path
 
 import pytest
-from lifecycle_helpers import REPO, HarnessRun, read_json, wait_for
+from lifecycle_helpers import REPO, HarnessRun, url_port, wait_for
+
+from harness.stack.info import read_info
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -22,8 +24,8 @@ def foreground(workdir: Path, root: Path) -> HarnessRun:
 
 
 def running(root: Path) -> bool:
-    state = read_json(root / "state.json")
-    return bool(state and state.get("phase") == "running")
+    info = read_info(root)
+    return info is not None and info.phase == "running"
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP, signal.SIGKILL],
@@ -34,8 +36,10 @@ def test_a_foreground_stack_goes_with_its_command(tmp_path: Path, runs: list[Har
     runs.append(run.start())
     assert run.wait_until(lambda r: running(root), 60), run.output()
     time.sleep(1.0)  # the command has reported and holds the stack; it must still go with it
-    for key in ("app_url", "app_direct_url", "redis_proxy_url", "toxiproxy_url", "redis_url"):
-        run.seen_ports.add(int(str(read_json(root / "state.json")[key]).rsplit(":", 1)[1].split("/")[0]))
+    info = read_info(root)
+    assert info is not None
+    for url in (info.app_url, info.app_direct_url, info.redis_proxy_url, info.toxiproxy_url, info.redis_url):
+        run.seen_ports.add(url_port(url))
     since = run.signal(signum)
     left = run.leftovers(since)
     print(f"up --foreground {signal.Signals(signum).name}: clean after {left['seconds']} s")
