@@ -16,6 +16,7 @@ from pathlib import Path
 
 from harness.catalog import MUTANTS, SCENARIOS
 from harness.report.html import badge, page
+from harness.run.rundir import RunDir
 
 # Rows: the correct app first, then each mutant; columns: the scenarios.
 MUTANT_ORDER = ("none", *MUTANTS)
@@ -145,7 +146,7 @@ def _cell_html(cell: MatrixCell | None, base: Path) -> str:
     if cell.error:
         parts.append(f"<div class='mono note'>{escape(cell.error)}</div>")
     if cell.run_dir:
-        link = _relative_link(Path(cell.run_dir) / "report.html", base)
+        link = _relative_link(RunDir(Path(cell.run_dir)).report, base)
         parts.append(f"<div><a href='{escape(link)}'>report</a></div>")
     return f"<td data-mutant='{escape(cell.mutant)}' data-scenario='{escape(cell.scenario)}' " \
            f"data-status='{status}'>{''.join(parts)}</td>"

@@ -11,8 +11,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TextIO
 
+from harness.history import history_files
+
 
 class ProgressLine:
+    """Counts the completions in a run's histories directory (harness.run.rundir) as they grow."""
+
     def __init__(self, histories: Path, *, out: TextIO, enabled: bool = True) -> None:
         self.histories = Path(histories)
         self.out = out
@@ -24,7 +28,7 @@ class ProgressLine:
         self._last_print = 0.0
 
     def _read_new(self) -> None:
-        for path in sorted(self.histories.glob("*.jsonl")):
+        for path in history_files(self.histories):
             offset = self._offsets.get(path, 0)
             with open(path, "rb") as handle:
                 handle.seek(offset)

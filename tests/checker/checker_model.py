@@ -1,6 +1,6 @@
 """A correct target app, simulated in memory, that records a history and an export.
 
-It follows the contract in DESIGN.md: an API layer keyed by (tenant, key) that
+It follows the app's documented contract (docs/target-app.md): an API layer keyed by (tenant, key) that
 replays stored answers (never a 5xx) and refuses a different fingerprint with 409;
 the domain guard; an inbox that runs each message's handler once; orders owned
 by their tenant (another tenant's read or payment is a 404); a consumer that
