@@ -71,6 +71,8 @@ def _write_json(path: Path, data: Mapping[str, Any]) -> None:
 
 
 def _read_json(path: Path) -> dict[str, Any] | None:
+    """The object in path, or None when there is none to act on: the registry writes
+    atomically (`_write_json`), so an unreadable file was never one of its records."""
     try:
         data = json.loads(path.read_text())
     except (OSError, ValueError):
@@ -241,7 +243,11 @@ def heal_lease(lease: Mapping[str, Any], live_claims: set[tuple[str, str]] | Non
     settled = True
     if url and (lease.get("toxics") or lease.get("disabled") or lease.get("proxies")):
         try:
-            done.extend(_heal_toxiproxy(url, lease, live_claims or set()))
+            healed, failed = _heal_toxiproxy(url, lease, live_claims or set())
+            done.extend(healed)
+            if failed:
+                settled = False  # the lease keeps them; the next reclaim tries again
+                done.extend(f"{line}; kept for later" for line in failed)
         except requests.RequestException as error:
             if not lease.get("toxiproxy_local"):
                 settled = False
@@ -254,31 +260,42 @@ def heal_lease(lease: Mapping[str, Any], live_claims: set[tuple[str, str]] | Non
     return done, settled
 
 
-def _heal_toxiproxy(url: str, lease: Mapping[str, Any], live_claims: set[tuple[str, str]]) -> list[str]:
+def _heal_toxiproxy(url: str, lease: Mapping[str, Any],
+                    live_claims: set[tuple[str, str]]) -> tuple[list[str], list[str]]:
+    """(what was undone, what could not be): a 404 is something already gone, any
+    other refusal is a failure the lease must keep."""
     done: list[str] = []
+    failed: list[str] = []
+
+    def settle(response: requests.Response, what: str) -> None:
+        if response.status_code < 300:
+            done.append(what)
+        elif response.status_code != 404:
+            failed.append(f"could not do it: {what} (HTTP {response.status_code} {response.text.strip()[:120]})")
+
     for toxic in lease.get("toxics", []):
         proxy, name = quote(str(toxic["proxy"]), safe=""), quote(str(toxic["name"]), safe="")
-        response = requests.delete(f"{url}/proxies/{proxy}/toxics/{name}", timeout=HTTP_TIMEOUT)
-        if response.status_code < 300:
-            done.append(f"removed toxic {toxic['name']} from {toxic['proxy']} on {url}")
+        settle(requests.delete(f"{url}/proxies/{proxy}/toxics/{name}", timeout=HTTP_TIMEOUT),
+               f"removed toxic {toxic['name']} from {toxic['proxy']} on {url}")
     for proxy in lease.get("disabled", []):
-        response = requests.post(f"{url}/proxies/{quote(str(proxy), safe='')}", json={"enabled": True},
-                                 timeout=HTTP_TIMEOUT)
-        if response.status_code < 300:
-            done.append(f"enabled proxy {proxy} on {url}")
+        settle(requests.post(f"{url}/proxies/{quote(str(proxy), safe='')}", json={"enabled": True},
+                             timeout=HTTP_TIMEOUT),
+               f"enabled proxy {proxy} on {url}")
     for proxy in lease.get("proxies", []):
         if (url, str(proxy["name"])) in live_claims:
             continue  # re-created since by a live stack: theirs now
         path = f"{url}/proxies/{quote(str(proxy['name']), safe='')}"
         current = requests.get(path, timeout=HTTP_TIMEOUT)
+        if current.status_code == 404:
+            continue  # gone already
         if current.status_code != 200:
+            failed.append(f"could not read proxy {proxy['name']} on {url} (HTTP {current.status_code})")
             continue
         found = current.json()
         # Delete only what is still ours: the same upstream as recorded.
         if found.get("upstream") == proxy.get("upstream"):
-            requests.delete(path, timeout=HTTP_TIMEOUT)
-            done.append(f"deleted leftover proxy {proxy['name']} on {url}")
-    return done
+            settle(requests.delete(path, timeout=HTTP_TIMEOUT), f"deleted leftover proxy {proxy['name']} on {url}")
+    return done, failed
 
 
 def _start_service(root: Path, service: str) -> str:

@@ -138,3 +138,36 @@ def test_a_run_interrupted_by_ctrl_c_is_marked_and_leaves_no_lease(tmp_path: Pat
     marker = registry.interrupted_marker(run_dir)
     assert marker is not None and marker["signal"] == "SIGINT" and marker["phase"] == "stack start"
     assert list(registry.leases()) == []
+
+
+def test_a_refused_heal_is_reported_and_the_lease_kept(tmp_path: Path) -> None:
+    """A Toxiproxy that answers 500 to a delete: the failure is in reclaim's lines and the
+    lease stays for the next try; a 404 (gone already) counts as healed."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Refusing(BaseHTTPRequestHandler):
+        def do_DELETE(self) -> None:  # noqa: N802 - the http.server hook's name
+            status = 404 if "gone" in self.path else 500
+            self.send_response(status)
+            self.end_headers()
+            self.wfile.write(b"storage on fire")
+
+        def log_message(self, format: str, *args: object) -> None:
+            return None  # keep the test output clean
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Refusing)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        lease = registry.new_lease("run", toxiproxy_url=url, owner=dead_owner())
+        lease["toxics"] = [{"proxy": "app", "name": "slow"}, {"proxy": "app", "name": "gone"}]
+        registry.write_lease(lease)
+        lines = registry.reclaim(url)
+        assert any("could not do it: removed toxic slow" in line and "HTTP 500" in line and "kept for later" in line
+                   for line in lines), lines
+        assert not any("gone" in line for line in lines)
+        assert registry.lease_path(lease["id"]).is_file()
+    finally:
+        server.shutdown()
+        registry.remove_lease(lease["id"])
