@@ -23,6 +23,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Final, Protocol
@@ -276,7 +277,7 @@ def start_local_stack(settings: StackSettings, *, lifeline: HasReadFd | None = N
     if settings.owner != "up" and lifeline is None:
         raise StackError(f"a stack owned by {settings.owner!r} needs its owner's lifeline")
     root = settings.root.resolve()
-    settings = StackSettings(**{**settings.__dict__, "root": root})
+    settings = replace(settings, root=root)
     running = open_stack(root)
     if running is not None:
         raise StackAlreadyRunning(f"a stack is already running in {root} (app_url {running.info.app_url})")
