@@ -202,7 +202,8 @@ def _stdout_for_people(as_json: bool) -> Iterator[TextIO]:
         yield real
         return
     real.flush()
-    saved = os.dup(real.fileno()) if _has_fd(real) else None
+    # Children inherit descriptors, not `sys.stdout`: descriptor 1 is pointed at stderr too.
+    saved = os.dup(real.fileno()) if _has_fd(real) and _has_fd(sys.stderr) else None
     try:
         if saved is not None:
             os.dup2(sys.stderr.fileno(), real.fileno())

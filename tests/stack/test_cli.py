@@ -45,5 +45,7 @@ def test_every_subcommand_has_a_handler() -> None:
     for argv in (["up"], ["down"], ["status"], ["fault", "list"], ["fault", "clear"],
                  ["fault", "add", "noop", "--proxy", "app"], ["fault", "remove", "x"],
                  ["fault", "down", "app"], ["fault", "up", "app"], ["fault", "restart", "app"],
-                 ["toxiproxy", "serve"]):
+                 ["toxiproxy", "serve"], ["run", "mixed"], ["check", "runs/x"], ["smoke"], ["matrix"],
+                 ["swarm", "begin", "mixed"], ["worker", "mixed", "--master", "h"], ["completion", "bash"],
+                 ["probe"]):
         assert callable(parser.parse_args(argv).handler), argv
