@@ -136,6 +136,9 @@ def add_up(subparsers: Subparsers) -> None:
 
 
 def handle_up(args: argparse.Namespace) -> int:
+    from harness.cli.run_commands import check_app_environment
+
+    check_app_environment(os.environ)
     settings = StackSettings(
         root=args.root, app_workers=args.app_workers, consumers=args.consumers,
         env=target_app_env(os.environ),

@@ -22,7 +22,7 @@ import argparse
 import json
 import os
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, redirect_stdout
 from dataclasses import replace
 from pathlib import Path
@@ -440,9 +440,23 @@ def _spec(args: argparse.Namespace, scenario: str) -> RunSpec:
     )
 
 
+def check_app_environment(environ: Mapping[str, str]) -> None:
+    """The TARGET_APP_* settings a started stack would pass to the app, checked now: a
+    bad one is one line before the run starts, not an app that will not boot in it."""
+    from target_app.errors import ConfigError
+    from target_app.settings import Settings
+
+    try:
+        Settings.from_env({key: value for key, value in environ.items() if key.startswith("TARGET_APP_")})
+    except ConfigError as error:
+        raise HarnessError(f"environment: {error}") from None
+
+
 def _validated(spec: RunSpec) -> RunSpec:
-    """The spec, checked as a whole (option combinations) before any directory exists."""
+    """The spec, checked as a whole (option combinations and the app's environment)
+    before any directory exists."""
     spec.validate()
+    check_app_environment(os.environ)
     return spec
 
 

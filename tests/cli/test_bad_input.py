@@ -89,6 +89,20 @@ def test_bad_input_is_one_line_and_no_run_directory(workdir: Path, capsys: pytes
     assert sorted(path.relative_to(workdir) for path in workdir.rglob("*")) == before
 
 
+@pytest.mark.parametrize(("name", "value"), [
+    ("TARGET_APP_UNSAFE_DISABLE", "domain,no-such-layer"), ("TARGET_APP_MAX_DELIVERIES", "many"),
+])
+@pytest.mark.parametrize("argv", [["run", "mixed"], ["smoke"], ["matrix"]], ids=" ".join)
+def test_a_bad_app_setting_in_the_environment_stops_the_run(workdir: Path, capsys: pytest.CaptureFixture[str],
+                                                            monkeypatch: pytest.MonkeyPatch, argv: list[str],
+                                                            name: str, value: str) -> None:
+    monkeypatch.setenv(name, value)
+    assert main(argv) == EXIT_HARNESS
+    err = capsys.readouterr().err
+    assert err.startswith(f"harness: environment: {name}") and err.count("\n") == 1, err
+    assert sorted(path.name for path in (workdir / "runs").iterdir()) == ["earlier-run"]
+
+
 def test_a_plan_that_does_not_parse_is_named_in_the_usage_error(workdir: Path,
                                                                 capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["run", "mixed", "--plan", "not-a-plan.yaml"]) == EXIT_HARNESS
