@@ -19,7 +19,8 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
-from harness.history import history_files, iter_operations
+from harness.history import iter_operations
+from harness.run.rundir import RunDir
 from harness.run.runner import RunSpec, run
 
 
@@ -34,7 +35,7 @@ def measure_mixed(users: int, duration: float, processes: int, workdir: Path) ->
     latencies: dict[str, list[float]] = defaultdict(list)
     outcomes: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
     first, last = float("inf"), 0.0
-    for op in iter_operations(history_files(outcome.run_dir / "histories")):
+    for op in iter_operations(RunDir(outcome.run_dir).history_files()):
         outcomes[op["op"]][op["type"]] += 1
         if op.get("complete_time") is None:
             continue

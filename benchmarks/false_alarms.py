@@ -43,10 +43,10 @@ def main(argv: list[str] | None = None) -> int:
                            attach=False, progress=False, app_workers=2)
             began = time.monotonic()
             outcome = run(spec, out=io.StringIO())
-            result = outcome.result or {}
-            verdict = str(result.get("verdict") or ("pass" if result.get("valid") else "fail"))
+            check = outcome.check
+            verdict = check.verdict if check is not None else "error"
             verdicts[verdict] = verdicts.get(verdict, 0) + 1
-            counts = result.get("counts") or {}
+            counts = check.counts if check is not None else {}
             print(f"seed {seed:3d}: {verdict.upper():12s} {counts.get('operations', 0):6d} operations "
                   f"{counts.get('faults', 0):3d} faults {time.monotonic() - began:5.1f} s"
                   + ("" if verdict == "pass" else f"  {outcome.summary}"), flush=True)
