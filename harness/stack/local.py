@@ -182,7 +182,7 @@ class RunningStack:
         stack created on a shared Toxiproxy that neither the supervisor nor the
         reclaim after it could delete (its lease stays, the next `up`/`down` retries).
         """
-        info = self._info
+        info = self.info  # the latest: a restart moves pids
         pid = info.supervisor_pid
         if pid is not None and svc.pid_alive(pid):
             try:
