@@ -10,7 +10,9 @@ into the run's history directory.
 Locust runs in a process group of its own (its local workers included) and never
 outlives the harness: every process carries a parent-death SIGTERM, and when a
 `RunGuard` is given the group is on the run's lease, so the lifeline janitor stops
-the whole group if the harness dies by SIGKILL.
+the whole group if the harness dies by SIGKILL. `pid`, `finished()` and
+`returncode` come from `harness.processes.handle.ProcessHandle`, which the compose
+Locust (`harness.stack.compose.ComposeLocust`) shares.
 """
 
 from __future__ import annotations

@@ -11,7 +11,9 @@ holds the `harness` package) with two kinds of small JSON files:
   groups it owns, and the run directory to mark if it dies. The owner is a pid plus
   its start time (a reused pid is never mistaken for the owner). A lease whose owner
   is gone is a leftover: `reclaim` (called by every up, run and down on that
-  Toxiproxy, and by the lifeline janitor at once) heals it and removes it.
+  Toxiproxy, and by the lifeline janitor at once) heals it and removes it. What a
+  Toxiproxy refuses to undo (an answer other than success or 404) is one of
+  reclaim's lines and the lease stays for the next try.
 
 Writes are atomic (temp file + rename), so a reader never sees half a record.
 """
