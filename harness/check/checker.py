@@ -1,7 +1,7 @@
 """The checker: a run's history, fault log and final state in; a verdict with evidence out.
 
-`check` is pure (no I/O); `check_run` reads a run directory (docs/internals.md) and
-calls it. This module holds the inputs and outputs: the export reduced to compact
+`check` is pure (no I/O); `check_run` reads a run directory (docs/internals.md,
+through the `RunFiles` it is given: a `harness.run.rundir.RunDir`) and calls it. This module holds the inputs and outputs: the export reduced to compact
 tuples (`ExportState`), the result types, the verdict and the evidence; the
 history index and the invariants themselves live in harness.check.invariants. The
 history is read in one streaming pass; when something failed, a second pass picks
@@ -37,14 +37,14 @@ from harness.check.invariants import (
     jepsen_counts,
     scope_key,
 )
+from harness.check.run_files import DEFAULT_MIN_ACKNOWLEDGED, RunFileError, RunFiles, RunScope, RunSettings
 from harness.check.run_scope import scoped_export
 from harness.errors import HarnessError
 from harness.history import HistoryError
-from harness.run.rundir import DEFAULT_MIN_ACKNOWLEDGED, RunDir, RunDirError, RunScope, RunSettings
 
 __all__ = ["DEFAULT_MIN_ACKNOWLEDGED", "PATHS", "VERDICTS", "CheckResult", "CheckerError",
            "ExportState", "HistoryFiles", "InvariantResult", "Violation", "check", "check_run",
-           "load_export", "merge_operation", "read_export", "read_final_reads", "read_operations",
+           "load_export", "merge_operation", "read_operations",
            "read_pairs"]
 
 VIOLATION_CAP = 50
@@ -765,30 +765,20 @@ def _active_faults(ops: list[dict[str, Any]], faults: Sequence[dict[str, Any]]) 
     return active
 
 
-def read_export(path: Path) -> Iterator[dict[str, Any]]:
-    """The export's lines, streamed; a missing file or a bad line is a RunDirError."""
-    return RunDir(Path(path).parent).read_ndjson(Path(path), "state export")
-
-
-def read_final_reads(path: Path) -> Iterator[dict[str, Any]]:
-    """`final_reads.ndjson`, streamed: one `{"order_id", "tenant", "status_code", "order"}` per line."""
-    return _final_reads(RunDir(Path(path).parent).read_ndjson(Path(path), "final reads"))
-
-
-def _scoped(run_dir: RunDir, export: Iterator[dict[str, Any]], scope: RunScope | None,
+def _scoped(run: RunFiles, export: Iterator[dict[str, Any]], scope: RunScope | None,
             dropped: set[Any]) -> Iterable[dict[str, Any]]:
     """The export narrowed to this run on a reused stack (harness.check.run_scope); the
     older orders it leaves out go to `dropped`."""
     if scope is None:
         return export
-    baseline = list(run_dir.read_ndjson(run_dir.scope_file(scope), "baseline export"))
+    baseline = list(run.read_ndjson(run.scope_file(scope), "baseline export"))
     return scoped_export(export, baseline, counters_before=scope.counters_before, dropped=dropped)
 
 
-def check_run(run_dir: Path | RunDir) -> CheckResult:
-    """Check a run directory (harness.run.rundir): its histories, export, fault log,
-    settings, final reads and, on a reused stack, the baseline export settings name."""
-    run = run_dir if isinstance(run_dir, RunDir) else RunDir(Path(run_dir))
+def check_run(run: RunFiles) -> CheckResult:
+    """Check a run directory (a `harness.run.rundir.RunDir`): its histories, export,
+    fault log, settings, final reads and, on a reused stack, the baseline export its
+    settings name."""
     if not run.export.is_file():
         raise CheckerError(f"{run.path} has no state export ({run.export.name}); the run did not finish")
     if not run.histories.is_dir():
@@ -796,9 +786,10 @@ def check_run(run_dir: Path | RunDir) -> CheckResult:
     try:
         faults = run.read_faults()
         settings = run.read_settings() or RunSettings(run_id=run.name, scenario="")
-        reads = read_final_reads(run.final_reads) if run.final_reads.exists() else iter(())
+        reads = (_final_reads(run.read_ndjson(run.final_reads, "final reads"))
+                 if run.final_reads.exists() else iter(()))
         dropped: set[Any] = set()
-        export = _scoped(run, read_export(run.export), settings.scope, dropped)
+        export = _scoped(run, run.read_ndjson(run.export, "state export"), settings.scope, dropped)
         # Read lazily, after the export is loaded: an older order the scope left out
         # is not the run's to judge, so neither is its final read.
         reads = (read for read in reads if read.get("order_id") not in dropped)
@@ -808,5 +799,5 @@ def check_run(run_dir: Path | RunDir) -> CheckResult:
                      promised_paths=settings.promised_paths, min_acknowledged=settings.min_acknowledged)
     except HistoryError as error:
         raise CheckerError(f"history of {run.path} is unreadable: {error}") from error
-    except RunDirError as error:
+    except RunFileError as error:
         raise CheckerError(str(error)) from error

@@ -16,7 +16,6 @@ from pathlib import Path
 
 from harness.catalog import MUTANTS, SCENARIOS
 from harness.report.html import badge, page
-from harness.run.rundir import RunDir
 
 # Rows: the correct app first, then each mutant; columns: the scenarios.
 MUTANT_ORDER = ("none", *MUTANTS)
@@ -33,6 +32,7 @@ class MatrixCell:
     error: str | None = None
     # the run violated nothing but proved too little (a promised path never ran)
     inconclusive: bool = False
+    report: str = ""  # the run's report.html, linked from the cell ("" when none was written)
 
 
 def _ordered(values: Sequence[str], preferred: Sequence[str]) -> list[str]:
@@ -145,8 +145,8 @@ def _cell_html(cell: MatrixCell | None, base: Path) -> str:
         parts.append(f"<ul style='margin:4px 0 0;padding-left:18px'>{names}</ul>")
     if cell.error:
         parts.append(f"<div class='mono note'>{escape(cell.error)}</div>")
-    if cell.run_dir:
-        link = _relative_link(RunDir(Path(cell.run_dir)).report, base)
+    if cell.report:
+        link = _relative_link(Path(cell.report), base)
         parts.append(f"<div><a href='{escape(link)}'>report</a></div>")
     return f"<td data-mutant='{escape(cell.mutant)}' data-scenario='{escape(cell.scenario)}' " \
            f"data-status='{status}'>{''.join(parts)}</td>"

@@ -2,7 +2,7 @@
 
 The typed check result (harness.check.checker.CheckResult; its JSON in
 docs/internals.md, "Check result") says what held; the run directory's histories,
-fault log and settings (read through harness.run.rundir) say what the run looked
+fault log and settings (read through the `RunFiles` it is given) say what the run looked
 like. Invariant titles come from the result, which takes them from the registry. The
 history is streamed once into per-second buckets (`harness.report.series`), so a
 long run costs memory per second of run time, not per operation.
@@ -19,6 +19,7 @@ from typing import Any
 
 from harness.check.checker import CheckResult
 from harness.check.invariants import invariant_title
+from harness.check.run_files import RunFileError, RunFiles, RunSettings
 from harness.history import HistoryError, iter_operations
 from harness.report.html import (
     badge,
@@ -39,7 +40,6 @@ from harness.report.plots import (
     stacked_bar_chart,
 )
 from harness.report.series import RunSeries, build_series, percentile
-from harness.run.rundir import RunDir, RunDirError, RunSettings
 
 __all__ = [
     "MatrixCell",
@@ -69,9 +69,9 @@ class ReportPaths:
     report_html: Path
 
 
-def write_reports(run_dir: Path | RunDir, result: CheckResult) -> ReportPaths:
-    """Write result.json, junit.xml and report.html into the run directory; their paths."""
-    run = run_dir if isinstance(run_dir, RunDir) else RunDir(Path(run_dir))
+def write_reports(run: RunFiles, result: CheckResult) -> ReportPaths:
+    """Write result.json, junit.xml and report.html into the run directory (a
+    `harness.run.rundir.RunDir`); their paths."""
     run.path.mkdir(parents=True, exist_ok=True)
     paths = ReportPaths(run.result, run.junit, run.report)
     run.write_result(result.to_dict())
@@ -79,7 +79,7 @@ def write_reports(run_dir: Path | RunDir, result: CheckResult) -> ReportPaths:
     faults = run.read_faults(strict=False)
     try:
         settings = run.read_settings()
-    except RunDirError:
+    except RunFileError:
         settings = None  # the report is best effort; the checker said what was wrong
     history_error = None
     try:

@@ -2,26 +2,23 @@
 
 Like Jepsen's store, this module is the one place that knows how a run is laid out
 on disk (docs/internals.md, "Run directory"); the runner, the swarm session, the
-checker, the report, the smoke job and the matrix ask a `RunDir` for a path or a
-record instead of spelling file names. `RunSettings` is settings.json as a value:
-written by the runner and by `harness.webui.session`, read by the checker and the
-report.
-
-This module imports nothing of the harness but its error root and the history's
-file naming, so the checker can use it without pulling in the runner.
+smoke job and the matrix ask a `RunDir` for a path or a record instead of spelling
+file names, and hand it to the checker and the report, which take it as the
+`RunFiles` they declare (harness.check.run_files, with `RunSettings`: settings.json
+as a value; re-exported here).
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import orjson
 
-from harness.errors import HarnessError
+from harness.check.run_files import RunFileError, RunScope, RunSettings
 from harness.history import history_files
 
 SETTINGS_FILE = "settings.json"
@@ -40,156 +37,14 @@ LOGS_DIR = "logs"
 LOCUST_DIR = "locust"
 STACK_DIR = "stack"
 
+__all__ = ["BASELINE_FILE", "CleanupFailure", "FINAL_READS_FILE", "RunDir", "RunDirError", "RunScope",
+           "RunSettings"]
+
 _JSON_OPTIONS = orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS | orjson.OPT_APPEND_NEWLINE
 
 
-class RunDirError(HarnessError):
+class RunDirError(RunFileError):
     """A file of a run directory is missing or malformed where it is required."""
-
-
-@dataclass(frozen=True)
-class RunScope:
-    """On a reused stack: the export saved before the load (a file name in the run
-    directory) and, optionally, the app's counters then (docs/checker.md)."""
-
-    baseline: str
-    counters_before: Mapping[str, int] | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        data: dict[str, Any] = {"baseline": self.baseline}
-        if self.counters_before is not None:
-            data["counters_before"] = dict(self.counters_before)
-        return data
-
-
-# settings.json keys this class reads into fields; any other key is kept in `extra`.
-_KNOWN = frozenset({"run_id", "scenario", "mode", "whole_state", "unsafe_disable", "users", "seed",
-                    "duration", "promised_paths", "min_acknowledged", "plan", "spec", "stack",
-                    "started_at", "finished_at", "scope"})
-DEFAULT_MIN_ACKNOWLEDGED = 1
-
-
-@dataclass(frozen=True)
-class RunSettings:
-    """settings.json: what a run was asked to do, as the checker and the report read it.
-
-    `mode` is `run` (`harness run` started the load) or `swarm` (someone else did:
-    users and duration are theirs, so absent). `stack` is the stack's state without
-    its secrets; `spec` the `RunSpec` as JSON. Keys this version does not know are
-    kept in `extra` and written back unchanged.
-    """
-
-    run_id: str
-    scenario: str
-    mode: str = "run"
-    unsafe_disable: tuple[str, ...] = ()
-    promised_paths: tuple[str, ...] = ()
-    min_acknowledged: int = DEFAULT_MIN_ACKNOWLEDGED
-    users: int | None = None
-    seed: int | None = None
-    duration: float | None = None
-    plan: str | None = None
-    whole_state: bool = False
-    spec: Mapping[str, Any] | None = None
-    stack: Mapping[str, Any] = field(default_factory=dict)
-    started_at: float | None = None
-    finished_at: float | None = None
-    scope: RunScope | None = None
-    extra: Mapping[str, Any] = field(default_factory=dict)
-
-    def to_json(self) -> dict[str, Any]:
-        data: dict[str, Any] = {"run_id": self.run_id, "scenario": self.scenario, "mode": self.mode,
-                                "unsafe_disable": list(self.unsafe_disable)}
-        optional: dict[str, Any] = {"users": self.users, "seed": self.seed, "duration": self.duration,
-                                    "plan": self.plan, "spec": dict(self.spec) if self.spec is not None else None,
-                                    "started_at": self.started_at, "finished_at": self.finished_at}
-        data.update({key: value for key, value in optional.items() if value is not None})
-        if self.whole_state:
-            data["whole_state"] = True
-        data["promised_paths"] = list(self.promised_paths)
-        data["min_acknowledged"] = self.min_acknowledged
-        data["stack"] = dict(self.stack)
-        if self.scope is not None:
-            data["scope"] = self.scope.to_json()
-        data.update({key: value for key, value in self.extra.items() if key not in _KNOWN})
-        return data
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any], *, default_run_id: str = "") -> RunSettings:
-        """Validate settings.json's object; a wrong type is a RunDirError naming the key."""
-        unsafe = data.get("unsafe_disable") or []
-        if isinstance(unsafe, str):  # older runs wrote a comma list
-            unsafe = [part.strip() for part in unsafe.split(",") if part.strip()]
-        if not isinstance(unsafe, list) or not all(isinstance(name, str) for name in unsafe):
-            raise RunDirError(f"settings.json: unsafe_disable must be a list of names, not {unsafe!r}")
-        promised = data.get("promised_paths") or []
-        if not isinstance(promised, list) or not all(isinstance(name, str) for name in promised):
-            raise RunDirError(f"settings.json: promised_paths must be a list of path names, not {promised!r}")
-        minimum = data.get("min_acknowledged", DEFAULT_MIN_ACKNOWLEDGED)
-        if minimum is None:
-            minimum = DEFAULT_MIN_ACKNOWLEDGED
-        if isinstance(minimum, bool) or not isinstance(minimum, int) or minimum < 0:
-            raise RunDirError(f"settings.json: min_acknowledged must be an int >= 0, not {minimum!r}")
-        spec = data.get("spec")
-        stack = data.get("stack") or {}
-        if spec is not None and not isinstance(spec, dict):
-            raise RunDirError(f"settings.json: spec must be an object, not {spec!r}")
-        if not isinstance(stack, dict):
-            raise RunDirError(f"settings.json: stack must be an object, not {stack!r}")
-        spec_of = spec or {}
-        return cls(
-            run_id=str(data.get("run_id") or default_run_id),
-            scenario=str(data.get("scenario") or ""),
-            mode=str(data.get("mode") or "run"),
-            unsafe_disable=tuple(unsafe),
-            promised_paths=tuple(promised),
-            min_acknowledged=minimum,
-            # Older settings carry users and seed only in the spec.
-            users=_optional_int(data.get("users", spec_of.get("users")), "users"),
-            seed=_optional_int(data.get("seed", spec_of.get("seed")), "seed"),
-            duration=_optional_float(data.get("duration", spec_of.get("duration")), "duration"),
-            plan=_optional_str(data.get("plan", spec_of.get("plan"))),
-            whole_state=data.get("whole_state") is True,
-            spec=spec,
-            stack=stack,
-            started_at=_optional_float(data.get("started_at"), "started_at"),
-            finished_at=_optional_float(data.get("finished_at"), "finished_at"),
-            scope=_scope(data.get("scope")),
-            extra={key: value for key, value in data.items() if key not in _KNOWN},
-        )
-
-
-def _optional_int(value: Any, name: str) -> int | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise RunDirError(f"settings.json: {name} must be an int, not {value!r}")
-    return value
-
-
-def _optional_float(value: Any, name: str) -> float | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise RunDirError(f"settings.json: {name} must be a number, not {value!r}")
-    return float(value)
-
-
-def _optional_str(value: Any) -> str | None:
-    return None if value is None else str(value)
-
-
-def _scope(value: Any) -> RunScope | None:
-    if not value:
-        return None
-    if not isinstance(value, dict) or not isinstance(value.get("baseline"), str) or not value["baseline"]:
-        raise RunDirError(
-            f"settings.json has a scope without a baseline ({value!r}): runs on a reused stack are "
-            "scoped by the export saved before the load, not by clocks; re-run it")
-    counters = value.get("counters_before")
-    if counters is not None and not isinstance(counters, dict):
-        raise RunDirError(f"settings.json: scope.counters_before must be an object, not {counters!r}")
-    return RunScope(value["baseline"], counters)
 
 
 @dataclass(frozen=True)

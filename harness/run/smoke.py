@@ -23,6 +23,7 @@ from harness.catalog import MUTANTS, SCENARIOS
 from harness.errors import HarnessError
 from harness.exit_codes import EXIT_HARNESS, EXIT_INCONCLUSIVE, EXIT_OK, EXIT_VIOLATION
 from harness.report.run_report import MatrixCell, format_matrix_table, write_matrix_report
+from harness.run.rundir import RunDir
 from harness.run.runner import RunOutcome, RunSpec, run
 
 # The plan each scenario runs under in the smoke job: the duplicate source it targets.
@@ -217,7 +218,8 @@ def matrix(
             else:
                 failed = outcome.check.failed if outcome.check is not None else []
                 cell = MatrixCell(mutant, scenario, bool(failed), failed, str(outcome.run_dir),
-                                  inconclusive=outcome.exit_code == EXIT_INCONCLUSIVE)
+                                  inconclusive=outcome.exit_code == EXIT_INCONCLUSIVE,
+                                  report=str(RunDir(outcome.run_dir).report))
             cells.append(cell)
             if on_cell is not None:
                 on_cell(cell)

@@ -10,6 +10,7 @@ import pytest
 
 from harness.check.checker import CheckerError, check_run
 from harness.history import Client, HistoryWriter, body_digest
+from harness.run.rundir import RunDir
 
 
 def write_lines(path: Path, records: list[dict[str, Any]]) -> None:
@@ -59,7 +60,7 @@ def make_run(root: Path, *, second_payment: bool = False) -> Path:
 
 
 def test_check_run_reads_a_whole_run_directory(tmp_path: Path) -> None:
-    result = check_run(make_run(tmp_path))
+    result = check_run(RunDir(make_run(tmp_path)))
     assert result.valid, result.to_dict()
     assert (result.run_id, result.scenario, result.unsafe_disable) == ("r-1", "mixed", ["domain", "api"])
     assert result.counts == {"operations": 8, "acknowledged": 4, "orders": 2, "payments": 2,
@@ -71,7 +72,7 @@ def test_check_run_reads_a_whole_run_directory(tmp_path: Path) -> None:
 
 
 def test_check_run_collects_evidence_from_the_files(tmp_path: Path) -> None:
-    result = check_run(make_run(tmp_path, second_payment=True))
+    result = check_run(RunDir(make_run(tmp_path, second_payment=True)))
     assert set(result.failed) == {"one_payment_per_order", "nothing_unexpected"}
     violation = result.invariant("one_payment_per_order").violations[0]
     assert violation.order_id == "o-w1"
@@ -84,7 +85,7 @@ def test_missing_export_is_a_harness_failure(tmp_path: Path) -> None:
     run_dir = make_run(tmp_path)
     (run_dir / "export.ndjson").unlink()
     with pytest.raises(CheckerError, match="export"):
-        check_run(run_dir)
+        check_run(RunDir(run_dir))
 
 
 def test_unreadable_export_is_a_harness_failure(tmp_path: Path) -> None:
@@ -92,7 +93,7 @@ def test_unreadable_export_is_a_harness_failure(tmp_path: Path) -> None:
     with open(run_dir / "export.ndjson", "ab") as handle:
         handle.write(b'{"kind": "order", "id": \n')
     with pytest.raises(CheckerError, match="not JSON"):
-        check_run(run_dir)
+        check_run(RunDir(run_dir))
 
 
 def test_malformed_export_line_is_a_harness_failure(tmp_path: Path) -> None:
@@ -100,21 +101,21 @@ def test_malformed_export_line_is_a_harness_failure(tmp_path: Path) -> None:
     with open(run_dir / "export.ndjson", "ab") as handle:
         handle.write(b'{"kind": "payment", "provider_ref": "x"}\n')
     with pytest.raises(CheckerError, match="order_id"):
-        check_run(run_dir)
+        check_run(RunDir(run_dir))
 
 
 def test_unreadable_history_is_a_harness_failure(tmp_path: Path) -> None:
     run_dir = make_run(tmp_path)
     (run_dir / "histories" / "w3.jsonl").write_bytes(b'{"type": "ok", "op_id": "x:1"}\n')
     with pytest.raises(CheckerError, match="history"):
-        check_run(run_dir)
+        check_run(RunDir(run_dir))
 
 
 def test_settings_and_fault_log_are_optional(tmp_path: Path) -> None:
     run_dir = make_run(tmp_path)
     (run_dir / "settings.json").unlink()
     (run_dir / "faults.jsonl").unlink()
-    result = check_run(run_dir)
+    result = check_run(RunDir(run_dir))
     assert result.valid
     assert (result.run_id, result.scenario, result.unsafe_disable) == ("r-1", "", [])
     assert result.counts["faults"] == 0

@@ -13,6 +13,7 @@ from test_check_run import make_run, write_lines
 from harness.check.checker import CheckerError, check_run, read_operations
 from harness.check.run_scope import counters_of, scoped_export
 from harness.history import HistoryError, history_files, iter_operations
+from harness.run.rundir import RunDir
 
 
 def settings_of(run_dir: Path) -> dict[str, Any]:
@@ -26,18 +27,18 @@ def write_settings(run_dir: Path, **values: Any) -> None:
 def test_settings_carry_the_promises_and_the_minimum(tmp_path: Path) -> None:
     run_dir = make_run(tmp_path)
     write_settings(run_dir, promised_paths=["replay", "reclaim"], min_acknowledged=3)
-    result = check_run(run_dir)
+    result = check_run(RunDir(run_dir))
     assert (result.promised_paths, result.min_acknowledged) == (["replay", "reclaim"], 3)
     assert result.verdict == "inconclusive"
     assert result.inconclusive_reasons == ["promised path reclaim was exercised 0 times"]
     write_settings(run_dir, promised_paths=["replay"], min_acknowledged=5)
-    assert check_run(run_dir).inconclusive_reasons == [
+    assert check_run(RunDir(run_dir)).inconclusive_reasons == [
         "4 operation(s) were acknowledged (ok), fewer than the 5 required"]
 
 
 def test_without_settings_a_run_needs_one_acknowledged_operation(tmp_path: Path) -> None:
     run_dir = make_run(tmp_path)
-    result = check_run(run_dir)
+    result = check_run(RunDir(run_dir))
     assert (result.promised_paths, result.min_acknowledged, result.verdict) == ([], 1, "pass")
 
 
@@ -47,7 +48,7 @@ def test_malformed_judging_settings_are_harness_failures(tmp_path: Path, values:
     run_dir = make_run(tmp_path)
     write_settings(run_dir, **values)
     with pytest.raises(CheckerError):
-        check_run(run_dir)
+        check_run(RunDir(run_dir))
 
 
 def test_final_reads_are_read_when_present(tmp_path: Path) -> None:
@@ -58,7 +59,7 @@ def test_final_reads_are_read_when_present(tmp_path: Path) -> None:
         {"order_id": "o-w1", "tenant": "default", "status_code": 200, "order": order},
         {"order_id": "o-w2", "tenant": "default", "status_code": 200, "order": {**order, "id": "o-w2"}},
     ])
-    result = check_run(run_dir)
+    result = check_run(RunDir(run_dir))
     assert result.counts["final_reads"] == 2
     assert result.failed == ["final_reads_agree"]
     violation = result.invariant("final_reads_agree").violations[0]
@@ -69,7 +70,7 @@ def test_a_bad_final_read_line_is_a_harness_failure(tmp_path: Path) -> None:
     run_dir = make_run(tmp_path)
     (run_dir / "final_reads.ndjson").write_bytes(b'{"order_id": "o-w1"}\n[1, 2]\n')
     with pytest.raises(CheckerError, match="final reads"):
-        check_run(run_dir)
+        check_run(RunDir(run_dir))
 
 
 # -- scoping on a reused stack ---------------------------------------------------------
@@ -152,20 +153,20 @@ def test_check_run_scopes_by_the_baseline(tmp_path: Path) -> None:
     write_lines(run_dir / "final_reads.ndjson", [
         {"order_id": "old", "tenant": "default", "status_code": 200,
          "order": {**old_body, "payments": [{"provider_ref": "pr-old"}]}}])
-    result = check_run(run_dir)
+    result = check_run(RunDir(run_dir))
     assert result.verdict == "pass", result.to_dict()
     assert result.counts["orders"] == 2 and result.counts["final_reads"] == 0
     assert result.layers["api"]["replays"] == 1
     (run_dir / "baseline.ndjson").unlink()
     with pytest.raises(CheckerError, match="baseline"):
-        check_run(run_dir)
+        check_run(RunDir(run_dir))
 
 
 def test_a_clock_scope_is_refused(tmp_path: Path) -> None:
     run_dir = make_run(tmp_path)
     write_settings(run_dir, scope={"since": 15.0, "counters_before": {}})
     with pytest.raises(CheckerError, match="not by clocks"):
-        check_run(run_dir)
+        check_run(RunDir(run_dir))
 
 
 # -- the history reader --------------------------------------------------------------

@@ -214,7 +214,7 @@ def main(argv: list[str]) -> int:
     if (out / "histories").exists():
         shutil.rmtree(out / "histories")  # the writer appends; start from an empty history
     result = build_run(out, failing=True)
-    paths = write_reports(out, typed(result))
+    paths = write_reports(RunDir(out), typed(result))
     print(summary_line(typed(result), paths.report_html))
     return 0
 

@@ -11,13 +11,14 @@ from report_sample import base_result, typed
 
 from harness.report.junit import junit_xml, write_junit
 from harness.report.run_report import write_reports
+from harness.run.rundir import RunDir
 
 
 def test_one_testcase_per_invariant_and_failures(
     failing_run: tuple[Path, dict[str, Any]],
 ) -> None:
     run_dir, result = failing_run
-    suite = ET.parse(write_reports(run_dir, typed(result)).junit_xml).getroot()
+    suite = ET.parse(write_reports(RunDir(run_dir), typed(result)).junit_xml).getroot()
     assert suite.tag == "testsuite" and suite.get("name") == "idempotency-invariants"
     cases = suite.findall("testcase")
     assert [c.get("name") for c in cases] == [i["name"] for i in result["invariants"]]

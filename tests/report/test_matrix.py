@@ -8,6 +8,7 @@ from pathlib import Path
 from html_probe import Probe
 
 from harness.report.run_report import MatrixCell, format_matrix_table, write_matrix_report
+from harness.run.rundir import RunDir
 
 SCENARIOS = ("timeout_replay", "duplicate_webhooks", "redelivered_messages", "mixed")
 CATCHES = {  # mutant -> scenario -> invariants that caught it
@@ -25,8 +26,9 @@ def full_matrix(tmp_path: Path) -> list[MatrixCell]:
     for mutant in ("inbox-nonatomic", "domain", "none", "inbox", "api"):
         for scenario in reversed(SCENARIOS):
             invariants = CATCHES.get(mutant, {}).get(scenario, [])
-            cells.append(MatrixCell(mutant, scenario, bool(invariants), invariants,
-                                    str(tmp_path / "runs" / f"{mutant}-{scenario}")))
+            run_dir = tmp_path / "runs" / f"{mutant}-{scenario}"
+            cells.append(MatrixCell(mutant, scenario, bool(invariants), invariants, str(run_dir),
+                                    report=str(RunDir(run_dir).report)))
     return cells
 
 

@@ -22,7 +22,7 @@ TIME_PLOTS = ("throughput", "latency", "errors")
 
 def test_failing_run_writes_the_three_files(failing_run: tuple[Path, dict[str, Any]]) -> None:
     run_dir, result = failing_run
-    paths = write_reports(run_dir, typed(result))
+    paths = write_reports(RunDir(run_dir), typed(result))
     assert paths == ReportPaths(run_dir / "result.json", run_dir / "junit.xml",
                                 run_dir / "report.html")
     for path in (paths.result_json, paths.junit_xml, paths.report_html):
@@ -33,14 +33,14 @@ def test_failing_run_writes_the_three_files(failing_run: tuple[Path, dict[str, A
 def test_result_json_round_trips(failing_run: tuple[Path, dict[str, Any]]) -> None:
     run_dir, result = failing_run
     original = copy.deepcopy(result)
-    paths = write_reports(run_dir, typed(result))
+    paths = write_reports(RunDir(run_dir), typed(result))
     assert json.loads(paths.result_json.read_text()) == original
     assert result == original  # the writer must not modify its input
 
 
 def test_verdict_comes_first_and_says_fail(failing_run: tuple[Path, dict[str, Any]]) -> None:
     run_dir, result = failing_run
-    document = write_reports(run_dir, typed(result)).report_html.read_text()
+    document = write_reports(RunDir(run_dir), typed(result)).report_html.read_text()
     probe = Probe(document)
     [verdict] = probe.find(id="verdict")
     assert verdict["data-valid"] == "false"
@@ -55,7 +55,7 @@ def test_verdict_comes_first_and_says_fail(failing_run: tuple[Path, dict[str, An
 
 def test_passing_run_verdict(passing_run: tuple[Path, dict[str, Any]]) -> None:
     run_dir, result = passing_run
-    probe = Probe(write_reports(run_dir, typed(result)).report_html.read_text())
+    probe = Probe(write_reports(RunDir(run_dir), typed(result)).report_html.read_text())
     [verdict] = probe.find(id="verdict")
     assert verdict["data-valid"] == "true"
     assert f"all {len(base_result('mixed', 0)['invariants'])} invariants held" in probe.all_text
@@ -65,7 +65,7 @@ def test_passing_run_verdict(passing_run: tuple[Path, dict[str, Any]]) -> None:
 
 def test_every_plot_is_embedded_with_a_title(failing_run: tuple[Path, dict[str, Any]]) -> None:
     run_dir, result = failing_run
-    plots = svgs(write_reports(run_dir, typed(result)).report_html.read_text())
+    plots = svgs(write_reports(RunDir(run_dir), typed(result)).report_html.read_text())
     assert set(plots) == set(PLOTS)
     for name, svg in plots.items():
         title = svg.find(f"{SVG}title")
@@ -84,7 +84,7 @@ def test_fault_windows_are_shaded_on_every_time_plot(
     failing_run: tuple[Path, dict[str, Any]],
 ) -> None:
     run_dir, result = failing_run
-    plots = svgs(write_reports(run_dir, typed(result)).report_html.read_text())
+    plots = svgs(write_reports(RunDir(run_dir), typed(result)).report_html.read_text())
     for name in TIME_PLOTS:
         windows = [r for r in plots[name].iter(f"{SVG}rect") if r.get("class") == "fault-window"]
         assert len(windows) == len(FAULTS), name
@@ -100,7 +100,7 @@ def test_fault_windows_are_shaded_on_every_time_plot(
 
 def test_failing_evidence_is_present(failing_run: tuple[Path, dict[str, Any]]) -> None:
     run_dir, result = failing_run
-    probe = Probe(write_reports(run_dir, typed(result)).report_html.read_text())
+    probe = Probe(write_reports(RunDir(run_dir), typed(result)).report_html.read_text())
     text = probe.all_text
     for needle in ("order ord_7f3a holds 2 payments", "pr_api_1", "pr_hook_2", "evt_88",
                    "key-41", "w0-u4-p1:17", "ReadTimeout", "message m_551 produced 2 effects"):
@@ -132,7 +132,7 @@ def test_hostile_strings_are_escaped(tmp_path: Path) -> None:
                      "faults": [fault], hostile: hostile}}])
     result["duplicates"] = {hostile: 1}
     result["layers"] = {hostile: {hostile: 3}}
-    document = write_reports(run_dir, typed(result)).report_html.read_text()
+    document = write_reports(RunDir(run_dir), typed(result)).report_html.read_text()
     assert "<script" not in document
     assert "<img" not in document
     assert "<b>ref" not in document
@@ -143,7 +143,7 @@ def test_hostile_strings_are_escaped(tmp_path: Path) -> None:
 
 def test_page_is_self_contained(failing_run: tuple[Path, dict[str, Any]]) -> None:
     run_dir, result = failing_run
-    document = write_reports(run_dir, typed(result)).report_html.read_text()
+    document = write_reports(RunDir(run_dir), typed(result)).report_html.read_text()
     probe = Probe(document)
     assert not probe.find("script") and not probe.find("link") and not probe.find("img")
     remaining = document.replace("http://www.w3.org/2000/svg", "")
@@ -155,7 +155,7 @@ def test_empty_history_still_renders(tmp_path: Path) -> None:
     run_dir.mkdir()
     result = base_result("timeout_replay", 0)
     result.update(outcomes={}, layers={}, duplicates={}, jepsen={})
-    paths = write_reports(run_dir, typed(result))
+    paths = write_reports(RunDir(run_dir), typed(result))
     document = paths.report_html.read_text()
     probe = Probe(document)
     assert probe.find(id="verdict")[0]["data-valid"] == "true"
@@ -169,7 +169,7 @@ def test_faults_without_operations_set_the_time_axis(tmp_path: Path) -> None:
     (run_dir / "histories").mkdir(parents=True)
     (run_dir / "faults.jsonl").write_bytes(
         b"".join(orjson.dumps(f) + b"\n" for f in FAULTS) + b'{"torn": ')
-    document = write_reports(run_dir, typed(base_result("mixed", 0))).report_html.read_text()
+    document = write_reports(RunDir(run_dir), typed(base_result("mixed", 0))).report_html.read_text()
     windows = [r for r in svgs(document)["errors"].iter(f"{SVG}rect")
                if r.get("class") == "fault-window"]
     assert len(windows) == len(FAULTS)  # the torn last line is skipped, not fatal
@@ -191,7 +191,7 @@ def test_summary_line_pass_and_fail(tmp_path: Path) -> None:
 
 def test_run_start_is_the_time_origin(failing_run: tuple[Path, dict[str, Any]]) -> None:
     run_dir, result = failing_run
-    document = write_reports(run_dir, typed(result)).report_html.read_text()
+    document = write_reports(RunDir(run_dir), typed(result)).report_html.read_text()
     text = Probe(document).all_text
     assert "+12.000" in text  # the first fault starts 12 s after START
     assert str(int(START)) not in text  # no raw unix times in the page
