@@ -43,8 +43,9 @@ __all__ = ["BASELINE_FILE", "CleanupFailure", "FINAL_READS_FILE", "RunDir", "Run
 _JSON_OPTIONS = orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS | orjson.OPT_APPEND_NEWLINE
 
 
-class RunDirError(RunFileError):
-    """A file of a run directory is missing or malformed where it is required."""
+# One error for a missing or malformed file of a run directory, whichever layer read it
+# (the checker's RunFileError: the checker reads settings.json through RunSettings too).
+RunDirError = RunFileError
 
 
 @dataclass(frozen=True)

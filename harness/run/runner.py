@@ -240,10 +240,13 @@ def _run_in(spec: RunSpec, run_dir: RunDir, plan: Plan | None, guard: RunGuard, 
             while not locust.finished(timeout=1.0) and runner.failure is None:
                 progress.update(active_faults=runner.active())
             progress.finish()
+        nemesis_report = runner.report()
+        for failure in nemesis_report.failures:
+            if failure.phase == "heal":  # the window's fault outlived it: reported like any heal
+                cleanup.failed(f"heal {failure.window}", failure.error)
         # Drain and export only on a healed stack: a fault still on would be judged as the app.
         cleanup.raise_if_failed()
-        if runner.failure is not None:
-            raise HarnessError(f"a fault could not be applied: {runner.failure}")
+        nemesis_report.raise_for_failure()  # a fault that could not be applied
         if locust.returncode not in (0, None):
             raise HarnessError(f"locust exited with {locust.returncode}; see {locust.log_path}")
         collect_state(stack, run_dir, drain_timeout=spec.drain_timeout, cleanup=cleanup)

@@ -215,3 +215,32 @@ def test_heal_everything_tries_every_step_and_raises_all_failures(tmp_path: Path
     assert len(raised.value.failures) == 2
     assert "could not reset Toxiproxy" in raised.value.failures[0]
     assert "consumer-2 could not be resumed" in raised.value.failures[1]
+
+
+def test_a_window_whose_heal_failed_during_the_run_is_reported_and_fails_the_run(
+        fake_stack: FakeStack, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from harness.nemesis.runner import FaultFailure, NemesisReport
+
+    class HealFailingRunner:
+        failure: str | None = None
+
+        def __init__(self, *args: object) -> None: ...
+
+        def start(self, windows: object) -> None: ...
+
+        def stop(self) -> None:
+            fake_stack.events.append("nemesis stopped")
+
+        def active(self) -> list[str]:
+            return []
+
+        def report(self) -> NemesisReport:
+            return NemesisReport(failures=(FaultFailure("kill_consumer_1", "heal", "start refused"),))
+
+    monkeypatch.setattr(runner, "NemesisRunner", HealFailingRunner)
+    err = io.StringIO()
+    with pytest.raises(CleanupFailed, match="heal kill_consumer_1: start refused"):
+        runner.run(_spec(tmp_path), out=err)
+    assert "harness: cleanup: heal kill_consumer_1 failed: start refused" in err.getvalue()
+    assert fake_stack.events.index("nemesis stopped") < fake_stack.events.index("down")
+    assert "export export.ndjson" not in fake_stack.events
