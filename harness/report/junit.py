@@ -20,6 +20,7 @@ from typing import Any
 import orjson
 
 from harness.check.checker import CheckResult
+from harness.report.html import plural
 
 SUITE_NAME = "idempotency-invariants"
 EVIDENCE_IN_FAILURE = 3
@@ -117,7 +118,7 @@ def suite_xml(data: Suite) -> str:
         count = item.violation_count
         failure = ET.SubElement(case, "failure", {
             "type": "InvariantViolation",
-            "message": xml_safe(f"{name}: {count} violation{'' if count == 1 else 's'}"),
+            "message": xml_safe(f"{name}: {plural(count, 'violation')}"),
         })
         failure.text = xml_safe(item.text)
     if data.inconclusive:
