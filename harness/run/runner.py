@@ -227,8 +227,9 @@ def _run_in(spec: RunSpec, run_dir: RunDir, plan: Plan | None, guard: RunGuard, 
             # Undone in reverse: stop the load, stop the nemesis, then heal what is left.
             load.callback(cleanup.step("heal every fault", lambda: heal_everything(nemesis, stack)))
             load.callback(cleanup.step("stop the nemesis", runner.stop))
-            locust.start()
+            # Before start: a load that started half-way (a master without its workers) stops too.
             load.callback(cleanup.step("stop the load", locust.stop))
+            locust.start()
             if spec.remote_workers and isinstance(locust, LocustProcess) and locust.master_bind is not None:
                 # The plan's clock starts with the load, once every worker joined.
                 host, port = locust.master_bind
