@@ -1,1 +1,2 @@
-"""One run from start to verdict (Jepsen's run!): the runner, the smoke job, the matrix."""
+"""One run from start to verdict (Jepsen's run!): the runner, its cleanup, the run
+directory (`rundir.RunDir`, Jepsen's store), the smoke job, the matrix."""
