@@ -58,7 +58,7 @@ from harness.stack.settings import (
 __all__ = [
     "DEFAULT_APP_ENV", "OWNERS", "SERVICE_ACTIONS", "SETTINGS_FILE", "STATE_FILE", "RunningStack", "Stack",
     "StackAlreadyRunning", "StackError", "StackInfo", "StackSettings", "control_socket_path", "open_stack",
-    "read_settings", "read_state", "remove_state", "start_stack", "target_app_env", "write_settings",
+    "read_info", "read_settings", "remove_state", "start_stack", "target_app_env", "write_settings",
 ]
 
 SUPERVISOR_LOG: Final = "supervisor.log"
@@ -69,24 +69,6 @@ class HasReadFd(Protocol):
 
     @property
     def read_fd(self) -> int: ...
-
-
-def read_state(root: Path) -> dict[str, Any] | None:
-    """ROOT/state.json as a plain dict, unchecked (None when there is none).
-
-    For light readers that must accept a partial file; everything else reads
-    `harness.stack.info.read_info`, which checks every field.
-    """
-    path = Path(root) / STATE_FILE
-    try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError) as error:
-        raise StackError(f"unreadable stack state {path}: {error}") from error
-    if not isinstance(data, dict):
-        raise StackError(f"{path}: the stack state is not a JSON object")
-    return data
 
 
 def _is_supervisor(pid: object, root: Path) -> bool:

@@ -157,14 +157,14 @@ def test_compose_stack_through_a_stand_in_docker(tmp_path: Path, monkeypatch: py
         up = calls[0]
         assert up[:5] == ["compose", "-f", str(file), "-p", PROJECT]
         assert "up" in up and "--wait" in up and "consumer=3" in up
-        state = stack.state
+        info = stack.info
         written = json.loads((root / "state.json").read_text())
-        assert StackInfo.from_json(written).to_json() == written == state  # the compose writer, too
-        assert stack.info.compose_file == str(file) and stack.info.supervisor_pid is None
-        assert all(service.status is None for service in stack.info.services)  # docker is asked instead
-        assert state["mode"] == "compose" and state["toxiproxy_url"] == toxiproxy.url
-        assert state["app_url"] == "http://127.0.0.1:18666" and state["unsafe_disable"] == ["inbox"]
-        assert [row["name"] for row in state["services"]][-1] == "consumer-3"
+        assert StackInfo.from_json(written) == info and info.to_json() == written  # the compose writer, too
+        assert info.compose_file == str(file) and info.supervisor_pid is None
+        assert all(service.status is None for service in info.services)  # docker is asked instead
+        assert info.mode == "compose" and info.toxiproxy_url == toxiproxy.url
+        assert info.app_url == "http://127.0.0.1:18666" and info.unsafe_disable == ("inbox",)
+        assert written["unsafe_disable"] == ["inbox"] and info.service_names[-1] == "consumer-3"
         attached = open_stack(root)
         assert attached is not None and type(attached).__name__ == "ComposeStack"
         assert attached.health() == {name: True for name in

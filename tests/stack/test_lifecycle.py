@@ -18,13 +18,12 @@ import requests
 from harness.cli.main import main
 from harness.processes import registry
 from harness.stack import services as svc
-from harness.stack.info import ServiceInfo, StackInfo, write_info
+from harness.stack.info import ServiceInfo, StackInfo, read_info, write_info
 from harness.stack.local import (
     StackAlreadyRunning,
     StackError,
     StackSettings,
     open_stack,
-    read_state,
     start_stack,
 )
 from tests.stack.conftest import create_order, stack_ports, wait_until_gone
@@ -34,36 +33,35 @@ from tests.support.stacks import sample_info, small_settings
 def test_up_serves_through_the_proxies_and_down_leaves_nothing(tmp_path: Path) -> None:
     root = tmp_path / ".harness"
     stack = start_stack(small_settings(root, consumers=2, env={"TARGET_APP_INFLIGHT_LEASE": "7"}))
-    state = stack.state
-    ports = stack_ports(state)
+    info = stack.info
+    ports = stack_ports(info)
     try:
         assert stack.health() == {"redis": True, "toxiproxy": True, "app": True,
                                   "consumer-1": True, "consumer-2": True}
-        assert state["app_url"] != state["app_direct_url"]
-        created = create_order(state["app_url"])
+        assert info.app_url != info.app_direct_url
+        created = create_order(info.app_url)
         assert created.status_code == 201, created.text
         order_id = created.json()["id"]
-        fetched = requests.get(f"{state['app_direct_url']}/api/v1/orders/{order_id}", timeout=5)
+        fetched = requests.get(f"{info.app_direct_url}/api/v1/orders/{order_id}", timeout=5)
         assert fetched.status_code == 200 and fetched.json()["id"] == order_id
         # the app reaches redis through the redis proxy; the direct url is the same data
-        assert redis.Redis.from_url(state["redis_url"]).ping()
-        assert redis.Redis.from_url(state["redis_proxy_url"]).ping()
+        assert redis.Redis.from_url(info.redis_url).ping()
+        assert redis.Redis.from_url(info.redis_proxy_url).ping()
         # TARGET_APP_* given, the proxy redis url and the generated secret reach app and consumers
         for name in ("app", "consumer-2"):
-            pid = next(row["pid"] for row in state["services"] if row["name"] == name)
-            environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+            environ = Path(f"/proc/{info.service(name).pid}/environ").read_bytes().split(b"\0")
             assert b"TARGET_APP_INFLIGHT_LEASE=7" in environ
-            assert f"TARGET_APP_REDIS_URL={state['redis_proxy_url']}".encode() in environ
-            assert f"TARGET_APP_WEBHOOK_SECRET={state['webhook_secret']}".encode() in environ
+            assert f"TARGET_APP_REDIS_URL={info.redis_proxy_url}".encode() in environ
+            assert f"TARGET_APP_WEBHOOK_SECRET={info.webhook_secret}".encode() in environ
         assert b"TARGET_APP_CONSUMER_NAME=consumer-2" in Path(
-            f"/proc/{state['services'][-1]['pid']}/environ").read_bytes().split(b"\0")
+            f"/proc/{info.services[-1].pid}/environ").read_bytes().split(b"\0")
         with pytest.raises(StackAlreadyRunning):
             start_stack(small_settings(root))
         assert (root / "logs" / "app.log").is_file()
     finally:
         stack.down()
     assert wait_until_gone(root, ports) == ([], [])
-    assert read_state(root) is None
+    assert read_info(root) is None
     assert open_stack(root) is None
 
 
@@ -80,7 +78,7 @@ def test_state_file_has_the_documented_shape(tmp_path: Path) -> None:
         assert all({"name", "pid", "port", "log"} <= set(row) for row in state["services"])
         # The file a real supervisor wrote is a StackInfo, and writes back to the same JSON.
         info = StackInfo.from_json(state, tmp_path / "h" / "state.json")
-        assert info.to_json() == state and stack.info == info and stack.state == state
+        assert info.to_json() == state and stack.info == info
         assert info.mode == "local" and info.phase == "running" and info.owner == "up"
         assert info.root == str((tmp_path / "h").resolve()) and info.supervisor_pid is not None
         assert info.compose_file is None and info.service_names == ("redis", "toxiproxy", "app")
@@ -92,8 +90,8 @@ def test_cli_up_status_down_in_process(tmp_path: Path, capsys: pytest.CaptureFix
     root = str(tmp_path / "h")
     assert main(["up", "--root", root, "--app-workers", "1", "--consumers", "1"]) == 0
     out = capsys.readouterr().out
-    state = read_state(Path(root))
-    assert state is not None and state["app_url"] in out
+    info = read_info(Path(root))
+    assert info is not None and info.app_url in out
     try:
         assert main(["up", "--root", root]) == 0
         assert "already running" in capsys.readouterr().out
@@ -110,13 +108,13 @@ def test_cli_up_status_down_in_process(tmp_path: Path, capsys: pytest.CaptureFix
         assert "consumer-1" in table and "faults: none" in table
         assert main(["status", "--root", root, "--env"]) == 0
         lines = capsys.readouterr().out.splitlines()
-        assert f"export HARNESS_REDIS_URL={state['redis_url']}" in lines
-        assert f"export TARGET_APP_WEBHOOK_SECRET={state['webhook_secret']}" in lines
-        assert f"export LOCUST_HOST={state['app_url']}" in lines
+        assert f"export HARNESS_REDIS_URL={info.redis_url}" in lines
+        assert f"export TARGET_APP_WEBHOOK_SECRET={info.webhook_secret}" in lines
+        assert f"export LOCUST_HOST={info.app_url}" in lines
     finally:
         assert main(["down", "--root", root]) == 0
     assert "stopped" in capsys.readouterr().out
-    assert wait_until_gone(Path(root), stack_ports(state)) == ([], [])
+    assert wait_until_gone(Path(root), stack_ports(info)) == ([], [])
     assert main(["down", "--root", root]) == 0
     assert "no stack is running" in capsys.readouterr().out
 
@@ -130,19 +128,19 @@ def test_the_stack_outlives_harness_up_and_harness_down_stops_it(tmp_path: Path)
     root = tmp_path / "h"
     up = harness("up", "--root", str(root), "--app-workers", "1", "--consumers", "1")
     assert up.returncode == 0, up.stderr
-    state = read_state(root)
-    assert state is not None and state["app_url"] in up.stdout
+    info = read_info(root)
+    assert info is not None and info.app_url in up.stdout
     try:
         time.sleep(0.5)  # the `harness up` process is gone; the stack must not follow it
         stack = open_stack(root)
         assert stack is not None and all(stack.health().values())
-        assert create_order(state["app_url"]).status_code == 201
+        assert create_order(info.app_url).status_code == 201
         status = harness("status", "--root", str(root), "--json")
-        assert status.returncode == 0 and json.loads(status.stdout)["app_url"] == state["app_url"]
+        assert status.returncode == 0 and json.loads(status.stdout)["app_url"] == info.app_url
     finally:
         down = harness("down", "--root", str(root))
     assert down.returncode == 0, down.stderr
-    assert wait_until_gone(root, stack_ports(state)) == ([], [])
+    assert wait_until_gone(root, stack_ports(info)) == ([], [])
 
 
 @pytest.mark.parametrize("signum", [signal.SIGKILL, signal.SIGINT])
@@ -153,23 +151,20 @@ def test_harness_up_killed_mid_start_leaves_nothing(tmp_path: Path, signum: int)
          "--consumers", "2"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     # Wait until the supervisor has started some services but is not ready yet.
     deadline = time.monotonic() + 20
-    started: dict = {}
+    started: StackInfo | None = None
     while time.monotonic() < deadline:
-        try:
-            state = read_state(root)
-        except StackError:
-            state = None  # caught mid-write is impossible (atomic rename), but stay bounded
-        if state and any(row["pid"] for row in state["services"]):
-            started = state
+        info = read_info(root)  # never half a file: written with an atomic rename
+        if info is not None and any(service.pid for service in info.services):
+            started = info
             break
         time.sleep(0.01)
-    assert started, "the supervisor never started a service"
-    assert started["phase"] == "starting"
+    assert started is not None, "the supervisor never started a service"
+    assert started.phase == "starting" and started.supervisor_pid is not None
     process.send_signal(signum)
     assert process.wait(timeout=30) == (-signal.SIGKILL if signum == signal.SIGKILL else 130)
     processes, listening = wait_until_gone(root, stack_ports(started))
     assert processes == [] and listening == []
-    assert not svc.pid_alive(started["supervisor_pid"])
+    assert not svc.pid_alive(started.supervisor_pid)
     assert open_stack(root) is None
 
 
@@ -219,15 +214,15 @@ def test_an_external_toxiproxy_gets_the_proxies_and_loses_them_at_down(tmp_path:
     with EmbeddedToxiproxy() as toxiproxy:
         stack = start_stack(small_settings(root, consumers=0, toxiproxy_url=toxiproxy.url))
         try:
-            state = stack.state
-            assert state["toxiproxy_kind"] == "external" and state["toxiproxy_url"] == toxiproxy.url
-            assert [row["name"] for row in state["services"]] == ["redis", "app"]
+            info = stack.info
+            assert info.toxiproxy_kind == "external" and info.toxiproxy_url == toxiproxy.url
+            assert info.service_names == ("redis", "app")
             assert set(Nemesis(toxiproxy.url).proxies()) == {"app", "redis"}
             assert stack.health() == {"redis": True, "app": True, "toxiproxy": True}
-            assert create_order(state["app_url"]).status_code == 201
+            assert create_order(info.app_url).status_code == 201
             with pytest.raises(StackError, match="unknown service"):
                 stack.kill("toxiproxy")
-            ports = stack_ports(state)
+            ports = stack_ports(info)
         finally:
             stack.down()
         assert Nemesis(toxiproxy.url).proxies() == {}
