@@ -37,8 +37,8 @@ LOGS_DIR = "logs"
 LOCUST_DIR = "locust"
 STACK_DIR = "stack"
 
-__all__ = ["BASELINE_FILE", "CleanupFailure", "FINAL_READS_FILE", "RunDir", "RunDirError", "RunScope",
-           "RunSettings"]
+__all__ = ["BASELINE_FILE", "FINAL_READS_FILE", "HISTORIES_DIR", "CleanupFailure", "RunDir", "RunDirError",
+           "RunScope", "RunSettings"]
 
 _JSON_OPTIONS = orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS | orjson.OPT_APPEND_NEWLINE
 

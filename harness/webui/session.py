@@ -35,7 +35,7 @@ from harness.catalog import DEFAULT_MIN_ACKNOWLEDGED, SCENARIOS
 from harness.errors import HarnessError
 from harness.nemesis.plans import load_plan
 from harness.run.drain import export_state
-from harness.run.rundir import RunDir, RunDirError, RunScope, RunSettings
+from harness.run.rundir import HISTORIES_DIR, RunDir, RunDirError, RunScope, RunSettings
 from harness.run.runner import RunOutcome, finish_run, promised_paths, stack_summary
 from harness.stack.protocol import Stack
 
@@ -91,7 +91,7 @@ def adopt_swarm(stack: Stack, run_dir: Path, scenario: str, *,
     if scenario not in SCENARIOS:
         raise HarnessError(f"unknown scenario {scenario!r}; choose one of {', '.join(SCENARIOS)}")
     path = Path(run_dir)
-    if path.name == "histories" and not (path / "histories").is_dir():
+    if path.name == HISTORIES_DIR and not RunDir(path).histories.is_dir():
         path = path.parent  # given the histories directory itself
     run = RunDir(path)
     if run.has_settings():
