@@ -43,7 +43,7 @@ from harness.stack.info import (
     read_info,
     remove_state,
 )
-from harness.stack.protocol import SERVICE_ACTIONS, ServiceStatus, Stack
+from harness.stack.protocol import ServiceStatus, Stack
 from harness.stack.settings import (
     DEFAULT_APP_ENV,
     OWNERS,
@@ -56,7 +56,7 @@ from harness.stack.settings import (
 
 # Re-exported: callers import the stack's names from here.
 __all__ = [
-    "DEFAULT_APP_ENV", "OWNERS", "SERVICE_ACTIONS", "SETTINGS_FILE", "STATE_FILE", "RunningStack", "Stack",
+    "DEFAULT_APP_ENV", "OWNERS", "SETTINGS_FILE", "STATE_FILE", "RunningStack", "Stack",
     "StackAlreadyRunning", "StackError", "StackInfo", "StackSettings", "control_socket_path", "open_stack",
     "read_info", "read_settings", "remove_state", "start_stack", "target_app_env", "write_settings",
 ]

@@ -16,12 +16,10 @@ from __future__ import annotations
 
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Final, Protocol, TypedDict
+from typing import Any, Protocol, TypedDict
 
 from harness.nemesis.stack_proxies import FaultRecorder, StackNemesis
 from harness.stack.info import StackInfo
-
-SERVICE_ACTIONS: Final = ("kill", "start", "pause", "resume", "restart")
 
 
 class ServiceStatus(TypedDict):
