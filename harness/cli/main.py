@@ -37,6 +37,7 @@ from harness.exit_codes import EXIT_HARNESS, EXIT_INCONCLUSIVE, EXIT_OK, EXIT_VI
 from harness.load.settings import load_environment
 from harness.nemesis.toxiproxy_client import Nemesis, NemesisError
 from harness.processes.lifeline import Lifeline, exit_code_for, interrupt_signals
+from harness.stack.info import StackInfo
 from harness.stack.local import (
     StackAlreadyRunning,
     StackSettings,
@@ -248,8 +249,8 @@ def status_document(stack: Stack) -> dict[str, Any]:
     return document
 
 
-def env_lines(state: dict[str, Any]) -> list[str]:
-    values = {"LOCUST_HOST": state["app_url"], **load_environment(state, seed=7)}
+def env_lines(info: StackInfo) -> list[str]:
+    values = {"LOCUST_HOST": info.app_url, **load_environment(info, seed=7)}
     return [f"export {name}={shlex.quote(str(value))}" for name, value in values.items()]
 
 
@@ -270,7 +271,7 @@ def handle_status(args: argparse.Namespace) -> int:
             print(f"no stack is running in {args.root}")
         return EXIT_OK
     if args.env:
-        print("\n".join(env_lines(stack.state)))
+        print("\n".join(env_lines(stack.info)))
         return EXIT_OK
     document = status_document(stack)
     if args.json:

@@ -43,6 +43,7 @@ from harness.errors import HarnessError
 from harness.exit_codes import EXIT_HARNESS, EXIT_OK, VERDICT_EXIT_CODES
 from harness.names import DEFAULT_STACK_ROOT
 from harness.report.matrix import MatrixCell
+from harness.run.rundir import RunDir
 from harness.run.runner import RunOutcome, RunSpec, check_saved_run, run
 from harness.run.smoke import (
     DEFAULT_PARALLEL,
@@ -55,7 +56,6 @@ from harness.run.smoke import (
     write_matrix,
 )
 
-RESULT_JSON: Final = "result.json"
 MATRIX_NONE: Final = "none"  # the correct app, as a row of the matrix
 SCENARIO_HELP: Final = "one of " + ", ".join(SCENARIOS) + " (docs/scenarios.md)"
 
@@ -150,26 +150,24 @@ def _existing(path: Path) -> str | None:
     return str(path) if path.is_file() else None
 
 
-def _report_paths(run_dir: Path) -> ReportPaths:
-    # The names `write_reports` gives the three files (docs/report.md).
-    return ReportPaths(result_json=_existing(run_dir / RESULT_JSON), junit_xml=_existing(run_dir / "junit.xml"),
-                       report_html=_existing(run_dir / "report.html"))
+def _report_paths(run: RunDir) -> ReportPaths:
+    return ReportPaths(result_json=_existing(run.result), junit_xml=_existing(run.junit),
+                       report_html=_existing(run.report))
 
 
 def run_document(command: str, outcome: RunOutcome) -> RunDocument:
-    result = outcome.result or {}
-    invariants = [InvariantEntry(name=str(entry["name"]), passed=bool(entry["passed"]),
-                                 violation_count=int(entry.get("violation_count", 0)))
-                  for entry in result.get("invariants", [])]
-    interrupted = result.get("interrupted")
+    check = outcome.check
+    invariants = [InvariantEntry(name=invariant.name, passed=invariant.passed,
+                                 violation_count=invariant.violation_count)
+                  for invariant in (check.invariants if check is not None else [])]
     return RunDocument(
         command=command, verdict=verdict_for(outcome.exit_code), exit_code=outcome.exit_code,
-        run_dir=str(outcome.run_dir), scenario=result.get("scenario") or None,
-        unsafe_disable=[str(name) for name in result.get("unsafe_disable", [])],
+        run_dir=str(outcome.run_dir), scenario=(check.scenario or None) if check is not None else None,
+        unsafe_disable=list(check.unsafe_disable) if check is not None else [],
         invariants=invariants,
-        inconclusive_reasons=[str(reason) for reason in result.get("inconclusive_reasons", [])],
-        interrupted=dict(interrupted) if isinstance(interrupted, dict) else None,
-        reports=_report_paths(Path(outcome.run_dir)), summary=outcome.summary,
+        inconclusive_reasons=list(check.inconclusive_reasons) if check is not None else [],
+        interrupted=dict(check.interrupted) if check is not None and check.interrupted else None,
+        reports=_report_paths(RunDir(Path(outcome.run_dir))), summary=outcome.summary,
     )
 
 
@@ -188,7 +186,7 @@ def matrix_document(cells: Sequence[MatrixCell], exit_code: int, matrix_html: Pa
         entries.append(MatrixCellEntry(
             mutant=cell.mutant, scenario=cell.scenario, caught=cell.caught, invariants=list(cell.invariants),
             inconclusive=cell.inconclusive, error=cell.error, run_dir=cell.run_dir or None,
-            result_json=_existing(Path(cell.run_dir) / RESULT_JSON) if cell.run_dir else None))
+            result_json=_existing(RunDir(Path(cell.run_dir)).result) if cell.run_dir else None))
     return MatrixDocument(command="matrix", verdict=verdict_for(exit_code), exit_code=exit_code,
                           matrix_html=str(matrix_html), cells=entries)
 
@@ -523,7 +521,7 @@ def handle_swarm_begin(args: argparse.Namespace) -> int:
         raise HarnessError(f"no stack is running in {args.root}; start one with `harness up`")
     run_dir = begin_swarm(stack, args.runs_dir, args.scenario, plan=args.plan,
                           min_acknowledged=args.min_acknowledged)
-    histories = (run_dir / "histories").resolve()
+    histories = RunDir(run_dir).histories.resolve()
     own_root = args.root != DEFAULT_STACK_ROOT
     print(f"swarm begun: {run_dir} (baseline saved)")
     print("run the load, recording into its histories/, e.g.:")

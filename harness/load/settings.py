@@ -289,27 +289,19 @@ def swarm_history_dir(runs_root: Path = Path("runs")) -> Path:
     return (Path(runs_root) / f"swarm-{stamp}-{os.getpid()}" / HISTORIES_DIR).resolve()
 
 
-def load_environment(state: StackInfo | Mapping[str, object], *, seed: int,
-                     history_dir: Path | None = None) -> dict[str, str]:
-    """The variables above for a load process aimed at a running stack (its `StackInfo`,
-    or state.json's object as it was read).
+def load_environment(info: StackInfo, *, seed: int, history_dir: Path | None = None) -> dict[str, str]:
+    """The variables above for a load process aimed at a running stack.
 
     The runner sets them for Locust; `harness status --env` prints them for a user
     who runs `locust -f` by hand (without a history directory: nothing recorded).
     HARNESS_ROOT is empty: every value is given, no other stack is read.
     """
-    if isinstance(state, StackInfo):
-        redis_url, stream, toxiproxy_url, secret = (
-            state.redis_url, state.stream, state.toxiproxy_url, state.webhook_secret)
-    else:
-        redis_url, stream = str(state["redis_url"]), str(state.get("stream") or "")
-        toxiproxy_url, secret = str(state.get("toxiproxy_url") or ""), str(state["webhook_secret"])
     values = {
         ENV_ROOT: "",
-        ENV_REDIS_URL: redis_url,
-        ENV_STREAM: stream or DEFAULT_STREAM,
-        ENV_TOXIPROXY_URL: toxiproxy_url,
-        ENV_APP_WEBHOOK_SECRET: secret,
+        ENV_REDIS_URL: info.redis_url,
+        ENV_STREAM: info.stream or DEFAULT_STREAM,
+        ENV_TOXIPROXY_URL: info.toxiproxy_url,
+        ENV_APP_WEBHOOK_SECRET: info.webhook_secret,
         ENV_SEED: str(seed),
         ENV_FRESH_CONNECTIONS: "1",
         ENV_REQUEST_TIMEOUT: "2",

@@ -18,12 +18,13 @@ from typing import Any
 
 import orjson
 
+from harness import names
 from harness.check.run_files import RunFileError, RunScope, RunSettings
 from harness.history import history_files
 
 SETTINGS_FILE = "settings.json"
-HISTORIES_DIR = "histories"
-FAULTS_FILE = "faults.jsonl"
+HISTORIES_DIR = names.HISTORIES_DIR  # the load writes there too (harness.load.transport)
+FAULTS_FILE = names.FAULT_LOG  # and the nemesis (harness.nemesis.runner)
 EXPORT_FILE = "export.ndjson"
 BASELINE_FILE = "baseline.ndjson"
 FINAL_READS_FILE = "final_reads.ndjson"

@@ -54,6 +54,7 @@ from locust.runners import STATE_RUNNING, STATE_SPAWNING, WorkerRunner
 from harness import bundled
 from harness.catalog import SCENARIOS
 from harness.errors import HarnessError
+from harness.names import DEFAULT_STACK_ROOT, HISTORY_SUFFIX
 from harness.nemesis.faults import (
     Fault,
     FaultRecord,
@@ -71,6 +72,7 @@ from harness.nemesis.toxiproxy_client import (
     NemesisNotFound,
     NemesisUnreachable,
 )
+from harness.run.rundir import JUNIT_FILE, REPORT_FILE, RESULT_FILE, SETTINGS_FILE, RunDir
 from harness.run.runner import heal_everything
 from harness.stack.local import Stack, StackError, open_stack
 from harness.toxiproxy.toxics import TOXIC_ATTRIBUTES
@@ -78,7 +80,7 @@ from harness.webui.session import begin_swarm, finish_swarm
 
 TAB_KEY = "chaos"
 ASSETS = Path(__file__).parent / "assets"
-REPORT_FILES = ("report.html", "result.json", "junit.xml", "settings.json")
+REPORT_FILES = (REPORT_FILE, RESULT_FILE, JUNIT_FILE, SETTINGS_FILE)
 SNAPSHOT_TTL = 1.0  # the stats table polls every 2 s; the panel every second
 SETTLE_POLL = 0.5
 SETTLE_LIMIT = 15.0  # the longest wait for late history records after a stop
@@ -129,7 +131,7 @@ class ChaosOptions:
             stem = Path(locustfile.split(",")[0]).stem
             scenario = stem if stem in SCENARIOS else "mixed"
         return cls(
-            stack_root=Path(str(values.get("harness_root") or ".harness")),
+            stack_root=Path(str(values["harness_root"])) if values.get("harness_root") else DEFAULT_STACK_ROOT,
             runs_root=Path(str(values.get("chaos_runs_dir") or "runs")),
             plans_dir=Path(str(values["chaos_plans_dir"])) if values.get("chaos_plans_dir") else bundled.plans_dir(),
             scenario=scenario,
@@ -434,7 +436,7 @@ class ChaosTab:
             with self._lock:
                 for key, record in list(self._active.items()):
                     self._active[key] = {**record, "start": time.time()}
-            histories = str((self.run_dir / "histories").resolve())
+            histories = str(RunDir(self.run_dir).histories.resolve())
             options = self.environment.parsed_options
             if options is not None:
                 # harness.load.recording resolves its settings from here at test_start
@@ -469,7 +471,7 @@ class ChaosTab:
 
     def _finish(self, run_dir: Path) -> None:
         try:
-            _settle(run_dir / "histories")
+            _settle(RunDir(run_dir).histories)
             self._end_all()
             outcome = finish_swarm(self.stack(), run_dir, drain_timeout=self.options.drain_timeout)
         except Problem as problem:
@@ -477,16 +479,16 @@ class ChaosTab:
         except Exception as error:  # noqa: BLE001 - a harness failure is shown, never swallowed silently
             self.verdict = {"status": "error", "run_id": run_dir.name, "message": f"{type(error).__name__}: {error}"}
         else:
-            result = outcome.result or {}
+            check = outcome.check
             self.verdict = {
-                "status": "done", "run_id": run_dir.name, "verdict": result.get("verdict"),
+                "status": "done", "run_id": run_dir.name, "verdict": check.verdict if check else None,
                 "exit_code": outcome.exit_code, "summary": outcome.summary,
-                "invariants": [{"name": inv.get("name"), "passed": bool(inv.get("passed")),
-                                "violations": len(inv.get("violations") or [])}
-                               for inv in result.get("invariants") or []],
-                "inconclusive_reasons": list(result.get("inconclusive_reasons") or []),
-                "counts": result.get("counts") or {},
-                "report_url": f"{self.base_path}/chaos/runs/{run_dir.name}/report.html",
+                "invariants": [{"name": invariant.name, "passed": invariant.passed,
+                                "violations": len(invariant.violations)}
+                               for invariant in (check.invariants if check else [])],
+                "inconclusive_reasons": list(check.inconclusive_reasons) if check else [],
+                "counts": dict(check.counts) if check else {},
+                "report_url": f"{self.base_path}/chaos/runs/{run_dir.name}/{REPORT_FILE}",
             }
         self._snapshot = None
 
@@ -566,7 +568,7 @@ def _active_faults(proxies: list[dict[str, Any]], services: list[dict[str, Any]]
 
 
 def _append_fault(run_dir: Path, record: Mapping[str, Any]) -> None:
-    with open(run_dir / "faults.jsonl", "a", encoding="utf-8") as log:
+    with open(RunDir(run_dir).faults, "a", encoding="utf-8") as log:
         log.write(json.dumps(dict(record)) + "\n")
 
 
@@ -576,7 +578,7 @@ def _settle(histories: Path) -> None:
     deadline = time.monotonic() + SETTLE_LIMIT
     previous = None
     while time.monotonic() < deadline:
-        sizes = tuple(sorted((path.name, path.stat().st_size) for path in histories.glob("*.jsonl")))
+        sizes = tuple(sorted((path.name, path.stat().st_size) for path in histories.glob(f"*{HISTORY_SUFFIX}")))
         if sizes == previous:  # no file at all twice in a row: nothing was recorded
             return
         previous = sizes
