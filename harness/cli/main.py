@@ -153,16 +153,16 @@ def handle_up(args: argparse.Namespace) -> int:
     except StackAlreadyRunning as error:
         print(f"harness: {error}")
         return EXIT_OK
-    state = stack.state
-    print(f"stack up in {state['root']} ({state['mode']})")
-    print(f"  app (through toxiproxy)  {state['app_url']}")
-    print(f"  app (direct)             {state['app_direct_url']}")
-    print(f"  toxiproxy API            {state['toxiproxy_url']} ({state['toxiproxy_kind']})")
-    print(f"  redis (direct)           {state['redis_url']}")
-    if state.get("unsafe_disable"):
-        print(f"  UNSAFE: layers disabled  {', '.join(state['unsafe_disable'])}")
+    info = stack.info
+    print(f"stack up in {info.root} ({info.mode})")
+    print(f"  app (through toxiproxy)  {info.app_url}")
+    print(f"  app (direct)             {info.app_direct_url}")
+    print(f"  toxiproxy API            {info.toxiproxy_url} ({info.toxiproxy_kind})")
+    print(f"  redis (direct)           {info.redis_url}")
+    if info.unsafe_disable:
+        print(f"  UNSAFE: layers disabled  {', '.join(info.unsafe_disable)}")
     print("try:")
-    print(f"  curl -i -X POST {state['app_url']}/api/v1/orders -H 'Content-Type: application/json' "
+    print(f"  curl -i -X POST {info.app_url}/api/v1/orders -H 'Content-Type: application/json' "
           "-H 'Idempotency-Key: demo-1' "
           "-d '{\"sku\": \"sku-1\", \"quantity\": 1, \"amount_cents\": 1000, \"currency\": \"EUR\"}'")
     print("  harness fault add latency --proxy app --latency 800   # then the same curl again")
@@ -233,15 +233,17 @@ def process_faults(services: Sequence[ServiceStatus]) -> list[dict[str, Any]]:
 
 
 def status_document(stack: Stack) -> dict[str, Any]:
-    state = stack.state
+    info = stack.info
     services = stack.services()
     try:
-        faults = active_faults(state["toxiproxy_url"])
+        faults = active_faults(info.toxiproxy_url)
     except NemesisError as error:
         faults = [{"kind": "unknown", "error": str(error)}]
-    keys = ("mode", "root", "started_at", "app_url", "app_direct_url", "toxiproxy_url",
-            "toxiproxy_kind", "redis_url", "redis_proxy_url", "stream", "group", "unsafe_disable")
-    document = {"running": True, **{key: state.get(key) for key in keys}}
+    document: dict[str, Any] = {
+        "running": True, "mode": info.mode, "root": info.root, "started_at": info.started_at,
+        "app_url": info.app_url, "app_direct_url": info.app_direct_url, "toxiproxy_url": info.toxiproxy_url,
+        "toxiproxy_kind": info.toxiproxy_kind, "redis_url": info.redis_url, "redis_proxy_url": info.redis_proxy_url,
+        "stream": info.stream, "group": info.group, "unsafe_disable": list(info.unsafe_disable)}
     document["services"] = [
         {"name": row["name"], "pid": row["pid"], "port": row["port"], "healthy": row["healthy"],
          "status": row["status"], "log": row.get("log")} for row in services]

@@ -42,14 +42,14 @@ def live_stacks() -> list[tuple[dict[str, Any], Stack]]:
 
 
 def describe(entry: dict[str, Any], stack: Stack) -> dict[str, Any]:
-    state = stack.state
+    info = stack.info
     owner = registry.Owner.from_json(entry.get("owner_process"))
     return {
         "root": entry["root"], "owner": entry.get("owner"), "mode": entry.get("mode"),
-        "owner_pid": owner.pid, "owner_alive": owner.alive(), "phase": state.get("phase"),
-        "supervisor_pid": state.get("supervisor_pid"), "app_url": state.get("app_url"),
-        "toxiproxy_url": state.get("toxiproxy_url"), "proxy_prefix": state.get("proxy_prefix", ""),
-        "started_at": state.get("started_at"),
+        "owner_pid": owner.pid, "owner_alive": owner.alive(), "phase": info.phase,
+        "supervisor_pid": info.supervisor_pid, "app_url": info.app_url,
+        "toxiproxy_url": info.toxiproxy_url, "proxy_prefix": info.proxy_prefix,
+        "started_at": info.started_at,
     }
 
 
@@ -98,7 +98,7 @@ def hold_in_foreground(stack: Stack, *, out: TextIO = sys.stderr) -> int:
     its own is a harness failure.
     """
     print("harness: holding the stack in the foreground; Ctrl-C or SIGTERM stops it", file=out, flush=True)
-    pid = stack.state.get("supervisor_pid")
+    pid = stack.info.supervisor_pid
     try:
         while True:  # bounded by the stack's life: it ends on a signal or when the supervisor dies
             time.sleep(FOREGROUND_POLL)

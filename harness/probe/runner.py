@@ -33,6 +33,7 @@ import orjson
 import requests
 
 from harness.errors import HarnessError
+from harness.exit_codes import VERDICT_EXIT_CODES
 from harness.history import Client, HistoryWriter, history_files, iter_operations
 from harness.load.locust_process import LocustProcess
 from harness.names import FAULT_LOG
@@ -56,7 +57,6 @@ from harness.probe.conformance import DRAFT, ConformanceRow, conformance, rows_t
 from harness.report.junit import write_junit
 
 PLAN_PROXY = "app"  # how a plan names the probe's proxy
-EXIT_CODES = {"pass": 0, "fail": 1, "inconclusive": 3}
 MAX_FINAL_READS = 400  # per endpoint and kind: bounded time after the load
 FINAL_READ_TIMEOUT = 2.0
 FINAL_READS_BUDGET = 30.0  # seconds for all final reads together
@@ -324,7 +324,7 @@ def judge(config: ProbeConfig, operations: Sequence[Mapping[str, Any]], reads: S
     (run_dir / "result.json").write_bytes(orjson.dumps(document, option=orjson.OPT_INDENT_2))
     write_junit(run_dir / "junit.xml", document)
     write_report(run_dir / "report.html", document)
-    return ProbeResult(verdict=result.verdict, exit_code=EXIT_CODES[result.verdict], run_dir=run_dir,
+    return ProbeResult(verdict=result.verdict, exit_code=VERDICT_EXIT_CODES[result.verdict], run_dir=run_dir,
                        check=result, conformance=tuple(rows), document=document)
 
 

@@ -8,7 +8,7 @@ URL and internal token for the export (docs/internals.md, "State export").
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -48,14 +48,10 @@ def stream_backlog(client: redis.Redis, stream: str, group: str) -> int | None:
     return None
 
 
-def wait_for_drain(stack: StackInfo | Mapping[str, Any], *, timeout: float, poll: float = 0.2) -> None:
+def wait_for_drain(stack: StackInfo, *, timeout: float, poll: float = 0.2) -> None:
     """Block until the consumer group has no lag and nothing pending, or raise DrainTimeout."""
-    if isinstance(stack, StackInfo):
-        redis_url, stream, group = stack.redis_url, stack.stream, stack.group
-    else:
-        redis_url = str(stack["redis_url"])
-        stream, group = str(stack.get("stream", "payments")), str(stack.get("group", "target-app"))
-    client = redis.Redis.from_url(redis_url, socket_timeout=5)
+    stream, group = stack.stream, stack.group
+    client = redis.Redis.from_url(stack.redis_url, socket_timeout=5)
     deadline = time.monotonic() + timeout
     backlog: int | None = None
     try:

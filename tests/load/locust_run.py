@@ -16,6 +16,7 @@ from typing import Any
 
 from harness.history import history_files, iter_records
 from harness.ports import free_port
+from harness.stack.info import StackInfo
 
 REPO = Path(__file__).resolve().parents[2]
 LOCUSTFILES = REPO / "harness" / "locustfiles"
@@ -52,13 +53,13 @@ def json_requests(stdout: str) -> int:
     return sum(int(entry["num_requests"]) for entry in stats)
 
 
-def load_env(state: dict[str, Any], history: Path) -> dict[str, str]:
+def load_env(info: StackInfo, history: Path) -> dict[str, str]:
     """The load's environment for a stack started by a test (two SKUs, seed 3)."""
     return {
         "HARNESS_HISTORY_DIR": str(history),
-        "HARNESS_REDIS_URL": state["redis_url"],
-        "HARNESS_STREAM": state["stream"],
-        "TARGET_APP_WEBHOOK_SECRET": state["webhook_secret"],
+        "HARNESS_REDIS_URL": info.redis_url,
+        "HARNESS_STREAM": info.stream,
+        "TARGET_APP_WEBHOOK_SECRET": info.webhook_secret,
         "HARNESS_SEED": "3",
         "HARNESS_SKUS": "sku-1,sku-2",
     }

@@ -50,17 +50,17 @@ def reclaiming_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack
 def run_under_plan(stack: Stack, plan: str, locustfile: str, history: Path, *,
                    users: int, log: Path) -> dict[str, int]:
     """Run the load with the plan's nemesis beside it; the app's counters afterwards."""
-    state = stack.state
-    runner = NemesisRunner(Nemesis(state["toxiproxy_url"]), stack, log)
+    info = stack.info
+    runner = NemesisRunner(Nemesis(info.toxiproxy_url), stack, log)
     runner.start(schedule(load_plan(PLANS / f"{plan}.yaml"), float(SMOKE_SECONDS)))
     try:
-        run_locust(locustfile, state["app_url"], load_env(state, history), users=users,
+        run_locust(locustfile, info.app_url, load_env(info, history), users=users,
                    seconds=SMOKE_SECONDS, timeout=120)
     finally:
         runner.stop()
     runner.report().raise_for_failure()
-    wait_for_drain(state, timeout=30)
-    (counters,) = [line for line in iter_export(state["app_direct_url"], token=state.get("internal_token"))
+    wait_for_drain(info, timeout=30)
+    (counters,) = [line for line in iter_export(info.app_direct_url, token=info.internal_token or None)
                    if line["kind"] == "counters"]
     return counters
 

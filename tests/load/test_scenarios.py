@@ -51,7 +51,7 @@ def operations(recorded: list[dict[str, Any]]) -> list[tuple[dict[str, Any], dic
 def test_scenario_provokes_every_promised_duplicate(stack: RunningStack, tmp_path: Path,
                                                     locustfile: str) -> None:
     history = tmp_path / "histories"
-    run_locust(locustfile, stack.state["app_url"], load_env(stack.state, history), users=4, seconds=4)
+    run_locust(locustfile, stack.info.app_url, load_env(stack.info, history), users=4, seconds=4)
     recorded = records(history)
     counts = expect_counts(recorded)
     missing = PROMISES[locustfile] - set(counts)
@@ -126,7 +126,7 @@ def test_ten_users_for_eight_seconds_make_several_of_each_tenant_attempt(
     """The smoke job's size (10 users, 8 s) in `mixed`, where tenant attempts come only
     from its timeout_replay rounds: still several of each, answered as documented."""
     history = tmp_path / "histories"
-    run_locust("mixed.py", stack.state["app_url"], load_env(stack.state, history), users=10,
+    run_locust("mixed.py", stack.info.app_url, load_env(stack.info, history), users=10,
                seconds=8, timeout=120)
     recorded = records(history)
     counts = expect_counts(recorded)
@@ -170,7 +170,7 @@ def assert_shared_keys_give_one_order_per_tenant(
 @pytest.mark.slow
 def test_shared_keys_collide_across_load_processes(stack: RunningStack, tmp_path: Path) -> None:
     history = tmp_path / "histories"
-    run_locust("timeout_replay.py", stack.state["app_url"], load_env(stack.state, history),
+    run_locust("timeout_replay.py", stack.info.app_url, load_env(stack.info, history),
                users=6, seconds=5, processes=2)
     recorded = records(history)
     pairs = operations(recorded)

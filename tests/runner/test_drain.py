@@ -5,10 +5,12 @@ import pytest
 import redis
 
 from harness.run.drain import DrainTimeout, stream_backlog, wait_for_drain
+from harness.stack.info import StackInfo
+from tests.support.stacks import sample_info
 
 
-def _state(redis_url: str) -> dict:
-    return {"redis_url": redis_url, "stream": "payments", "group": "target-app"}
+def _state(redis_url: str) -> StackInfo:
+    return sample_info(redis_url=redis_url, stream="payments", group="target-app")
 
 
 def test_no_stream_means_nothing_to_drain(redis_url: str) -> None:
