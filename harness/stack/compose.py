@@ -164,11 +164,6 @@ class ComposeStack:
             self._info = current
         return self._info
 
-    @property
-    def state(self) -> dict[str, Any]:
-        """`info` as the state file's plain dict (for readers not yet on `info`)."""
-        return self.info.to_json()
-
     def __enter__(self) -> ComposeStack:
         return self
 
@@ -231,7 +226,7 @@ class ComposeStack:
 
     def nemesis(self, recorder: FaultRecorder | None = None) -> StackNemesis:
         """A `StackNemesis` on the compose Toxiproxy (proxies app and redis)."""
-        return stack_nemesis(self.info.to_json(), recorder)
+        return stack_nemesis(self.info, recorder)
 
     def down(self) -> None:
         # The volumes hold one run's test data; the next stack must start empty or
@@ -313,19 +308,16 @@ class ComposeLocust(ProcessHandle):
     the caller's uid (HARNESS_UID/HARNESS_GID) so those files are the caller's.
     """
 
-    def __init__(self, *, state: StackInfo | Mapping[str, Any], scenario: str, users: int, spawn_rate: float,
+    def __init__(self, *, state: StackInfo, scenario: str, users: int, spawn_rate: float,
                  duration: float, workers: int, run_dir: Path, seed: int,
                  stop_timeout: float = 3.0, guard: ProcessGuard | None = None,
                  environ: Mapping[str, str] | None = None) -> None:
         super().__init__()
-        # A plain state dict is still taken while callers move to StackInfo.
-        mode = state.mode if isinstance(state, StackInfo) else state.get("mode")
-        if mode != "compose":
+        info = state
+        if info.mode != "compose" or info.compose_file is None:
             raise StackError("--scale-workers needs a compose stack (`--compose`, or `harness up --compose`)")
-        info = state if isinstance(state, StackInfo) else StackInfo.from_json(state, "the compose stack's state")
         if workers < 1:
             raise StackError("--scale-workers must be at least 1")
-        assert info.compose_file is not None  # from_json requires it of a compose stack
         self.compose_file = info.compose_file
         self.project = info.project or PROJECT
         self.scenario = scenario

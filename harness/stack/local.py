@@ -105,11 +105,6 @@ class RunningStack:
             self._info = current
         return self._info
 
-    @property
-    def state(self) -> dict[str, Any]:
-        """`info` as the state file's plain dict (for readers not yet on `info`)."""
-        return self.info.to_json()
-
     def __enter__(self) -> RunningStack:
         return self
 
@@ -155,7 +150,7 @@ class RunningStack:
 
     def nemesis(self, recorder: FaultRecorder | None = None) -> StackNemesis:
         """A `StackNemesis`: this stack's proxies by their plain names (app, redis)."""
-        return stack_nemesis(self.info.to_json(), recorder)
+        return stack_nemesis(self.info, recorder)
 
     def down(self, timeout: float = 30.0) -> None:
         """Stop the supervisor and wait until no service process or port is left.

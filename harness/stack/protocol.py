@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Protocol, TypedDict
+from typing import Protocol, TypedDict
 
 from harness.nemesis.stack_proxies import FaultRecorder, StackNemesis
 from harness.stack.info import StackInfo
@@ -56,11 +56,6 @@ class Stack(ServiceActions, Protocol):
     @property
     def info(self) -> StackInfo:
         """state.json as it is now (pids and statuses change after process faults)."""
-        ...
-
-    @property
-    def state(self) -> dict[str, Any]:
-        """`info.to_json()`: the plain dict, for readers not yet switched to `info`."""
         ...
 
     def services(self) -> list[ServiceStatus]: ...

@@ -51,7 +51,7 @@ def _members(protocol: type) -> set[str]:
 @pytest.mark.parametrize("handle", [RunningStack, ComposeStack])
 def test_every_protocol_method_takes_the_same_arguments(handle: type) -> None:
     members = _members(Stack)
-    assert {"info", "state", "root", "nemesis", "down", "health", "services"} <= members
+    assert {"info", "root", "nemesis", "down", "health", "services"} <= members
     assert set(_members(ServiceActions)) <= members
     for name in members - {"root"}:  # root is a plain attribute of both handles
         wanted = getattr(Stack, name)
