@@ -2,7 +2,7 @@
 VENV ?= .venv
 PYTEST_ARGS ?=
 
-.PHONY: setup demo test bench clean
+.PHONY: setup demo lint test bench clean
 
 setup:
 	./scripts/setup.sh
@@ -10,7 +10,13 @@ setup:
 demo: setup
 	$(VENV)/bin/harness run mixed --plan flaky-network --users 20 --duration 20s --seed 7
 
-test: setup
+# Static checks first: ruff (lint and import order) and mypy, strict on harness/ and
+# target_app/ (pyproject.toml); a finding fails the test command like a failing test.
+lint: setup
+	$(VENV)/bin/ruff check harness target_app tests benchmarks examples
+	$(VENV)/bin/mypy
+
+test: lint
 	$(VENV)/bin/python -m pytest $(PYTEST_ARGS)
 
 bench: setup

@@ -33,7 +33,9 @@ def test_ci_runs_exactly_the_readme_test_command() -> None:
 
 def test_make_targets_set_up_before_they_run() -> None:
     makefile = (ROOT / "Makefile").read_text()
-    assert re.search(r"^test: setup\n\t\$\(VENV\)/bin/python -m pytest", makefile, re.M)
+    # `make test` sets up, then runs the static checks, then pytest: a lint finding fails it.
+    assert re.search(r"^lint: setup\n\t\$\(VENV\)/bin/ruff check [^\n]+\n\t\$\(VENV\)/bin/mypy\n", makefile, re.M)
+    assert re.search(r"^test: lint\n\t\$\(VENV\)/bin/python -m pytest", makefile, re.M)
     assert re.search(r"^demo: setup\n\t\$\(VENV\)/bin/harness run ", makefile, re.M)
     assert re.search(r"^setup:\n\t\./scripts/setup\.sh", makefile, re.M)
     setup = (ROOT / "scripts" / "setup.sh").read_text()

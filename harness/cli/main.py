@@ -36,8 +36,8 @@ from harness.errors import HarnessError
 from harness.exit_codes import EXIT_HARNESS, EXIT_INCONCLUSIVE, EXIT_OK, EXIT_VIOLATION
 from harness.load.settings import load_environment
 from harness.nemesis.toxiproxy_client import Nemesis, NemesisError
-from harness.processes.lifeline import Lifeline, exit_code_for, interrupt_signals
 from harness.stack.info import StackInfo
+from harness.stack.lifeline import Lifeline, exit_code_for, interrupt_signals
 from harness.stack.local import (
     StackAlreadyRunning,
     StackSettings,

@@ -1,7 +1,7 @@
 """The stack commands that span the registry or hold the terminal:
 `harness status --all`, `harness down --all` and `harness up --foreground`.
 
-`--all` reads the registry (`harness.processes.registry`), never the process table: every stack
+`--all` reads the registry (`harness.stack.registry`), never the process table: every stack
 this checkout started, the ones `harness up` left and the ones a run owns (under
 `runs/<id>/stack`). An entry whose stack is gone is dropped on the way.
 """
@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from harness.errors import HarnessError
-from harness.processes import registry
+from harness.stack import registry
 from harness.stack import services as svc
 from harness.stack.local import StackError, open_stack
 

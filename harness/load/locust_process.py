@@ -11,7 +11,7 @@ Locust runs in a process group of its own (its local workers included) and never
 outlives the harness: every process carries a parent-death SIGTERM, and when a
 `RunGuard` is given the group is on the run's lease, so the lifeline janitor stops
 the whole group if the harness dies by SIGKILL. `pid`, `finished()` and
-`returncode` come from `harness.processes.handle.ProcessHandle`, which the compose
+`returncode` come from `harness.process_handle.ProcessHandle`, which the compose
 Locust (`harness.stack.compose.ComposeLocust`) shares.
 """
 
@@ -28,7 +28,7 @@ from pathlib import Path
 from harness import bundled
 from harness.errors import HarnessError
 from harness.ports import free_port
-from harness.processes.handle import ProcessGuard, ProcessHandle
+from harness.process_handle import ProcessGuard, ProcessHandle
 from harness.stack.services import _child_setup
 
 DEFAULT_MASTER_PORT = 5557

@@ -223,7 +223,7 @@ class RunDir:
         _write_atomic(path, text.encode("utf-8", "replace"))
 
     def interrupted_marker(self) -> dict[str, Any] | None:
-        """interrupted.json (written by harness.processes.registry when a run was stopped)."""
+        """interrupted.json (written by harness.stack.registry when a run was stopped)."""
         try:
             data = orjson.loads(self.interrupted.read_bytes())
         except (OSError, orjson.JSONDecodeError):

@@ -40,13 +40,13 @@ from harness.load.settings import load_environment
 from harness.names import DEFAULT_STACK_ROOT
 from harness.nemesis.plans import NemesisRunner, Plan, load_plan, schedule
 from harness.nemesis.toxiproxy_client import NemesisError
-from harness.processes.lifeline import RunGuard
 from harness.report.run_report import summary_line, write_reports
 from harness.run.cleanup import Cleanup, HealFailed
 from harness.run.drain import export_state, wait_for_drain
 from harness.run.progress import ProgressLine
 from harness.run.rundir import RunDir, RunScope, RunSettings
 from harness.stack.info import StackInfo
+from harness.stack.lifeline import RunGuard
 from harness.stack.local import (
     StackError,
     StackSettings,

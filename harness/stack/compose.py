@@ -33,8 +33,8 @@ import yaml
 
 from harness.nemesis.stack_proxies import FaultRecorder, StackNemesis, stack_nemesis
 from harness.nemesis.toxiproxy_client import Nemesis, NemesisError
-from harness.processes import registry
-from harness.processes.handle import ProcessGuard, ProcessHandle
+from harness.process_handle import ProcessGuard, ProcessHandle
+from harness.stack import registry
 from harness.stack.info import (
     ServiceInfo,
     StackAlreadyRunning,

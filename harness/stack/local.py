@@ -8,7 +8,7 @@ the state file) say compose; this module is the one place that picks between the
 Process faults go to the supervisor over its control socket, because only it can
 wait on its children.
 
-Every stack is entered in the registry (`harness.processes.registry`) before it starts and
+Every stack is entered in the registry (`harness.stack.registry`) before it starts and
 leaves it when it stops, so `harness status --all` / `down --all` find them all. Its
 owner is `up` (outlives the command), `run` or `foreground` (dies with the process
 that started it: pass that process's `Lifeline`).
@@ -30,8 +30,7 @@ from typing import Any, Final, Protocol
 from urllib.parse import urlsplit
 
 from harness.nemesis.stack_proxies import FaultRecorder, StackNemesis, stack_nemesis
-from harness.processes import registry
-from harness.stack import control
+from harness.stack import control, registry
 from harness.stack import services as svc
 from harness.stack.compose import ComposeStack, start_compose_stack
 from harness.stack.info import (
@@ -65,7 +64,7 @@ SUPERVISOR_LOG: Final = "supervisor.log"
 
 
 class HasReadFd(Protocol):
-    """The owner's end of a lifeline (`harness.processes.lifeline.Lifeline`)."""
+    """The owner's end of a lifeline (`harness.stack.lifeline.Lifeline`)."""
 
     @property
     def read_fd(self) -> int: ...
@@ -241,7 +240,7 @@ def _url_port(url: str) -> int:
 def start_stack(settings: StackSettings, *, lifeline: HasReadFd | None = None) -> Stack:
     """Start the stack settings describe and wait until every service is healthy.
 
-    A local stack gets a supervisor; with a `harness.processes.lifeline.Lifeline`
+    A local stack gets a supervisor; with a `harness.stack.lifeline.Lifeline`
     (required for owners other than `up`), the supervisor stops as soon as this
     process dies, however it dies. `settings.compose` starts the compose stack.
     """

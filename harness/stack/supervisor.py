@@ -45,7 +45,7 @@ import requests
 
 from harness.nemesis.toxiproxy_client import Nemesis, NemesisConflict, NemesisError
 from harness.ports import free_port
-from harness.processes import registry
+from harness.stack import registry
 from harness.stack import services as svc
 from harness.stack.info import StackInfo, control_socket_path, remove_state, write_info
 from harness.stack.protocol import ServiceStatus

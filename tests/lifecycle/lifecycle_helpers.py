@@ -20,9 +20,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from harness.processes.registry import REGISTRY_ENV
 from harness.stack import services as svc
 from harness.stack.info import StackInfo, read_info
+from harness.stack.registry import REGISTRY_ENV
 
 REPO = Path(__file__).resolve().parents[2]
 CLEAN_WITHIN = 10.0  # the bound: seconds from the signal until nothing is left

@@ -12,8 +12,8 @@ import pytest
 
 from harness.nemesis.stack_proxies import StackNemesis
 from harness.nemesis.toxiproxy_client import Nemesis
-from harness.processes import registry
-from harness.processes.lifeline import Interrupted, exit_code_for, interrupt_signals
+from harness.stack import registry
+from harness.stack.lifeline import Interrupted, exit_code_for, interrupt_signals
 from harness.toxiproxy.server import EmbeddedToxiproxy
 
 
@@ -110,7 +110,7 @@ def test_signals_map_to_exit_codes() -> None:
 
 def test_a_run_that_fails_half_way_leaves_the_rest_to_its_janitor(tmp_path: Path, toxiproxy: str) -> None:
     from harness.errors import HarnessError
-    from harness.processes.lifeline import RunGuard
+    from harness.stack.lifeline import RunGuard
 
     nemesis = Nemesis(toxiproxy)
     nemesis._request("POST", "/proxies", "setup", {"name": "p", "listen": "127.0.0.1:0", "upstream": "127.0.0.1:9"})
@@ -129,7 +129,7 @@ def test_a_run_that_fails_half_way_leaves_the_rest_to_its_janitor(tmp_path: Path
 
 
 def test_a_run_interrupted_by_ctrl_c_is_marked_and_leaves_no_lease(tmp_path: Path) -> None:
-    from harness.processes.lifeline import RunGuard
+    from harness.stack.lifeline import RunGuard
 
     run_dir = tmp_path / "run"
     run_dir.mkdir()

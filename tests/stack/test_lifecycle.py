@@ -16,7 +16,7 @@ import redis
 import requests
 
 from harness.cli.main import main
-from harness.processes import registry
+from harness.stack import registry
 from harness.stack import services as svc
 from harness.stack.info import ServiceInfo, StackInfo, read_info, write_info
 from harness.stack.local import (

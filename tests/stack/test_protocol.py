@@ -81,6 +81,6 @@ def test_compose_does_not_import_the_local_stack() -> None:
         assert not any(name.startswith(("harness.stack.local", "harness.stack.compose")) for name in imports), module
     # The registry asks a supervisor through the control client, not through the stack
     # handle (which imports the registry): no import of the handle, not even a lazy one.
-    registry_imports = _stack_imports(STACK_DIR.parent / "processes" / "registry.py")
+    registry_imports = _stack_imports(STACK_DIR / "registry.py")
     assert "harness.stack.control" in registry_imports
     assert not any(name.startswith(("harness.stack.local", "harness.stack.compose")) for name in registry_imports)

@@ -14,7 +14,7 @@ import pytest
 
 from harness.cli.main import main
 from harness.nemesis.toxiproxy_client import Nemesis
-from harness.processes import registry
+from harness.stack import registry
 from harness.stack.local import StackError, start_stack
 from harness.toxiproxy.server import EmbeddedToxiproxy
 from tests.stack.conftest import create_order, stack_ports, wait_until_gone

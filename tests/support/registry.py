@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.processes.registry import REGISTRY_ENV
+from harness.stack.registry import REGISTRY_ENV
 
 
 def registry_for_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:

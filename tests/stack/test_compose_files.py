@@ -20,7 +20,7 @@ import yaml
 
 from harness.stack.compose import PROJECT
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = ROOT / "docker-compose.yml"
 WORKFLOWS = sorted((ROOT / ".github" / "workflows").glob("*.y*ml"))
 # Set by this file's topology, not forwarded from the caller (see docker-compose.yml).

@@ -13,12 +13,12 @@ Three pieces:
   end (the stack's supervisor) sees end-of-file the moment this process dies, however
   it dies, and shuts down.
 - `RunGuard`: one per run. It keeps a lease in the registry (what the run started and
-  which faults it has applied) and starts a janitor, `python -m harness.processes.lifeline`, in a
+  which faults it has applied) and starts a janitor, `python -m harness.stack.lifeline`, in a
   session of its own, reading the lifeline. When the harness dies without finishing
   (SIGKILL), the janitor stops Locust and the run's stack, removes the run's toxics,
   re-enables the proxies it disabled and marks the run directory interrupted, within
   a few seconds. If the janitor dies too, the lease stays and the next up, run or
-  down on that Toxiproxy reclaims it (`harness.processes.registry.reclaim`).
+  down on that Toxiproxy reclaims it (`harness.stack.registry.reclaim`).
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from pathlib import Path
 from types import FrameType, TracebackType
 from typing import Any, TextIO
 
-from harness.processes import registry
+from harness.stack import registry
 from harness.stack.protocol import ServiceActions, Stack
 
 HANDLED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -178,7 +178,7 @@ class RunGuard:
         if self._want_janitor:
             with open(self.run_dir / "lifeline.log", "ab") as log:
                 self._janitor = subprocess.Popen(
-                    [sys.executable, "-m", "harness.processes.lifeline", "--lease",
+                    [sys.executable, "-m", "harness.stack.lifeline", "--lease",
                      str(registry.lease_path(self.lease["id"]))],
                     stdin=self.lifeline.read_fd, stdout=subprocess.DEVNULL, stderr=log,
                     start_new_session=True,  # a Ctrl-C to our process group must not reach it
@@ -341,7 +341,7 @@ def janitor(lease_file: Path, lifeline_fd: int = 0) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m harness.processes.lifeline")
+    parser = argparse.ArgumentParser(prog="python -m harness.stack.lifeline")
     parser.add_argument("--lease", type=Path, required=True)
     args = parser.parse_args(argv)
     return janitor(args.lease)

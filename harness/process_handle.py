@@ -7,7 +7,7 @@ is no process: `pid` and `returncode` are None and `finished()` is True (nothing
 wait for).
 
 `ProcessGuard` is what such a handle needs of a run's guard
-(`harness.processes.lifeline.RunGuard`): the processes it starts are entered on the
+(`harness.stack.lifeline.RunGuard`): the processes it starts are entered on the
 run's lease, so a run that dies does not leave them behind.
 """
 

@@ -33,7 +33,7 @@ from harness.nemesis.toxiproxy_client import Nemesis, NemesisError
 from harness.ports import free_port
 from harness.toxiproxy.server import EmbeddedToxiproxy
 
-PLANS = Path(__file__).resolve().parents[1] / "harness" / "plans"
+PLANS = Path(__file__).resolve().parents[2] / "harness" / "plans"
 TOXIC = {"proxy": "app", "type": "latency", "stream": "downstream", "attributes": {"latency": 800}}
 
 
