@@ -159,14 +159,13 @@ def run_document(command: str, outcome: RunOutcome) -> RunDocument:
     check = outcome.check
     invariants = [InvariantEntry(name=invariant.name, passed=invariant.passed,
                                  violation_count=invariant.violation_count)
-                  for invariant in (check.invariants if check is not None else [])]
+                  for invariant in check.invariants]
     return RunDocument(
         command=command, verdict=verdict_for(outcome.exit_code), exit_code=outcome.exit_code,
-        run_dir=str(outcome.run_dir), scenario=(check.scenario or None) if check is not None else None,
-        unsafe_disable=list(check.unsafe_disable) if check is not None else [],
-        invariants=invariants,
-        inconclusive_reasons=list(check.inconclusive_reasons) if check is not None else [],
-        interrupted=dict(check.interrupted) if check is not None and check.interrupted else None,
+        run_dir=str(outcome.run_dir), scenario=check.scenario or None,
+        unsafe_disable=list(check.unsafe_disable), invariants=invariants,
+        inconclusive_reasons=list(check.inconclusive_reasons),
+        interrupted=dict(check.interrupted) if check.interrupted else None,
         reports=_report_paths(RunDir(Path(outcome.run_dir))), summary=outcome.summary,
     )
 

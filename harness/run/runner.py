@@ -130,16 +130,15 @@ class RunSpec:
         return data
 
 
-@dataclass
+@dataclass(frozen=True)
 class RunOutcome:
-    """A judged run: its directory, exit code, the typed check result (None when
-    none was made) and result.json's document (for JSON answers such as the web UI's)."""
+    """A judged run: its directory, exit code, summary line and the typed check result
+    (result.json is its serialisation, written by the report)."""
 
     run_dir: Path
     exit_code: int
-    result: dict[str, Any] | None
     summary: str
-    check: CheckResult | None = None
+    check: CheckResult
 
 
 class LoadProcess(Protocol):
@@ -359,8 +358,8 @@ def check_saved_run(run_dir: Path | RunDir) -> RunOutcome:
     if marker is not None:
         result.interrupted = marker  # a re-check of an interrupted run stays marked
     paths = write_reports(run, result)
-    return RunOutcome(run.path, VERDICT_EXIT_CODES[result.verdict], result.to_dict(),
-                      summary_line(result, paths.report_html), check=result)
+    return RunOutcome(run.path, VERDICT_EXIT_CODES[result.verdict], summary_line(result, paths.report_html),
+                      check=result)
 
 
 @contextmanager

@@ -216,7 +216,7 @@ def matrix(
             except HarnessError as error:
                 cell = MatrixCell(mutant, scenario, False, [], "", str(error))
             else:
-                failed = outcome.check.failed if outcome.check is not None else []
+                failed = outcome.check.failed
                 cell = MatrixCell(mutant, scenario, bool(failed), failed, str(outcome.run_dir),
                                   inconclusive=outcome.exit_code == EXIT_INCONCLUSIVE,
                                   report=str(RunDir(outcome.run_dir).report))

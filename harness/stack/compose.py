@@ -31,6 +31,7 @@ from urllib.parse import urlsplit
 
 import yaml
 
+from harness.names import DEFAULT_GROUP, DEFAULT_STREAM, ENV_APP_WEBHOOK_SECRET, ENV_SEED
 from harness.nemesis.stack_proxies import FaultRecorder, StackNemesis, stack_nemesis
 from harness.nemesis.toxiproxy_client import Nemesis, NemesisError
 from harness.process_handle import ProcessGuard, ProcessHandle
@@ -113,10 +114,10 @@ def read_layout(file: Path, environ: Mapping[str, str] | None = None) -> Compose
             toxiproxy_url=f"http://127.0.0.1:{published_port(toxiproxy, 8474)}",
             redis_url=f"redis://127.0.0.1:{published_port(services['redis'], 6379)}/0",
             redis_proxy_url=f"redis://127.0.0.1:{published_port(toxiproxy, redis_proxy_port)}/0",
-            webhook_secret=env_default(app_env.get("TARGET_APP_WEBHOOK_SECRET", ""), environ),
+            webhook_secret=env_default(app_env.get(ENV_APP_WEBHOOK_SECRET, ""), environ),
             internal_token=env_default(app_env.get("TARGET_APP_INTERNAL_TOKEN", ""), environ),
-            stream=env_default(app_env.get("TARGET_APP_STREAM", "payments"), environ),
-            group=env_default(app_env.get("TARGET_APP_GROUP", "target-app"), environ),
+            stream=env_default(app_env.get("TARGET_APP_STREAM", DEFAULT_STREAM), environ),
+            group=env_default(app_env.get("TARGET_APP_GROUP", DEFAULT_GROUP), environ),
         )
     except (KeyError, ValueError, StackError) as error:
         raise StackError(f"{file}: {error}") from error
@@ -266,7 +267,7 @@ def start_compose_stack(settings: StackSettings) -> ComposeStack:
         app_url=layout.app_url, app_direct_url=layout.app_direct_url,
         toxiproxy_url=layout.toxiproxy_url, toxiproxy_kind="compose",
         redis_url=layout.redis_url, redis_proxy_url=layout.redis_proxy_url,
-        webhook_secret=settings.env.get("TARGET_APP_WEBHOOK_SECRET") or layout.webhook_secret,
+        webhook_secret=settings.env.get(ENV_APP_WEBHOOK_SECRET) or layout.webhook_secret,
         internal_token=settings.env.get("TARGET_APP_INTERNAL_TOKEN") or layout.internal_token,
         stream=layout.stream, group=layout.group,
         proxy_prefix="", proxies={name: name for name in PROXIES}, owner=settings.owner,
@@ -334,10 +335,10 @@ class ComposeLocust(ProcessHandle):
         # The values the compose file interpolates into the Locust services.
         env.update({
             "HARNESS_RUN_DIR": str(self.run_dir),
-            "HARNESS_SEED": str(seed),
+            ENV_SEED: str(seed),
             "HARNESS_UID": str(os.getuid()),
             "HARNESS_GID": str(os.getgid()),
-            "TARGET_APP_WEBHOOK_SECRET": info.webhook_secret,
+            ENV_APP_WEBHOOK_SECRET: info.webhook_secret,
             "TARGET_APP_STREAM": info.stream,
             "LOCUSTFILE": f"{CONTAINER_LOCUSTFILES}/{scenario}.py",
         })

@@ -25,9 +25,10 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Final, TypeVar
 
+from harness import names
 from harness.errors import HarnessError
 
-STATE_FILE: Final = "state.json"
+STATE_FILE: Final = names.STATE_FILE
 MODES: Final = ("local", "compose")
 PHASES: Final = ("starting", "running", "stopping")
 

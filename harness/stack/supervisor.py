@@ -43,6 +43,7 @@ from urllib.parse import quote
 
 import requests
 
+from harness.names import DEFAULT_GROUP, DEFAULT_STREAM, ENV_APP_WEBHOOK_SECRET
 from harness.nemesis.toxiproxy_client import Nemesis, NemesisConflict, NemesisError
 from harness.ports import free_port
 from harness.stack import registry
@@ -86,14 +87,14 @@ class Supervisor:
         self.logs = self.root / "logs"
         self.services: dict[str, svc.Service] = {}
         self.started_at = time.time()
-        self.secret = settings.env.get("TARGET_APP_WEBHOOK_SECRET") or secrets.token_hex(16)
+        self.secret = settings.env.get(ENV_APP_WEBHOOK_SECRET) or secrets.token_hex(16)
         # The app's internal endpoints (export, inventory) want this bearer token.
         self.internal_token = settings.env.get("TARGET_APP_INTERNAL_TOKEN") or secrets.token_hex(16)
         self.proxy_names = {name: f"{settings.proxy_prefix}{name}" for name in PROXIES}
         self.lease: dict[str, Any] | None = None  # the registry's JSON: proxies made on a shared Toxiproxy
         self.requested: list[str] = []  # signals received (see `run`)
-        self.stream = settings.env.get("TARGET_APP_STREAM") or "payments"
-        self.group = settings.env.get("TARGET_APP_GROUP") or "target-app"
+        self.stream = settings.env.get("TARGET_APP_STREAM") or DEFAULT_STREAM
+        self.group = settings.env.get("TARGET_APP_GROUP") or DEFAULT_GROUP
         self.ports = {
             "redis": free_port(), "app": free_port(),
             "app_proxy": free_port(), "redis_proxy": free_port(),
@@ -120,7 +121,7 @@ class Supervisor:
         env.update(DEFAULT_APP_ENV)
         env.update(self.settings.env)
         env["TARGET_APP_REDIS_URL"] = f"redis://{svc.HOST}:{self.ports['redis_proxy']}/0"
-        env["TARGET_APP_WEBHOOK_SECRET"] = self.secret
+        env[ENV_APP_WEBHOOK_SECRET] = self.secret
         env["TARGET_APP_INTERNAL_TOKEN"] = self.internal_token
         return env
 

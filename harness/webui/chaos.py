@@ -481,13 +481,13 @@ class ChaosTab:
         else:
             check = outcome.check
             self.verdict = {
-                "status": "done", "run_id": run_dir.name, "verdict": check.verdict if check else None,
+                "status": "done", "run_id": run_dir.name, "verdict": check.verdict,
                 "exit_code": outcome.exit_code, "summary": outcome.summary,
                 "invariants": [{"name": invariant.name, "passed": invariant.passed,
                                 "violations": len(invariant.violations)}
-                               for invariant in (check.invariants if check else [])],
-                "inconclusive_reasons": list(check.inconclusive_reasons) if check else [],
-                "counts": dict(check.counts) if check else {},
+                               for invariant in check.invariants],
+                "inconclusive_reasons": list(check.inconclusive_reasons),
+                "counts": dict(check.counts),
                 "report_url": f"{self.base_path}/chaos/runs/{run_dir.name}/{REPORT_FILE}",
             }
         self._snapshot = None

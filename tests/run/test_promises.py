@@ -41,7 +41,7 @@ def test_every_shipped_plan_parses_with_known_promises() -> None:
 def _step(exit_code: int, failed: list[str], *, expect_violation: bool, invariant: str | None) -> SmokeStep:
     invariants = [InvariantResult(name, name, False, 1, 1) for name in failed]
     check = CheckResult(valid=not failed, invariants=[*invariants, InvariantResult("other", "Other", True, 1, 0)])
-    outcome = RunOutcome(Path("."), exit_code, check.to_dict(), "", check=check)
+    outcome = RunOutcome(Path("."), exit_code, "", check=check)
     return SmokeStep("label", expect_violation, outcome, None, invariant)
 
 
