@@ -32,6 +32,22 @@ class FaultInputError(HarnessError):
     """A fault command named an unknown proxy, toxic, service or a bad value."""
 
 
+# Toxiproxy's own units, which its API takes as whole numbers: the help names them,
+# since `--delay` means milliseconds to slow_close and microseconds to slicer.
+_UNITS: dict[tuple[str, str], str] = {
+    ("latency", "latency"): "ms", ("latency", "jitter"): "ms", ("bandwidth", "rate"): "KB/s",
+    ("slow_close", "delay"): "ms", ("timeout", "timeout"): "ms", ("reset_peer", "timeout"): "ms",
+    ("slicer", "average_size"): "bytes", ("slicer", "size_variation"): "bytes", ("slicer", "delay"): "µs",
+    ("limit_data", "bytes"): "bytes",
+}
+
+
+def _attribute_help(attribute: str) -> str:
+    uses = [f"{toxic}: {_UNITS[(toxic, attribute)]}" for toxic, names in TOXIC_ATTRIBUTES.items()
+            if attribute in names]
+    return "; ".join(uses)
+
+
 def _attribute_names() -> list[str]:
     names: list[str] = []
     for attributes in TOXIC_ATTRIBUTES.values():
@@ -68,7 +84,7 @@ def add_fault(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -
     for attribute in _attribute_names():
         add.add_argument(f"--{attribute.replace('_', '-')}", dest=f"attr_{attribute}",
                          type=non_negative_int, metavar="N",
-                         help=f"({', '.join(t for t, a in TOXIC_ATTRIBUTES.items() if attribute in a)})")
+                         help=_attribute_help(attribute))
     _target_options(add)
     add.set_defaults(handler=handle_add)
 

@@ -17,8 +17,8 @@ from harness.cli import run_commands
 from harness.cli.argtypes import duration, format_duration, positive_duration
 from harness.cli.main import EXIT_CODES_HELP, HelpFormatter, Parser, build_parser, main
 
-# Toxiproxy's toxic attributes (`fault add --timeout 500`) are whole milliseconds, as its
-# API defines them; they are counts of ms, not harness durations.
+# Toxiproxy's toxic attributes (`fault add --timeout 500`) are whole numbers in its own units,
+# as its API defines them (the help names each unit); not harness durations.
 TOXIC_ATTRIBUTE_COMMAND = "harness fault add"
 TIME_WORDS = ("timeout", "duration", "wait")
 
