@@ -9,6 +9,10 @@ wait for).
 `ProcessGuard` is what such a handle needs of a run's guard
 (`harness.stack.lifeline.RunGuard`): the processes it starts are entered on the
 run's lease, so a run that dies does not leave them behind.
+
+`pid_alive` and `pid_stopped` read a process's state from /proc (Linux) and nothing
+else, so a Locust process that only checks its stack's supervisor imports no client
+library for it.
 """
 
 from __future__ import annotations
@@ -46,3 +50,23 @@ class ProcessHandle:
     @property
     def returncode(self) -> int | None:
         return None if self._process is None else self._process.returncode
+
+
+def _proc_state(pid: int) -> str | None:
+    """The state letter of /proc/PID/stat (R, S, T, Z, ...), or None when there is no such process."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return None
+
+
+def pid_alive(pid: int) -> bool:
+    """True when pid exists and is not a zombie."""
+    state = _proc_state(pid)
+    return state is not None and state not in ("Z", "X")
+
+
+def pid_stopped(pid: int) -> bool:
+    """True when pid is stopped by a signal (SIGSTOP)."""
+    return _proc_state(pid) in ("T", "t")

@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from harness.errors import HarnessError
+from harness.process_handle import pid_alive
 from harness.stack import registry
-from harness.stack import services as svc
 from harness.stack.local import StackError, open_stack
 
 if TYPE_CHECKING:
@@ -102,7 +102,7 @@ def hold_in_foreground(stack: Stack, *, out: TextIO = sys.stderr) -> int:
     try:
         while True:  # bounded by the stack's life: it ends on a signal or when the supervisor dies
             time.sleep(FOREGROUND_POLL)
-            if isinstance(pid, int) and not svc.pid_alive(pid):
+            if isinstance(pid, int) and not pid_alive(pid):
                 raise HarnessError(f"the stack's supervisor (pid {pid}) died; see {stack.root}/logs")
     finally:
         stack.down()

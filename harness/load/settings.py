@@ -47,6 +47,7 @@ from harness.names import (
     ENV_WEBHOOK_SECRET,
     HISTORIES_DIR,
 )
+from harness.process_handle import pid_alive
 from harness.stack.info import StackError, StackInfo, read_info
 
 DEFAULT_ROOT = str(DEFAULT_STACK_ROOT)
@@ -267,20 +268,11 @@ def find_stack(root: Path) -> tuple[Path | None, StackInfo | None]:
         raise LoadConfigError(str(error)) from error
     if info is None:
         return None, None
-    if info.supervisor_pid is not None and not _pid_alive(info.supervisor_pid):
+    if info.supervisor_pid is not None and not pid_alive(info.supervisor_pid):
         return None, None
     return root, info
 
 
-def _pid_alive(pid: int) -> bool:
-    # /proc only, like harness.stack.services.pid_alive, which would import redis and
-    # requests into every process that merely reads its settings.
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as handle:
-            state = handle.read().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state not in ("Z", "X")
 
 
 def swarm_history_dir(runs_root: Path = Path("runs")) -> Path:

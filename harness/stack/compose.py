@@ -41,6 +41,7 @@ from harness.stack.info import (
     StackAlreadyRunning,
     StackError,
     StackInfo,
+    current_info,
     read_info,
     remove_state,
     write_info,
@@ -157,12 +158,7 @@ class ComposeStack:
     @property
     def info(self) -> StackInfo:
         """The state file as it is now; the last good one once it is gone."""
-        try:
-            current = read_info(self.root)
-        except StackError:
-            current = None
-        if current is not None:
-            self._info = current
+        self._info = current_info(self.root, last=self._info)
         return self._info
 
     def __enter__(self) -> ComposeStack:

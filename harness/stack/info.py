@@ -264,6 +264,16 @@ def read_info(root: Path) -> StackInfo | None:
     return StackInfo.from_json(data, path)
 
 
+def current_info(root: Path, *, last: StackInfo) -> StackInfo:
+    """The state file as it is now, or `last` while it is missing or half-written (a
+    handle keeps answering with what it knew while its stack restarts or goes away)."""
+    try:
+        current = read_info(root)
+    except StackError:
+        current = None
+    return current if current is not None else last
+
+
 def control_socket_path(root: Path) -> Path:
     """ROOT/control.sock, or a short path in the temp dir when ROOT is too deep for AF_UNIX."""
     path = Path(root) / "control.sock"

@@ -30,6 +30,7 @@ from typing import Any, Final, Protocol
 from urllib.parse import urlsplit
 
 from harness.nemesis.stack_proxies import FaultRecorder, StackNemesis, stack_nemesis
+from harness.process_handle import pid_alive
 from harness.stack import control, registry
 from harness.stack import services as svc
 from harness.stack.compose import ComposeStack, start_compose_stack
@@ -39,6 +40,7 @@ from harness.stack.info import (
     StackError,
     StackInfo,
     control_socket_path,
+    current_info,
     read_info,
     remove_state,
 )
@@ -71,7 +73,7 @@ class HasReadFd(Protocol):
 
 
 def _is_supervisor(pid: object, root: Path) -> bool:
-    if not isinstance(pid, int) or not svc.pid_alive(pid):
+    if not isinstance(pid, int) or not pid_alive(pid):
         return False
     try:
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
@@ -96,12 +98,7 @@ class RunningStack:
     def info(self) -> StackInfo:
         """The state file as it is now (pids change after restarts); the last good one
         while the supervisor is between writes or already gone."""
-        try:
-            current = read_info(self.root)
-        except StackError:
-            current = None
-        if current is not None:
-            self._info = current
+        self._info = current_info(self.root, last=self._info)
         return self._info
 
     def __enter__(self) -> RunningStack:
@@ -160,13 +157,13 @@ class RunningStack:
         """
         info = self.info  # the latest: a restart moves pids
         pid = info.supervisor_pid
-        if pid is not None and svc.pid_alive(pid):
+        if pid is not None and pid_alive(pid):
             try:
                 os.kill(pid, signal.SIGTERM)
             except ProcessLookupError:
                 pass  # it exited between the check and the signal: what we want
         deadline = time.monotonic() + timeout
-        while pid is not None and svc.pid_alive(pid) and time.monotonic() < deadline:
+        while pid is not None and pid_alive(pid) and time.monotonic() < deadline:
             time.sleep(0.05)
         if self._process is not None:
             try:
@@ -177,7 +174,7 @@ class RunningStack:
         remove_state(self.root)
         registry.unregister_stack(self.root)
         _reclaim_quietly(info.toxiproxy_url)
-        if pid is not None and svc.pid_alive(pid):
+        if pid is not None and pid_alive(pid):
             raise StackError(f"the stack supervisor (pid {pid}) did not stop within {timeout:.0f}s")
         leftovers += kept_proxies(self.root)
         if leftovers:

@@ -22,6 +22,7 @@ from pathlib import Path
 import redis
 import requests
 
+from harness.process_handle import pid_alive, pid_stopped
 from harness.stack.info import ServiceInfo
 
 PR_SET_PDEATHSIG = 1
@@ -62,24 +63,6 @@ def spawn(argv: list[str], *, env: Mapping[str, str], log_path: Path,
         )
 
 
-def pid_alive(pid: int) -> bool:
-    """True when pid exists and is not a zombie."""
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as handle:
-            state = handle.read().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state not in ("Z", "X")
-
-
-def pid_stopped(pid: int) -> bool:
-    """True when pid is stopped by a signal (SIGSTOP)."""
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as handle:
-            state = handle.read().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state in ("T", "t")
 
 
 def signal_group(pgid: int, signum: int) -> bool:

@@ -12,7 +12,7 @@ import pytest
 import requests
 
 from harness.cli.main import main
-from harness.stack import services as svc
+from harness.process_handle import pid_alive
 from harness.stack.local import Stack, StackError, open_stack, start_stack
 from tests.stack.conftest import create_order, stack_ports, wait_until_gone
 from tests.support.stacks import small_settings
@@ -44,7 +44,7 @@ def test_redis_kill_9_and_restart_keeps_every_acknowledged_order(tmp_path: Path)
             acknowledged.append(response.json()["id"])
         old_pid = pid_of(stack, "redis")
         stack.kill("redis")
-        assert not svc.pid_alive(old_pid)
+        assert not pid_alive(old_pid)
         assert stack.info.service("redis").status == "killed"
         assert stack.health()["redis"] is False
         assert create_order(app_url).status_code == 503  # down, and the app says so
