@@ -8,8 +8,6 @@ stack could start.
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -18,6 +16,7 @@ import pytest
 from harness.cli import run_commands
 from harness.cli.main import main
 from harness.exit_codes import EXIT_HARNESS
+from tests.support.cli import run_harness
 
 NOT_A_PLAN = "seed: 3\n"  # parses as YAML, but has neither windows nor random
 NOT_YAML = "windows: [\n  {at: 1s\n"
@@ -111,9 +110,8 @@ def test_a_plan_that_does_not_parse_is_named_in_the_usage_error(workdir: Path,
 
 
 def test_bad_input_through_the_installed_entry_point(tmp_path: Path) -> None:
-    completed = subprocess.run([sys.executable, "-m", "harness", "run", "mixed", "--plan", "no-such-plan",
-                                "--runs-dir", str(tmp_path / "runs")], capture_output=True, text=True,
-                               timeout=60, stdin=subprocess.DEVNULL, cwd=tmp_path)
+    completed = run_harness("run", "mixed", "--plan", "no-such-plan", "--runs-dir", str(tmp_path / "runs"),
+                            cwd=tmp_path, timeout=60)
     assert completed.returncode == EXIT_HARNESS and completed.stdout == ""
     assert completed.stderr.count("\n") == 1 and "no bundled plan 'no-such-plan'" in completed.stderr
     assert not (tmp_path / "runs").exists()

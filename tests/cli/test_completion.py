@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import shlex
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -15,15 +14,14 @@ from harness.catalog import SCENARIOS
 from harness.cli.completion import command_shapes
 from harness.cli.main import build_parser
 from harness.exit_codes import EXIT_HARNESS
+from tests.support.cli import run_harness
 
 CHECKOUT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
 def script(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    completed = subprocess.run([sys.executable, "-m", "harness", "completion", "bash"], capture_output=True,
-                               text=True, timeout=60, stdin=subprocess.DEVNULL,
-                               env={**os.environ, "PYTHONPATH": str(CHECKOUT)})
+    completed = run_harness("completion", "bash", env={**os.environ, "PYTHONPATH": str(CHECKOUT)}, timeout=60)
     assert completed.returncode == 0, completed.stderr
     path = tmp_path_factory.mktemp("completion") / "harness.bash"
     path.write_text(completed.stdout)
@@ -89,8 +87,7 @@ def test_every_command_of_the_parser_is_in_the_script(script: Path) -> None:
 
 
 def test_an_unknown_shell_is_a_usage_error(tmp_path: Path) -> None:
-    completed = subprocess.run([sys.executable, "-m", "harness", "completion", "fish"], capture_output=True,
-                               text=True, timeout=60, cwd=tmp_path, stdin=subprocess.DEVNULL,
-                               env={**os.environ, "PYTHONPATH": str(CHECKOUT)})
+    completed = run_harness("completion", "fish", cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(CHECKOUT)},
+                            timeout=60)
     assert completed.returncode == EXIT_HARNESS and completed.stdout == ""
     assert completed.stderr.startswith("harness: completion: argument shell: invalid choice: 'fish'")

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import subprocess
-import sys
 from importlib.metadata import version
+
+from tests.support.cli import run_harness
 
 
 def _harness(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "harness", *args], capture_output=True, text=True,
-                          timeout=60, stdin=subprocess.DEVNULL)
+    return run_harness(*args, timeout=60)
 
 
 def test_version_names_the_installed_distribution() -> None:

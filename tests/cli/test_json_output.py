@@ -6,9 +6,7 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -20,15 +18,14 @@ from harness.exit_codes import EXIT_HARNESS, EXIT_INCONCLUSIVE, EXIT_OK, EXIT_VI
 from harness.report.matrix import MatrixCell
 from harness.run.runner import RunOutcome
 from harness.run.smoke import SmokeStep
+from tests.support.cli import clean_env, run_harness
 
 CHECKOUT = Path(__file__).resolve().parents[2]
 
 
 def _harness(*args: str, cwd: Path, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("TARGET_APP_", "HARNESS_"))}
-    env["PYTHONPATH"] = str(CHECKOUT)  # this checkout's harness, wherever the test runs
-    return subprocess.run([sys.executable, "-m", "harness", *args], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+    # PYTHONPATH: this checkout's harness, wherever the test runs.
+    return run_harness(*args, cwd=cwd, env=clean_env(PYTHONPATH=str(CHECKOUT)), timeout=timeout)
 
 
 def _invariant(document: dict[str, Any], name: str) -> dict[str, Any]:

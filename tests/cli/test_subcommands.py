@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -12,12 +11,13 @@ import requests
 
 from harness.cli.main import build_parser, main
 from harness.ports import free_port, wait_for_port
+from tests.support.cli import start_harness
 
 
 def test_toxiproxy_serve_answers_the_api_until_sigterm() -> None:
     port = free_port()
-    process = subprocess.Popen([sys.executable, "-m", "harness.cli", "toxiproxy", "serve", "--port", str(port)],
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    process = start_harness("toxiproxy", "serve", "--port", str(port),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
         assert wait_for_port("127.0.0.1", port, timeout=10)
         assert requests.get(f"http://127.0.0.1:{port}/version", timeout=2).status_code == 200

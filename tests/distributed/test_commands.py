@@ -10,7 +10,7 @@ import pytest
 from harness.errors import HarnessError
 from harness.load.locust_process import LocustProcess, parse_master_address
 from harness.run.runner import RunSpec
-from tests.load.locust_run import clean_env, harness_cli
+from tests.support.cli import clean_env, run_harness
 
 
 def process(**overrides: object) -> LocustProcess:
@@ -67,6 +67,6 @@ def test_run_spec_validation() -> None:
 def test_cli_bad_worker_input_is_one_line_and_exit_2(tmp_path: Path) -> None:
     for args in (["worker", "mixed"], ["worker", "nope", "--master", "h"],
                  ["worker", "mixed", "--master", "h:x"], ["run", "mixed", "--workers", "-1"]):
-        result = harness_cli(*args, cwd=tmp_path, env=clean_env(), timeout=60)
+        result = run_harness(*args, cwd=tmp_path, env=clean_env(), timeout=60)
         assert result.returncode == 2, (args, result.stderr)
         assert len(result.stderr.strip().splitlines()) == 1, (args, result.stderr)

@@ -22,17 +22,9 @@ from pathlib import Path
 import pytest
 
 from harness.ports import free_port
-from tests.load.locust_run import (
-    LOCUSTFILES,
-    clean_env,
-    completions,
-    harness_cli,
-    json_requests,
-    records,
-)
+from tests.load.locust_run import LOCUSTFILES, completions, json_requests, records
 from tests.load.test_recording import CLIENT_TIMEOUT, _StubApp
-
-HARNESS = [sys.executable, "-m", "harness.cli"]
+from tests.support.cli import clean_env, run_harness, start_harness
 
 
 @pytest.fixture
@@ -84,8 +76,8 @@ def test_workers_in_their_own_processes_send_every_record_to_the_master(stub_url
     workers = []
     for log in logs:  # a file, not a pipe nobody reads while waiting
         with open(log, "w") as handle:
-            workers.append(subprocess.Popen(
-                [*HARNESS, "worker", "timeout_replay", "--master", f"127.0.0.1:{port}"],
+            workers.append(start_harness(
+                "worker", "timeout_replay", "--master", f"127.0.0.1:{port}",
                 cwd=tmp_path, env=clean_env(HARNESS_ROOT=""), stdout=handle, stderr=subprocess.STDOUT))
     try:
         out, err = master.communicate(timeout=120)
@@ -132,8 +124,8 @@ def test_a_worker_stopped_by_sigterm_delivers_its_last_records_first(stub_url: s
         cwd=tmp_path, env=clean_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     log = tmp_path / "worker.log"
     with open(log, "w") as handle:
-        worker = subprocess.Popen([*HARNESS, "worker", "timeout_replay", "--master", f"127.0.0.1:{port}"],
-                                  cwd=tmp_path, env=clean_env(), stdout=handle, stderr=subprocess.STDOUT)
+        worker = start_harness("worker", "timeout_replay", "--master", f"127.0.0.1:{port}",
+                               cwd=tmp_path, env=clean_env(), stdout=handle, stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + 60
         while not list(history.glob("*.jsonl")) and time.monotonic() < deadline:
@@ -168,12 +160,12 @@ def records_in(path: Path) -> list[dict]:
 def stack_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, dict[str, str]]]:
     work = tmp_path_factory.mktemp("workers")
     env = clean_env(HARNESS_REGISTRY=str(work / "registry"))
-    up = harness_cli("up", "--app-workers", "2", "--consumers", "1", cwd=work, env=env)
+    up = run_harness("up", "--app-workers", "2", "--consumers", "1", cwd=work, env=env, timeout=300)
     assert up.returncode == 0, up.stderr[-2000:]
     try:
         yield work, env
     finally:
-        harness_cli("down", cwd=work, env=env)
+        run_harness("down", cwd=work, env=env, timeout=300)
 
 
 def only_run(runs: Path, before: set[Path]) -> Path:
@@ -186,8 +178,8 @@ def test_harness_run_with_local_workers_reaches_a_verdict(stack_dir: tuple[Path,
     work, env = stack_dir
     runs = work / "runs"
     before = set(runs.iterdir()) if runs.exists() else set()
-    result = harness_cli("run", "mixed", "--workers", "2", "--users", "4", "--duration", "4s",
-                         cwd=work, env=env)
+    result = run_harness("run", "mixed", "--workers", "2", "--users", "4", "--duration", "4s",
+                         cwd=work, env=env, timeout=300)
     assert result.returncode == 0, result.stdout + result.stderr[-3000:]
     assert result.stdout.startswith("PASS")
     run_dir = only_run(runs, before)
@@ -201,17 +193,16 @@ def test_a_remote_worker_joins_a_run_over_tcp(stack_dir: tuple[Path, dict[str, s
     runs = work / "runs"
     before = set(runs.iterdir()) if runs.exists() else set()
     port = free_port()
-    run = subprocess.Popen(
-        [*HARNESS, "run", "timeout_replay", "--workers", "0", "--remote-workers", "1",
-         "--master-bind", f"127.0.0.1:{port}", "--workers-wait", "60s", "--users", "4",
-         "--duration", "4s"], cwd=work, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        text=True)
+    run = start_harness(
+        "run", "timeout_replay", "--workers", "0", "--remote-workers", "1",
+        "--master-bind", f"127.0.0.1:{port}", "--workers-wait", "60s", "--users", "4",
+        "--duration", "4s", cwd=work, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     # Another "machine": its own directory, no stack, no settings but the master's address.
     elsewhere = work / "elsewhere"
     elsewhere.mkdir(exist_ok=True)
     with open(work / "worker.log", "w") as log:
-        worker = subprocess.Popen([*HARNESS, "worker", "timeout_replay", "--master", f"127.0.0.1:{port}"],
-                                  cwd=elsewhere, env=clean_env(), stdout=log, stderr=subprocess.STDOUT)
+        worker = start_harness("worker", "timeout_replay", "--master", f"127.0.0.1:{port}",
+                               cwd=elsewhere, env=clean_env(), stdout=log, stderr=subprocess.STDOUT)
     try:
         out, err = run.communicate(timeout=180)
         worker.wait(timeout=30)

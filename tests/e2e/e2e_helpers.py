@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
+
+from tests.support.cli import clean_env, run_harness
 
 
 @dataclass
@@ -18,12 +17,7 @@ class Completed:
 
 def harness(*args: str, cwd: Path, timeout: float = 400, env: dict[str, str] | None = None) -> Completed:
     """Run `harness ARGS` in `cwd` with no TARGET_APP_* or HARNESS_* leaking in from the caller."""
-    clean = {k: v for k, v in os.environ.items() if not k.startswith(("TARGET_APP_", "HARNESS_"))}
-    clean.update(env or {})
-    completed = subprocess.run(
-        [sys.executable, "-m", "harness.cli", *args], cwd=cwd, env=clean,
-        capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL,
-    )
+    completed = run_harness(*args, cwd=cwd, env=clean_env(**(env or {})), timeout=timeout)
     return Completed(completed.returncode, completed.stdout, completed.stderr)
 
 

@@ -13,16 +13,17 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+from harness.process_handle import pid_alive
 from harness.stack import services as svc
 from harness.stack.info import StackInfo, read_info
 from harness.stack.registry import REGISTRY_ENV
+from tests.support.cli import clean_env, start_harness
 
 REPO = Path(__file__).resolve().parents[2]
 CLEAN_WITHIN = 10.0  # the bound: seconds from the signal until nothing is left
@@ -60,7 +61,7 @@ def processes_with_env(entry: str) -> list[int]:
             environ = Path(f"/proc/{name}/environ").read_bytes().split(b"\0")
         except OSError:
             continue
-        if wanted in environ and svc.pid_alive(int(name)):
+        if wanted in environ and pid_alive(int(name)):
             found.append(int(name))
     return found
 
@@ -102,15 +103,13 @@ class HarnessRun:
         return f"{REGISTRY_ENV}={self.registry}"
 
     def start(self) -> HarnessRun:
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("TARGET_APP_", "HARNESS_"))}
+        env = clean_env()
         env.pop("TOXIPROXY_URL", None)
         env.update(self.env)
         env[REGISTRY_ENV] = str(self.registry)
         self.workdir.mkdir(parents=True, exist_ok=True)
         with open(self.workdir / "harness.out", "ab") as out:
-            self.process = subprocess.Popen(
-                [sys.executable, "-m", "harness.cli", *self.args], cwd=REPO, env=env,
-                stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT)
+            self.process = start_harness(*self.args, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT)
         return self
 
     def output(self) -> str:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -14,6 +13,7 @@ import pytest
 from lifecycle_helpers import REPO, HarnessRun, url_port, wait_for
 
 from harness.stack.info import read_info
+from tests.support.cli import clean_env, run_harness
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -46,16 +46,13 @@ def test_a_foreground_stack_goes_with_its_command(tmp_path: Path, runs: list[Har
     assert left["processes"] == [] and left["ports"] == [], left
     assert left["harness_exit"] == (-signal.SIGKILL if signum == signal.SIGKILL else 128 + signum)
     assert not (root / "state.json").exists() or signum == signal.SIGKILL
-    status = subprocess.run([sys.executable, "-m", "harness.cli", "status", "--all", "--json"], cwd=REPO,
-                            env={**_env(run)}, capture_output=True, text=True, timeout=60)
+    status = run_harness("status", "--all", "--json", cwd=REPO, env=_env(run), timeout=60)
     assert json.loads(status.stdout)["stacks"] == []
 
 
 def _env(run: HarnessRun) -> dict[str, str]:
-    import os
-
-    return {**{k: v for k, v in os.environ.items() if not k.startswith("HARNESS_")},
-            "HARNESS_REGISTRY": str(run.registry)}
+    """A new user's environment (no HARNESS_*/TARGET_APP_*) on `run`'s registry."""
+    return clean_env(HARNESS_REGISTRY=str(run.registry))
 
 
 def test_status_all_and_down_all_find_every_stack_of_the_checkout(tmp_path: Path, runs: list[HarnessRun]) -> None:
@@ -72,9 +69,8 @@ def test_status_all_and_down_all_find_every_stack_of_the_checkout(tmp_path: Path
     assert fg.wait_until(lambda r: running(tmp_path / "fg"), 60), fg.output()
     assert wait_for(lambda: run.run_dir() and running(run.run_dir() / "stack"), 60), run.output()
 
-    def cli(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "harness.cli", *args], cwd=REPO, env=_env(up),
-                              capture_output=True, text=True, timeout=120)
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return run_harness(*args, cwd=REPO, env=_env(up), timeout=120)
 
     status = cli("status", "--all", "--json")
     assert status.returncode == 0, status.stderr

@@ -10,8 +10,6 @@ that `harness check` can judge (except before the stack was up: nothing to check
 from __future__ import annotations
 
 import signal
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -25,6 +23,8 @@ from lifecycle_helpers import (
     stack_starting,
     under_load_with_toxic,
 )
+
+from tests.support.cli import run_harness
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -80,8 +80,7 @@ def test_a_signal_at_any_moment_leaves_nothing_and_marks_the_run(
     if signum == signal.SIGTERM and moment != "stack-starting":
         # What was recorded so far stays checkable, and a re-check keeps the mark.
         assert marker["checkable"] is True
-        check = subprocess.run([sys.executable, "-m", "harness.cli", "check", str(run_dir)], cwd=REPO,
-                               capture_output=True, text=True, timeout=120)
+        check = run_harness("check", str(run_dir), cwd=REPO, timeout=120)
         assert check.returncode in (0, 1, 3), check.stderr
         _, rechecked = interrupted_mark(run_dir)
         assert rechecked is not None and rechecked["valid"] is not None

@@ -82,16 +82,3 @@ def completions(recorded: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
             result[record["op_id"]] = record
     return result
 
-
-def clean_env(**extra: str) -> dict[str, str]:
-    """The caller's environment without any HARNESS_* or TARGET_APP_* (a new user's shell)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("TARGET_APP_", "HARNESS_"))}
-    env.update(extra)
-    return env
-
-
-def harness_cli(*args: str, cwd: Path, env: dict[str, str], timeout: float = 300.0
-                ) -> subprocess.CompletedProcess[str]:
-    """`harness ARGS` as a user runs it, in `cwd`."""
-    return subprocess.run([sys.executable, "-m", "harness.cli", *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)

@@ -20,19 +20,20 @@ import requests
 
 from harness.load.settings import OPTIONS
 from harness.ports import free_port
-from tests.load.locust_run import LOCUSTFILES, clean_env, completions, harness_cli, records
+from tests.load.locust_run import LOCUSTFILES, completions, records
+from tests.support.cli import clean_env, run_harness
 
 
 @pytest.fixture(scope="module")
 def workdir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, dict[str, str]]]:
     work = tmp_path_factory.mktemp("by-hand")
     env = clean_env(HARNESS_REGISTRY=str(work / "registry"))
-    up = harness_cli("up", "--app-workers", "2", "--consumers", "1", cwd=work, env=env)
+    up = run_harness("up", "--app-workers", "2", "--consumers", "1", cwd=work, env=env, timeout=300)
     assert up.returncode == 0, up.stderr[-2000:]
     try:
         yield work, env
     finally:
-        harness_cli("down", cwd=work, env=env)
+        run_harness("down", cwd=work, env=env, timeout=300)
 
 
 @pytest.mark.slow

@@ -17,6 +17,7 @@ import pytest
 import requests
 
 from harness.ports import free_port
+from tests.support.cli import clean_env, run_harness
 
 REPO = Path(__file__).resolve().parents[2]
 LOCUST = Path(sys.executable).with_name("locust")
@@ -25,16 +26,8 @@ CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic
                   "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 
 
-def clean_env(**extra: str) -> dict[str, str]:
-    """The caller's environment without HARNESS_* / TARGET_APP_* settings leaking in."""
-    env = {key: value for key, value in os.environ.items() if not key.startswith(("TARGET_APP_", "HARNESS_"))}
-    env.update(extra)
-    return env
-
-
 def harness(*args: str, cwd: Path, timeout: float = 180) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "harness.cli", *args], cwd=cwd, env=clean_env(),
-                          capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+    return run_harness(*args, cwd=cwd, env=clean_env(), timeout=timeout)
 
 
 @dataclass
