@@ -3,7 +3,9 @@
 One private redis-server per test session on a free loopback port; each test that
 asks for `redis_url` gets its own logical database, flushed before use. Tests that
 need an HTTP service of their own (the target app, an example) start it with
-`http_services` (tests/support/services.py), which stops it after the test.
+`http_services` (tests/support/services.py), which stops it after the test. Tests
+that need a running embedded Toxiproxy ask for `embedded_toxiproxy`
+(tests/support/toxiproxy.py).
 """
 
 from __future__ import annotations
@@ -19,6 +21,9 @@ import redis
 from harness.ports import free_port
 from harness.stack.redis_server import INSTALL_HINT, RedisServer
 from tests.support.services import READY_TIMEOUT, HttpService, http_service
+
+# Fixtures that live in tests/support, offered to every test package.
+pytest_plugins = ["tests.support.toxiproxy"]
 
 
 @pytest.fixture(scope="session")

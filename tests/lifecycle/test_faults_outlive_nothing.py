@@ -13,7 +13,6 @@ from __future__ import annotations
 import os
 import signal
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -99,12 +98,11 @@ def _consumer_running(root: Path) -> bool:
 
 
 @pytest.fixture
-def shared_toxiproxy() -> Iterator[str]:
+def shared_toxiproxy(embedded_toxiproxy: EmbeddedToxiproxy) -> str:
     """A Toxiproxy no run owns (the embedded server in this process, as a real one would be)."""
-    with EmbeddedToxiproxy() as toxiproxy:
-        Nemesis(toxiproxy.url)._request("POST", "/proxies", "someone else's proxy",
-                                        {"name": "app", "listen": "127.0.0.1:0", "upstream": "127.0.0.1:9"})
-        yield toxiproxy.url
+    Nemesis(embedded_toxiproxy.url)._request("POST", "/proxies", "someone else's proxy",
+                                             {"name": "app", "listen": "127.0.0.1:0", "upstream": "127.0.0.1:9"})
+    return embedded_toxiproxy.url
 
 
 @pytest.fixture

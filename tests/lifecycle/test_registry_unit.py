@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -51,9 +50,8 @@ def test_a_finished_run_is_never_marked_and_an_unfinished_one_once(tmp_path: Pat
 
 
 @pytest.fixture
-def toxiproxy() -> Iterator[str]:
-    with EmbeddedToxiproxy() as server:
-        yield server.url
+def toxiproxy(embedded_toxiproxy: EmbeddedToxiproxy) -> str:
+    return embedded_toxiproxy.url
 
 
 def test_reclaim_heals_only_dead_owners_on_that_toxiproxy(tmp_path: Path, toxiproxy: str) -> None:

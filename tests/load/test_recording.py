@@ -143,17 +143,17 @@ def test_a_process_never_invokes_again_after_info(stub_url: str, tmp_path: Path)
 
 
 @pytest.mark.slow
-def test_requests_record_whether_a_toxic_was_active(stub_url: str, tmp_path: Path) -> None:
-    with EmbeddedToxiproxy() as toxiproxy:
-        nemesis = Nemesis(toxiproxy.url)
-        proxy = nemesis.ensure_proxy("app", f"127.0.0.1:{free_port()}", stub_url.removeprefix("http://"))
-        env = {"HARNESS_REQUEST_TIMEOUT": "1", "HARNESS_TOXIPROXY_URL": toxiproxy.url}
+def test_requests_record_whether_a_toxic_was_active(stub_url: str, tmp_path: Path,
+                                                     embedded_toxiproxy: EmbeddedToxiproxy) -> None:
+    nemesis = Nemesis(embedded_toxiproxy.url)
+    proxy = nemesis.ensure_proxy("app", f"127.0.0.1:{free_port()}", stub_url.removeprefix("http://"))
+    env = {"HARNESS_REQUEST_TIMEOUT": "1", "HARNESS_TOXIPROXY_URL": embedded_toxiproxy.url}
 
-        with nemesis.toxic("app", "latency", attributes={"latency": 5}):
-            run_locust("timeout_replay.py", f"http://{proxy.listen}", {
-                **env, "HARNESS_HISTORY_DIR": str(tmp_path / "toxic")}, users=2, seconds=2)
+    with nemesis.toxic("app", "latency", attributes={"latency": 5}):
         run_locust("timeout_replay.py", f"http://{proxy.listen}", {
-            **env, "HARNESS_HISTORY_DIR": str(tmp_path / "clean")}, users=2, seconds=2)
+            **env, "HARNESS_HISTORY_DIR": str(tmp_path / "toxic")}, users=2, seconds=2)
+    run_locust("timeout_replay.py", f"http://{proxy.listen}", {
+        **env, "HARNESS_HISTORY_DIR": str(tmp_path / "clean")}, users=2, seconds=2)
 
     def hits(directory: Path) -> set[object]:
         return {r.get("toxic_hit") for r in records(directory) if r["type"] != "invoke"}

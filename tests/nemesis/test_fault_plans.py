@@ -333,6 +333,8 @@ class FakeNetwork:
 
 @pytest.fixture(scope="module")
 def nemesis() -> Iterator[Nemesis]:
+    # One server for the whole module (`clean` resets it between tests), so not the
+    # function-scoped `embedded_toxiproxy`.
     with EmbeddedToxiproxy() as toxiproxy:
         client = Nemesis(toxiproxy.url)
         for name in ("app", "redis"):

@@ -27,12 +27,6 @@ from harness.toxiproxy.server import EmbeddedToxiproxy
 
 
 @pytest.fixture
-def server() -> Iterator[EmbeddedToxiproxy]:
-    with EmbeddedToxiproxy() as embedded:
-        yield embedded
-
-
-@pytest.fixture
 def upstream() -> Iterator[str]:
     """A listener that accepts and closes; enough for a proxy to point at."""
     sock = socket.create_server(("127.0.0.1", 0))
@@ -56,14 +50,14 @@ def upstream() -> Iterator[str]:
 
 
 @pytest.fixture
-def nemesis(server: EmbeddedToxiproxy, upstream: str) -> Nemesis:
-    client = Nemesis(server.url)
+def nemesis(embedded_toxiproxy: EmbeddedToxiproxy, upstream: str) -> Nemesis:
+    client = Nemesis(embedded_toxiproxy.url)
     client.ensure_proxy("app", "127.0.0.1:0", upstream)
     return client
 
 
-def test_ensure_proxy_creates_then_keeps_then_replaces(server: EmbeddedToxiproxy, upstream: str) -> None:
-    client = Nemesis(server.url)
+def test_ensure_proxy_creates_then_keeps_then_replaces(embedded_toxiproxy: EmbeddedToxiproxy, upstream: str) -> None:
+    client = Nemesis(embedded_toxiproxy.url)
     first = client.ensure_proxy("db", "127.0.0.1:0", upstream)
     assert isinstance(first, ProxyInfo) and first.enabled and first.upstream == upstream
     assert not first.listen.endswith(":0")
@@ -147,12 +141,12 @@ def test_errors_raise_nemesis_errors(nemesis: Nemesis) -> None:
     assert issubclass(NemesisVerifyError, NemesisError)
 
 
-def test_port_in_use_is_an_error_not_silence(server: EmbeddedToxiproxy, upstream: str) -> None:
+def test_port_in_use_is_an_error_not_silence(embedded_toxiproxy: EmbeddedToxiproxy, upstream: str) -> None:
     blocker = socket.create_server(("127.0.0.1", 0))
     try:
         port = blocker.getsockname()[1]
         with pytest.raises(NemesisError) as caught:
-            Nemesis(server.url).ensure_proxy("clash", f"127.0.0.1:{port}", upstream)
+            Nemesis(embedded_toxiproxy.url).ensure_proxy("clash", f"127.0.0.1:{port}", upstream)
         assert "address already in use" in str(caught.value)
     finally:
         blocker.close()

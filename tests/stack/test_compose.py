@@ -139,54 +139,54 @@ if sys.argv[1] == "inspect":
 
 
 def test_compose_stack_through_a_stand_in_docker(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                 capsys: pytest.CaptureFixture[str]) -> None:
+                                                 capsys: pytest.CaptureFixture[str],
+                                                 embedded_toxiproxy: EmbeddedToxiproxy) -> None:
     log = stand_in_docker(tmp_path, monkeypatch, FAKE_DOCKER)
-    with EmbeddedToxiproxy() as toxiproxy:
-        nemesis = Nemesis(toxiproxy.url)
-        for name in ("app", "redis"):
-            nemesis.ensure_proxy(name, f"127.0.0.1:{free_port()}", "127.0.0.1:9")
-        compose = yaml.safe_load(COMPOSE_FILE.read_text())
-        compose["services"]["toxiproxy"]["ports"] = [
-            f"127.0.0.1:{toxiproxy.port}:8474", "127.0.0.1:18666:8666", "127.0.0.1:16380:6380"]
-        file = tmp_path / "docker-compose.yml"
-        file.write_text(yaml.safe_dump(compose))
-        root = tmp_path / "h"
-        stack = start_compose_stack(StackSettings(root=root, consumers=3, compose=True, compose_file=file,
-                                                  env={"TARGET_APP_UNSAFE_DISABLE": "inbox"}))
-        calls = [json.loads(line) for line in log.read_text().splitlines()]
-        up = calls[0]
-        assert up[:5] == ["compose", "-f", str(file), "-p", PROJECT]
-        assert "up" in up and "--wait" in up and "consumer=3" in up
-        info = stack.info
-        written = json.loads((root / "state.json").read_text())
-        assert StackInfo.from_json(written) == info and info.to_json() == written  # the compose writer, too
-        assert info.compose_file == str(file) and info.supervisor_pid is None
-        assert all(service.status is None for service in info.services)  # docker is asked instead
-        assert info.mode == "compose" and info.toxiproxy_url == toxiproxy.url
-        assert info.app_url == "http://127.0.0.1:18666" and info.unsafe_disable == ("inbox",)
-        assert written["unsafe_disable"] == ["inbox"] and info.service_names[-1] == "consumer-3"
-        attached = open_stack(root)
-        assert attached is not None and type(attached).__name__ == "ComposeStack"
-        assert attached.health() == {name: True for name in
-                                     ("redis", "toxiproxy", "app", "consumer-1", "consumer-2", "consumer-3")}
-        assert main(["fault", "kill", "consumer-2", "--root", str(root)]) == 0
-        assert main(["fault", "pause", "app", "--root", str(root)]) == 0
-        assert main(["fault", "restart", "redis", "--root", str(root)]) == 0
-        assert main(["fault", "kill", "consumer-9", "--root", str(root)]) == 2
-        capsys.readouterr()
-        Path(str(log) + ".paused").write_text("")
-        assert main(["status", "--json", "--root", str(root)]) == 0
-        document = json.loads(capsys.readouterr().out)
-        assert document["mode"] == "compose"
-        assert {"kind": "process", "service": "consumer-2", "status": "paused"} in document["faults"]
-        assert main(["down", "--root", str(root)]) == 0
-        calls = [shlex.join(json.loads(line)) for line in log.read_text().splitlines()]
-        assert f"kill --signal SIGKILL {PROJECT}-consumer-2" in calls
-        assert f"pause {PROJECT}-app-1" in calls
-        assert f"restart {PROJECT}-redis-1" in calls
-        assert calls[-1].startswith(f"compose -f {file} -p {PROJECT} down")
-        assert "--volumes" in calls[-1]  # the next stack must start with no earlier run's data
-        assert open_stack(root) is None
+    nemesis = Nemesis(embedded_toxiproxy.url)
+    for name in ("app", "redis"):
+        nemesis.ensure_proxy(name, f"127.0.0.1:{free_port()}", "127.0.0.1:9")
+    compose = yaml.safe_load(COMPOSE_FILE.read_text())
+    compose["services"]["toxiproxy"]["ports"] = [
+        f"127.0.0.1:{embedded_toxiproxy.port}:8474", "127.0.0.1:18666:8666", "127.0.0.1:16380:6380"]
+    file = tmp_path / "docker-compose.yml"
+    file.write_text(yaml.safe_dump(compose))
+    root = tmp_path / "h"
+    stack = start_compose_stack(StackSettings(root=root, consumers=3, compose=True, compose_file=file,
+                                              env={"TARGET_APP_UNSAFE_DISABLE": "inbox"}))
+    calls = [json.loads(line) for line in log.read_text().splitlines()]
+    up = calls[0]
+    assert up[:5] == ["compose", "-f", str(file), "-p", PROJECT]
+    assert "up" in up and "--wait" in up and "consumer=3" in up
+    info = stack.info
+    written = json.loads((root / "state.json").read_text())
+    assert StackInfo.from_json(written) == info and info.to_json() == written  # the compose writer, too
+    assert info.compose_file == str(file) and info.supervisor_pid is None
+    assert all(service.status is None for service in info.services)  # docker is asked instead
+    assert info.mode == "compose" and info.toxiproxy_url == embedded_toxiproxy.url
+    assert info.app_url == "http://127.0.0.1:18666" and info.unsafe_disable == ("inbox",)
+    assert written["unsafe_disable"] == ["inbox"] and info.service_names[-1] == "consumer-3"
+    attached = open_stack(root)
+    assert attached is not None and type(attached).__name__ == "ComposeStack"
+    assert attached.health() == {name: True for name in
+                                 ("redis", "toxiproxy", "app", "consumer-1", "consumer-2", "consumer-3")}
+    assert main(["fault", "kill", "consumer-2", "--root", str(root)]) == 0
+    assert main(["fault", "pause", "app", "--root", str(root)]) == 0
+    assert main(["fault", "restart", "redis", "--root", str(root)]) == 0
+    assert main(["fault", "kill", "consumer-9", "--root", str(root)]) == 2
+    capsys.readouterr()
+    Path(str(log) + ".paused").write_text("")
+    assert main(["status", "--json", "--root", str(root)]) == 0
+    document = json.loads(capsys.readouterr().out)
+    assert document["mode"] == "compose"
+    assert {"kind": "process", "service": "consumer-2", "status": "paused"} in document["faults"]
+    assert main(["down", "--root", str(root)]) == 0
+    calls = [shlex.join(json.loads(line)) for line in log.read_text().splitlines()]
+    assert f"kill --signal SIGKILL {PROJECT}-consumer-2" in calls
+    assert f"pause {PROJECT}-app-1" in calls
+    assert f"restart {PROJECT}-redis-1" in calls
+    assert calls[-1].startswith(f"compose -f {file} -p {PROJECT} down")
+    assert "--volumes" in calls[-1]  # the next stack must start with no earlier run's data
+    assert open_stack(root) is None
 
 
 FAKE_LOCUST_DOCKER = """#!{python}

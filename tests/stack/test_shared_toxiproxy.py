@@ -7,7 +7,6 @@ only its own proxies on reset and deletes only what it created on `down`.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -24,12 +23,11 @@ FOREIGN = {"name": "app", "listen": "127.0.0.1:0", "upstream": "127.0.0.1:9"}
 
 
 @pytest.fixture
-def shared() -> Iterator[str]:
-    with EmbeddedToxiproxy() as toxiproxy:
-        nemesis = Nemesis(toxiproxy.url)
-        nemesis._request("POST", "/proxies", "foreign proxy", FOREIGN)
-        nemesis.add_toxic("app", "latency", attributes={"latency": 1}, name="theirs")
-        yield toxiproxy.url
+def shared(embedded_toxiproxy: EmbeddedToxiproxy) -> str:
+    nemesis = Nemesis(embedded_toxiproxy.url)
+    nemesis._request("POST", "/proxies", "foreign proxy", FOREIGN)
+    nemesis.add_toxic("app", "latency", attributes={"latency": 1}, name="theirs")
+    return embedded_toxiproxy.url
 
 
 def test_two_prefixed_stacks_share_a_toxiproxy_and_touch_only_their_own(

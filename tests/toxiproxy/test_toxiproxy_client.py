@@ -15,10 +15,10 @@ from harness.toxiproxy.server import EmbeddedToxiproxy
 
 
 @pytest.fixture
-def client(tp_server: EmbeddedToxiproxy) -> Iterator[Toxiproxy]:
+def client(embedded_toxiproxy: EmbeddedToxiproxy) -> Iterator[Toxiproxy]:
     saved = (APIConsumer.host, APIConsumer.port)
     client = Toxiproxy()
-    client.update_api_consumer(tp_server.host, tp_server.port)
+    client.update_api_consumer(embedded_toxiproxy.host, embedded_toxiproxy.port)
     yield client
     APIConsumer.host, APIConsumer.port = saved
 

@@ -65,7 +65,7 @@ def _churn(server: EmbeddedToxiproxy, churned: threading.Event, counter: list[in
     churned.set()
 
 
-def test_churn_keeps_every_byte_of_200_connections(tp_server: EmbeddedToxiproxy, make_proxy) -> None:
+def test_churn_keeps_every_byte_of_200_connections(embedded_toxiproxy: EmbeddedToxiproxy, make_proxy) -> None:
     port = make_proxy("echo")
     make_proxy("other")
     errors: list[str] = []
@@ -78,7 +78,7 @@ def test_churn_keeps_every_byte_of_200_connections(tp_server: EmbeddedToxiproxy,
         thread.start()
     barrier.wait(timeout=30)  # all 200 connections are open at once
     added = [0]
-    churner = threading.Thread(target=_churn, args=(tp_server, churned, added))
+    churner = threading.Thread(target=_churn, args=(embedded_toxiproxy, churned, added))
     churner.start()
     churner.join(timeout=30)
     churned.set()  # clients stop even if the churner failed

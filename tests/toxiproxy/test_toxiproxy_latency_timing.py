@@ -52,77 +52,77 @@ def added_latency(server: EmbeddedToxiproxy, port: int, add_toxics: Callable[[],
         return median_round_trip(sock) - baseline
 
 
-def test_one_downstream_latency_adds_its_value(tp_server: EmbeddedToxiproxy, make_proxy) -> None:
+def test_one_downstream_latency_adds_its_value(embedded_toxiproxy: EmbeddedToxiproxy, make_proxy) -> None:
     port = make_proxy()
-    added = added_latency(tp_server, port, lambda: add_latency(tp_server, "lag", "downstream", 100))
+    added = added_latency(embedded_toxiproxy, port, lambda: add_latency(embedded_toxiproxy, "lag", "downstream", 100))
     assert abs(added - 0.100) <= 0.015, f"added {added * 1000:.1f} ms"
 
 
-def test_one_upstream_latency_adds_its_value(tp_server: EmbeddedToxiproxy, make_proxy) -> None:
+def test_one_upstream_latency_adds_its_value(embedded_toxiproxy: EmbeddedToxiproxy, make_proxy) -> None:
     port = make_proxy()
-    added = added_latency(tp_server, port, lambda: add_latency(tp_server, "lag", "upstream", 100))
+    added = added_latency(embedded_toxiproxy, port, lambda: add_latency(embedded_toxiproxy, "lag", "upstream", 100))
     assert abs(added - 0.100) <= 0.015, f"added {added * 1000:.1f} ms"
 
 
-def test_two_downstream_latencies_add_up(tp_server: EmbeddedToxiproxy, make_proxy) -> None:
+def test_two_downstream_latencies_add_up(embedded_toxiproxy: EmbeddedToxiproxy, make_proxy) -> None:
     port = make_proxy()
 
     def two() -> None:
-        add_latency(tp_server, "first", "downstream", 100)
-        add_latency(tp_server, "second", "downstream", 100)
+        add_latency(embedded_toxiproxy, "first", "downstream", 100)
+        add_latency(embedded_toxiproxy, "second", "downstream", 100)
 
-    added = added_latency(tp_server, port, two)
+    added = added_latency(embedded_toxiproxy, port, two)
     assert abs(added - 0.200) <= 0.030, f"added {added * 1000:.1f} ms"
 
 
-def test_two_upstream_latencies_add_up(tp_server: EmbeddedToxiproxy, make_proxy) -> None:
+def test_two_upstream_latencies_add_up(embedded_toxiproxy: EmbeddedToxiproxy, make_proxy) -> None:
     port = make_proxy()
 
     def two() -> None:
-        add_latency(tp_server, "first", "upstream", 100)
-        add_latency(tp_server, "second", "upstream", 100)
+        add_latency(embedded_toxiproxy, "first", "upstream", 100)
+        add_latency(embedded_toxiproxy, "second", "upstream", 100)
 
-    added = added_latency(tp_server, port, two)
+    added = added_latency(embedded_toxiproxy, port, two)
     assert abs(added - 0.200) <= 0.030, f"added {added * 1000:.1f} ms"
 
 
-def test_upstream_and_downstream_latencies_add_up(tp_server: EmbeddedToxiproxy, make_proxy) -> None:
+def test_upstream_and_downstream_latencies_add_up(embedded_toxiproxy: EmbeddedToxiproxy, make_proxy) -> None:
     port = make_proxy()
 
     def both() -> None:
-        add_latency(tp_server, "up", "upstream", 100)
-        add_latency(tp_server, "down", "downstream", 100)
+        add_latency(embedded_toxiproxy, "up", "upstream", 100)
+        add_latency(embedded_toxiproxy, "down", "downstream", 100)
 
-    added = added_latency(tp_server, port, both)
+    added = added_latency(embedded_toxiproxy, port, both)
     assert abs(added - 0.200) <= 0.030, f"added {added * 1000:.1f} ms"
 
 
-def test_stacked_latency_with_a_noop_between_still_adds_up(tp_server: EmbeddedToxiproxy, make_proxy) -> None:
+def test_stacked_latency_with_a_noop_between_still_adds_up(embedded_toxiproxy: EmbeddedToxiproxy, make_proxy) -> None:
     port = make_proxy()
 
     def chain() -> None:
-        add_latency(tp_server, "first", "downstream", 100)
-        response = requests.post(f"{tp_server.url}/proxies/echo/toxics", json={"type": "noop"}, timeout=5)
+        add_latency(embedded_toxiproxy, "first", "downstream", 100)
+        response = requests.post(f"{embedded_toxiproxy.url}/proxies/echo/toxics", json={"type": "noop"}, timeout=5)
         assert response.status_code == 200
-        add_latency(tp_server, "second", "downstream", 100)
+        add_latency(embedded_toxiproxy, "second", "downstream", 100)
 
-    added = added_latency(tp_server, port, chain)
+    added = added_latency(embedded_toxiproxy, port, chain)
     assert abs(added - 0.200) <= 0.030, f"added {added * 1000:.1f} ms"
 
 
-def test_removing_one_of_two_latencies_leaves_the_other(tp_server: EmbeddedToxiproxy, make_proxy) -> None:
+def test_removing_one_of_two_latencies_leaves_the_other(embedded_toxiproxy: EmbeddedToxiproxy, make_proxy) -> None:
     port = make_proxy()
-    add_latency(tp_server, "first", "downstream", 100)
-    add_latency(tp_server, "second", "downstream", 100)
+    add_latency(embedded_toxiproxy, "first", "downstream", 100)
+    add_latency(embedded_toxiproxy, "second", "downstream", 100)
     with connect(port) as sock:
         median_round_trip(sock, rounds=1)  # the connection is up and the toxics act on it
-        assert requests.delete(f"{tp_server.url}/proxies/echo/toxics/first", timeout=5).status_code == 204
+        assert requests.delete(f"{embedded_toxiproxy.url}/proxies/echo/toxics/first", timeout=5).status_code == 204
         remaining = median_round_trip(sock)
     assert abs(remaining - 0.100) <= 0.015, f"round trip {remaining * 1000:.1f} ms"
 
 
 def test_stacked_latency_on_a_stream_behaves_like_toxiproxys_pipeline(
-    tp_server: EmbeddedToxiproxy, make_proxy
+    embedded_toxiproxy: EmbeddedToxiproxy, make_proxy
 ) -> None:
     """Chunks 20 ms apart, echoed through two downstream toxics of 100 ms. Toxiproxy
     runs each toxic as its own goroutine and the first one moves a queued chunk's
@@ -131,8 +131,8 @@ def test_stacked_latency_on_a_stream_behaves_like_toxiproxys_pipeline(
     gave delays of 201, 181, 161, 141, 121, 120, 121, ... ms. The first chunk takes
     the full 200 ms; once the stream flows, each takes 100 ms plus the gap."""
     port = make_proxy()
-    add_latency(tp_server, "first", "downstream", 100)
-    add_latency(tp_server, "second", "downstream", 100)
+    add_latency(embedded_toxiproxy, "first", "downstream", 100)
+    add_latency(embedded_toxiproxy, "second", "downstream", 100)
     count, size = 15, 16
     sent_at: list[float] = []
     arrived_at: list[float] = []

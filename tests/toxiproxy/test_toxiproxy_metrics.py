@@ -66,8 +66,8 @@ def wait_for(condition, timeout: float = 5.0) -> None:
         time.sleep(0.02)
 
 
-def test_metrics_exist_only_when_a_flag_is_on(tp_server: EmbeddedToxiproxy) -> None:
-    assert requests.get(f"{tp_server.url}/metrics", timeout=5).status_code == 404
+def test_metrics_exist_only_when_a_flag_is_on(embedded_toxiproxy: EmbeddedToxiproxy) -> None:
+    assert requests.get(f"{embedded_toxiproxy.url}/metrics", timeout=5).status_code == 404
 
 
 def test_bytes_per_proxy_and_direction_after_the_connection_closes(
