@@ -16,6 +16,7 @@ import redis
 import requests
 
 from harness.cli.main import main
+from harness.process_handle import pid_alive
 from harness.stack import registry
 from harness.stack import services as svc
 from harness.stack.info import ServiceInfo, StackInfo, read_info, write_info
@@ -26,7 +27,9 @@ from harness.stack.local import (
     open_stack,
     start_stack,
 )
+from harness.toxiproxy.server import EmbeddedToxiproxy
 from tests.stack.conftest import create_order, stack_ports, wait_until_gone
+from tests.support.cli import run_harness, start_harness
 from tests.support.stacks import sample_info, small_settings
 
 
@@ -119,9 +122,8 @@ def test_cli_up_status_down_in_process(tmp_path: Path, capsys: pytest.CaptureFix
     assert "no stack is running" in capsys.readouterr().out
 
 
-def harness(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "harness.cli", *args], capture_output=True,
-                          text=True, timeout=120)
+def harness(*args: str) -> subprocess.CompletedProcess[str]:
+    return run_harness(*args, timeout=120)
 
 
 def test_the_stack_outlives_harness_up_and_harness_down_stops_it(tmp_path: Path) -> None:
@@ -146,9 +148,8 @@ def test_the_stack_outlives_harness_up_and_harness_down_stops_it(tmp_path: Path)
 @pytest.mark.parametrize("signum", [signal.SIGKILL, signal.SIGINT])
 def test_harness_up_killed_mid_start_leaves_nothing(tmp_path: Path, signum: int) -> None:
     root = tmp_path / "h"
-    process = subprocess.Popen(
-        [sys.executable, "-m", "harness.cli", "up", "--root", str(root), "--app-workers", "2",
-         "--consumers", "2"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    process = start_harness("up", "--root", str(root), "--app-workers", "2", "--consumers", "2",
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     # Wait until the supervisor has started some services but is not ready yet.
     deadline = time.monotonic() + 20
     started: StackInfo | None = None
@@ -164,7 +165,7 @@ def test_harness_up_killed_mid_start_leaves_nothing(tmp_path: Path, signum: int)
     assert process.wait(timeout=30) == (-signal.SIGKILL if signum == signal.SIGKILL else 130)
     processes, listening = wait_until_gone(root, stack_ports(started))
     assert processes == [] and listening == []
-    assert not svc.pid_alive(started.supervisor_pid)
+    assert not pid_alive(started.supervisor_pid)
     assert open_stack(root) is None
 
 
@@ -179,7 +180,7 @@ def test_stale_state_is_detected_and_cleaned(tmp_path: Path, capsys: pytest.Capt
     write_info(root, stale)
     assert open_stack(root) is None
     assert not (root / "state.json").exists()
-    assert svc.pid_alive(os.getpid())  # a recorded pid that is not ours is never signalled
+    assert pid_alive(os.getpid())  # a recorded pid that is not ours is never signalled
     write_info(root, sample_info(root=str(root), supervisor_pid=dead.pid, toxiproxy_url="", services=()))
     assert main(["status", "--root", str(root)]) == 0
     assert "no stack is running" in capsys.readouterr().out
@@ -206,26 +207,25 @@ def test_settings_are_validated() -> None:
         StackSettings(env={"PATH": "/bin"})
 
 
-def test_an_external_toxiproxy_gets_the_proxies_and_loses_them_at_down(tmp_path: Path) -> None:
+def test_an_external_toxiproxy_gets_the_proxies_and_loses_them_at_down(
+        tmp_path: Path, embedded_toxiproxy: EmbeddedToxiproxy) -> None:
     from harness.nemesis.toxiproxy_client import Nemesis
-    from harness.toxiproxy.server import EmbeddedToxiproxy
 
     root = tmp_path / "h"
-    with EmbeddedToxiproxy() as toxiproxy:
-        stack = start_stack(small_settings(root, consumers=0, toxiproxy_url=toxiproxy.url))
-        try:
-            info = stack.info
-            assert info.toxiproxy_kind == "external" and info.toxiproxy_url == toxiproxy.url
-            assert info.service_names == ("redis", "app")
-            assert set(Nemesis(toxiproxy.url).proxies()) == {"app", "redis"}
-            assert stack.health() == {"redis": True, "app": True, "toxiproxy": True}
-            assert create_order(info.app_url).status_code == 201
-            with pytest.raises(StackError, match="unknown service"):
-                stack.kill("toxiproxy")
-            ports = stack_ports(info)
-        finally:
-            stack.down()
-        assert Nemesis(toxiproxy.url).proxies() == {}
+    stack = start_stack(small_settings(root, consumers=0, toxiproxy_url=embedded_toxiproxy.url))
+    try:
+        info = stack.info
+        assert info.toxiproxy_kind == "external" and info.toxiproxy_url == embedded_toxiproxy.url
+        assert info.service_names == ("redis", "app")
+        assert set(Nemesis(embedded_toxiproxy.url).proxies()) == {"app", "redis"}
+        assert stack.health() == {"redis": True, "app": True, "toxiproxy": True}
+        assert create_order(info.app_url).status_code == 201
+        with pytest.raises(StackError, match="unknown service"):
+            stack.kill("toxiproxy")
+        ports = stack_ports(info)
+    finally:
+        stack.down()
+    assert Nemesis(embedded_toxiproxy.url).proxies() == {}
     assert wait_until_gone(root.resolve(), ports) == ([], [])
 
 
@@ -234,8 +234,6 @@ def test_proxies_a_stack_could_not_delete_are_logged_and_fail_down(tmp_path: Pat
     """A shared Toxiproxy gone at `down`: the supervisor's failed deletes are in its log,
     `down` names the proxies left (a StackError: exit 2 from `harness down`) and their
     lease stays in the registry for the next up/down to reclaim."""
-    from harness.toxiproxy.server import EmbeddedToxiproxy
-
     root = (tmp_path / "h").resolve()
     toxiproxy = EmbeddedToxiproxy().start()
     try:
