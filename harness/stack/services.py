@@ -234,19 +234,27 @@ class Service:
 
     def stop(self, timeout: float = 5.0) -> None:
         """SIGTERM the group (continued first, in case it is paused), then SIGKILL."""
+        self.request_stop()
+        self.finish_stop(timeout)
+
+    def request_stop(self) -> None:
+        """The first half of `stop`: ask the group to end, without waiting for it, so
+        that several services can wind down at the same time."""
+        if self.process is not None and self.process.poll() is None:
+            signal_group(self.process.pid, signal.SIGCONT)
+            signal_group(self.process.pid, signal.SIGTERM)
+
+    def finish_stop(self, timeout: float = 5.0) -> None:
+        """The second half of `stop`: wait up to `timeout` for the process, then SIGKILL
+        whatever is left of its group (e.g. gunicorn workers)."""
         if self.process is None:
             self.status = "stopped"
             return
-        pgid = self.process.pid
-        if self.process.poll() is None:
-            signal_group(pgid, signal.SIGCONT)
-            signal_group(pgid, signal.SIGTERM)
-            try:
-                self.process.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                pass  # the SIGKILL below ends it
-        # Whatever is left of the group (e.g. gunicorn workers) goes now.
-        signal_group(pgid, signal.SIGKILL)
+        try:
+            self.process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            pass  # the SIGKILL below ends it
+        signal_group(self.process.pid, signal.SIGKILL)
         self._reap(timeout=timeout)
         self.status = "stopped"
 

@@ -45,7 +45,7 @@ import requests
 
 from harness.names import DEFAULT_GROUP, DEFAULT_STREAM, ENV_APP_WEBHOOK_SECRET
 from harness.nemesis.toxiproxy_client import Nemesis, NemesisConflict, NemesisError
-from harness.ports import free_port
+from harness.ports import free_ports
 from harness.stack import registry
 from harness.stack import services as svc
 from harness.stack.info import StackInfo, control_socket_path, remove_state, write_info
@@ -95,15 +95,12 @@ class Supervisor:
         self.requested: list[str] = []  # signals received (see `run`)
         self.stream = settings.env.get("TARGET_APP_STREAM") or DEFAULT_STREAM
         self.group = settings.env.get("TARGET_APP_GROUP") or DEFAULT_GROUP
-        self.ports = {
-            "redis": free_port(), "app": free_port(),
-            "app_proxy": free_port(), "redis_proxy": free_port(),
-        }
+        names = ["redis", "app", "app_proxy", "redis_proxy", *([] if settings.toxiproxy_url else ["toxiproxy"])]
+        self.ports = dict(zip(names, free_ports(len(names)), strict=True))
         if settings.toxiproxy_url:
             self.toxiproxy_url = settings.toxiproxy_url.rstrip("/")
             self.toxiproxy_kind = "external"
         else:
-            self.ports["toxiproxy"] = free_port()
             self.toxiproxy_url = f"http://{svc.HOST}:{self.ports['toxiproxy']}"
             self.toxiproxy_kind = "server" if shutil.which("toxiproxy-server") else "embedded"
         self.phase = "starting"
@@ -232,11 +229,22 @@ class Supervisor:
             registry.write_lease(self.lease)
 
     def stop_all(self) -> None:
-        for name in reversed(list(self.services)):
-            try:
-                self.services[name].stop()
-            except svc.ServiceError as error:
-                print(f"supervisor: {error}", file=sys.stderr)
+        # In tiers, the reverse of the start: the app and the consumers together (each
+        # finishing its request or message within its grace time), then Toxiproxy, then
+        # Redis, so nothing loses Redis while it still writes. Within a tier every
+        # service is signalled before any is waited for: the tiers' grace times overlap
+        # instead of adding up.
+        infrastructure = ("toxiproxy", "redis")
+        tiers = [[name for name in self.services if name not in infrastructure], *([n] for n in infrastructure)]
+        for tier in tiers:
+            members = [self.services[name] for name in tier if name in self.services]
+            for service in members:
+                service.request_stop()
+            for service in members:
+                try:
+                    service.finish_stop()
+                except svc.ServiceError as error:
+                    print(f"supervisor: {error}", file=sys.stderr)
         if self.lease is not None:
             # Only the proxies this stack created; a shared server keeps everyone else's.
             kept = [proxy for proxy in self.lease["proxies"] if not self._delete_proxy(str(proxy["name"]))]

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.ports import free_port
+from harness.ports import free_port, free_ports
 from tests.load.locust_run import LOCUSTFILES, completions, json_requests, records
 from tests.load.test_recording import CLIENT_TIMEOUT, _StubApp
 from tests.support.cli import clean_env, run_harness, start_harness
@@ -60,9 +60,9 @@ STOPS = {"headless": ["--headless"],
 @pytest.mark.parametrize("stop", sorted(STOPS))
 def test_workers_in_their_own_processes_send_every_record_to_the_master(stub_url: str, tmp_path: Path,
                                                                         stop: str) -> None:
-    port = free_port()
+    port, web_port = free_ports(2)
     history = tmp_path / "histories"
-    stop_args = [*STOPS[stop], *(["--web-port", str(free_port())] if stop == "web-ui-stop" else [])]
+    stop_args = [*STOPS[stop], *(["--web-port", str(web_port)] if stop == "web-ui-stop" else [])]
     # The master's settings reach the workers through Locust: the workers get none.
     master = subprocess.Popen(
         [sys.executable, "-m", "locust", "-f", str(LOCUSTFILES / "timeout_replay.py"), "--master",

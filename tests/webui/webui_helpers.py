@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import requests
 
-from harness.ports import free_port
+from harness.ports import free_ports
 from tests.support.cli import clean_env, run_harness
 
 REPO = Path(__file__).resolve().parents[2]
@@ -72,14 +72,13 @@ class LocustWebUI:
 def start_locust_web(scenario: str, stack_root: Path, workdir: Path, *, workers: int = 0) -> LocustWebUI:
     """Standalone, or with `workers` > 0 a master and that many `locust --worker`
     processes talking over TCP on loopback (as workers on other machines would)."""
-    port = free_port()
+    port, master_port = free_ports(2)
     log = workdir / f"locust-{port}.log"
     runs = workdir / "runs"
     locustfile = str(REPO / "harness" / "locustfiles" / f"{scenario}.py")
     argv = [str(LOCUST), "-f", locustfile, "--web-host", "127.0.0.1",
             "--web-port", str(port), "--harness-root", str(stack_root), "--chaos-runs-dir", str(runs),
             "--chaos-plans-dir", str(REPO / "harness" / "plans"), "--chaos-drain-timeout", "20"]
-    master_port = free_port() if workers else 0
     if workers:
         argv += ["--master", "--master-bind-host", "127.0.0.1", "--master-bind-port", str(master_port)]
 
