@@ -34,7 +34,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from types import FrameType, TracebackType
-from typing import Any, TextIO
+from typing import TextIO
 
 from harness.stack import registry
 from harness.stack.protocol import ServiceActions, Stack
@@ -144,11 +144,9 @@ class Lifeline:
 JANITOR_WAIT = 10.0
 
 
-def _holds_something(lease: dict[str, Any]) -> bool:
+def _holds_something(lease: registry.Lease) -> bool:
     """Faults still recorded, or a recorded process group still alive."""
-    if lease.get("toxics") or lease.get("disabled") or lease.get("services"):
-        return True
-    return any(registry.Owner.from_json(p).alive() for p in lease.get("processes", []))
+    return lease.holds_faults() or any(process.owner.alive() for process in lease.processes)
 
 
 class RunGuard:
@@ -168,7 +166,7 @@ class RunGuard:
     @property
     def short_id(self) -> str:
         """Six hex digits unique to this run (e.g. for its proxy names on a shared Toxiproxy)."""
-        return str(self.lease["id"]).rsplit("-", 1)[-1]
+        return self.lease.id.rsplit("-", 1)[-1]
 
     # lifecycle
 
@@ -179,7 +177,7 @@ class RunGuard:
             with open(self.run_dir / "lifeline.log", "ab") as log:
                 self._janitor = subprocess.Popen(
                     [sys.executable, "-m", "harness.stack.lifeline", "--lease",
-                     str(registry.lease_path(self.lease["id"]))],
+                     str(registry.lease_path(self.lease.id))],
                     stdin=self.lifeline.read_fd, stdout=subprocess.DEVNULL, stderr=log,
                     start_new_session=True,  # a Ctrl-C to our process group must not reach it
                 )
@@ -198,10 +196,10 @@ class RunGuard:
                 # the lease stays and the janitor, woken by the lifeline closing below,
                 # undoes the rest. An ended run is no interrupted one: no mark.
                 if not isinstance(value, KeyboardInterrupt):
-                    self.lease["run_dir"] = None
+                    self.lease.run_dir = None
                 registry.write_lease(self.lease)
             else:
-                registry.remove_lease(self.lease["id"])
+                registry.remove_lease(self.lease.id)
         self.lifeline.close()
         if self._janitor is not None:
             try:
@@ -229,7 +227,7 @@ class RunGuard:
 
     # what the run started
 
-    def _update(self, change: Callable[[dict[str, Any]], object]) -> None:
+    def _update(self, change: Callable[[registry.Lease], object]) -> None:
         """Change the lease and write it, one change at a time."""
         with self._lock:
             change(self.lease)
@@ -238,33 +236,44 @@ class RunGuard:
 
     def add_process(self, pid: int, name: str, signum: signal.Signals = signal.SIGTERM) -> None:
         """A process group (led by pid) the janitor stops if the harness dies."""
-        entry = {**registry.Owner.of(pid).to_json(), "name": name, "signal": signum.name}
-        self._update(lambda lease: lease["processes"].append(entry))
+        entry = registry.OwnedProcess(registry.Owner.of(pid), name, signum.name)
+        self._update(lambda lease: lease.processes.append(entry))
 
     def remove_process(self, pid: int) -> None:
-        self._update(lambda lease: lease.update(
-            processes=[p for p in lease["processes"] if p["pid"] != pid]))
+        def remove(lease: registry.Lease) -> None:
+            lease.processes = [process for process in lease.processes if process.owner.pid != pid]
+        self._update(remove)
 
     def use_toxiproxy(self, url: str, *, local: bool) -> None:
-        self._update(lambda lease: lease.update(toxiproxy_url=registry.normalize_url(url),
-                                                toxiproxy_local=local))
+        def use(lease: registry.Lease) -> None:
+            lease.toxiproxy_url = registry.normalize_url(url)
+            lease.toxiproxy_local = local
+        self._update(use)
 
     def toxic_added(self, proxy: str, name: str) -> None:
-        self._update(lambda lease: lease["toxics"].append({"proxy": proxy, "name": name}))
+        self._update(lambda lease: lease.toxics.append(registry.ToxicClaim(proxy, name)))
 
     def toxic_removed(self, proxy: str, name: str) -> None:
-        self._update(lambda lease: lease.update(
-            toxics=[t for t in lease["toxics"] if (t["proxy"], t["name"]) != (proxy, name)]))
+        def remove(lease: registry.Lease) -> None:
+            lease.toxics = [toxic for toxic in lease.toxics if toxic != registry.ToxicClaim(proxy, name)]
+        self._update(remove)
 
     def proxy_disabled(self, proxy: str) -> None:
-        self._update(lambda lease: proxy in lease["disabled"] or lease["disabled"].append(proxy))
+        def disable(lease: registry.Lease) -> None:
+            if proxy not in lease.disabled:
+                lease.disabled.append(proxy)
+        self._update(disable)
 
     def proxy_enabled(self, proxy: str) -> None:
-        self._update(lambda lease: lease.update(disabled=[p for p in lease["disabled"] if p != proxy]))
+        def enable(lease: registry.Lease) -> None:
+            lease.disabled = [disabled for disabled in lease.disabled if disabled != proxy]
+        self._update(enable)
 
     def cleared(self) -> None:
         """Every fault healed (a reset): nothing left to undo."""
-        self._update(lambda lease: lease.update(toxics=[], disabled=[]))
+        def clear(lease: registry.Lease) -> None:
+            lease.toxics, lease.disabled = [], []
+        self._update(clear)
 
     def processes_of(self, stack: Stack) -> ServiceActions:
         """The stack's process faults, recorded when the stack outlives the run (one
@@ -276,12 +285,17 @@ class RunGuard:
         return RecordedProcesses(stack, self)
 
     def service_faulted(self, root: str, service: str) -> None:
-        entry = {"root": root, "service": service}
-        self._update(lambda lease: entry in lease["services"] or lease["services"].append(entry))
+        entry = registry.FaultedService(root, service)
+        def fault(lease: registry.Lease) -> None:
+            if entry not in lease.services:
+                lease.services.append(entry)
+        self._update(fault)
 
     def service_healed(self, root: str, service: str) -> None:
-        entry = {"root": root, "service": service}
-        self._update(lambda lease: lease.update(services=[e for e in lease["services"] if e != entry]))
+        entry = registry.FaultedService(root, service)
+        def heal(lease: registry.Lease) -> None:
+            lease.services = [faulted for faulted in lease.services if faulted != entry]
+        self._update(heal)
 
 
 class RecordedProcesses:
@@ -331,12 +345,12 @@ def janitor(lease_file: Path, lifeline_fd: int = 0) -> int:
     lease = registry.read_lease(lease_file)
     if lease is None:
         return 0  # the harness finished and removed its lease: nothing to do
-    print(f"lifeline: the harness (pid {lease['owner']['pid']}) died; cleaning up", file=sys.stderr, flush=True)
-    done, settled = registry.heal_lease(lease, registry.live_claims(exclude=str(lease["id"])))
+    print(f"lifeline: the harness (pid {lease.owner.pid}) died; cleaning up", file=sys.stderr, flush=True)
+    done, settled = registry.heal_lease(lease, registry.live_claims(exclude=lease.id))
     for line in done:
         print(f"lifeline: {line}", file=sys.stderr, flush=True)
     if settled:
-        registry.remove_lease(str(lease["id"]))
+        registry.remove_lease(lease.id)
     return 0
 
 

@@ -186,11 +186,10 @@ def kept_proxies(root: Path) -> list[str]:
     (still in its lease once its supervisor is gone); see the supervisor's log."""
     left: list[str] = []
     for _, lease in registry.leases():
-        if lease.get("kind") != "stack" or lease.get("root") != str(root):
+        if lease.kind != "stack" or lease.root != str(root):
             continue
-        url = lease.get("toxiproxy_url")
-        left += [f"proxy {proxy.get('name')} on {url} (see logs/{SUPERVISOR_LOG})"
-                 for proxy in lease.get("proxies", [])]
+        left += [f"proxy {claim.name} on {lease.toxiproxy_url} (see logs/{SUPERVISOR_LOG})"
+                 for claim in lease.proxies]
     return left
 
 

@@ -27,7 +27,7 @@ import signal
 import threading
 import time
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlsplit
@@ -170,35 +170,127 @@ def lease_path(lease_id: str) -> Path:
     return registry_dir() / "leases" / f"{lease_id}.json"
 
 
+@dataclass(frozen=True)
+class ProxyClaim:
+    """A proxy a stack created on a Toxiproxy it may share with others."""
+
+    name: str
+    listen: str
+    upstream: str  # a leftover is deleted only while it still points here
+
+
+@dataclass(frozen=True)
+class ToxicClaim:
+    proxy: str
+    name: str
+
+
+@dataclass(frozen=True)
+class OwnedProcess:
+    """A process group (led by `owner.pid`) stopped with `signal` when its lease is healed."""
+
+    owner: Owner
+    name: str
+    signal: str = "SIGTERM"
+
+
+@dataclass(frozen=True)
+class FaultedService:
+    """A service of a stack that outlives the run (`harness up`), killed or paused by it."""
+
+    root: str
+    service: str
+
+
+@dataclass
+class Lease:
+    """`leases/<id>.json`: what one process changed or started that must not outlive it.
+
+    Written by the supervisor (kind `stack`: its proxies on a shared Toxiproxy) and by a
+    run's guard (kind `run`: toxics, disabled proxies, process groups, faulted services
+    of a kept stack); read by `reclaim`, the lifeline janitor and `harness down`.
+    """
+
+    id: str
+    kind: str  # stack | run
+    owner: Owner
+    created_at: float
+    toxiproxy_url: str = ""  # normalized (`normalize_url`); empty until one is used
+    # A Toxiproxy the stack started dies with it: unreachable then means healed.
+    toxiproxy_local: bool = False
+    run_dir: str | None = None  # marked interrupted if the owner dies
+    root: str | None = None  # a stack lease: the stack's root
+    proxies: list[ProxyClaim] = field(default_factory=list)
+    toxics: list[ToxicClaim] = field(default_factory=list)
+    disabled: list[str] = field(default_factory=list)
+    processes: list[OwnedProcess] = field(default_factory=list)
+    services: list[FaultedService] = field(default_factory=list)
+
+    def holds_faults(self) -> bool:
+        return bool(self.toxics or self.disabled or self.services)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id, "kind": self.kind, "owner": self.owner.to_json(), "created_at": self.created_at,
+            "toxiproxy_url": self.toxiproxy_url, "toxiproxy_local": self.toxiproxy_local,
+            "run_dir": self.run_dir, "root": self.root,
+            "proxies": [{"name": p.name, "listen": p.listen, "upstream": p.upstream} for p in self.proxies],
+            "toxics": [{"proxy": t.proxy, "name": t.name} for t in self.toxics],
+            "disabled": list(self.disabled),
+            "processes": [{**p.owner.to_json(), "name": p.name, "signal": p.signal} for p in self.processes],
+            "services": [{"root": e.root, "service": e.service} for e in self.services],
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Lease:
+        """The record in a lease file; KeyError, TypeError or ValueError when it is not one."""
+        return cls(
+            id=str(data["id"]), kind=str(data["kind"]), owner=Owner.from_json(data.get("owner")),
+            created_at=float(data.get("created_at") or 0.0),
+            toxiproxy_url=str(data.get("toxiproxy_url") or ""), toxiproxy_local=bool(data.get("toxiproxy_local")),
+            run_dir=data.get("run_dir"), root=data.get("root"),
+            proxies=[ProxyClaim(str(p["name"]), str(p.get("listen", "")), str(p.get("upstream", "")))
+                     for p in data.get("proxies") or []],
+            toxics=[ToxicClaim(str(t["proxy"]), str(t["name"])) for t in data.get("toxics") or []],
+            disabled=[str(name) for name in data.get("disabled") or []],
+            processes=[OwnedProcess(Owner.from_json(p), str(p.get("name", p["pid"])), str(p.get("signal", "SIGTERM")))
+                       for p in data.get("processes") or []],
+            services=[FaultedService(str(e["root"]), str(e["service"])) for e in data.get("services") or []],
+        )
+
+
 def new_lease(kind: str, *, toxiproxy_url: str | None = None, toxiproxy_local: bool = False,
-              run_dir: Path | None = None, owner: Owner | None = None) -> dict[str, Any]:
+              run_dir: Path | None = None, owner: Owner | None = None) -> Lease:
     owner = owner or Owner.current()
-    return {
-        "id": f"{kind}-{owner.pid}-{owner.start}-{digest(str(time.time_ns()))[:6]}",
-        "kind": kind, "owner": owner.to_json(), "created_at": time.time(),
-        "toxiproxy_url": normalize_url(toxiproxy_url),
-        # A Toxiproxy the stack started dies with it: unreachable then means healed.
-        "toxiproxy_local": toxiproxy_local,
-        "run_dir": str(Path(run_dir).resolve()) if run_dir else None,
-        "proxies": [], "toxics": [], "disabled": [], "processes": [], "services": [],
-    }
+    return Lease(
+        id=f"{kind}-{owner.pid}-{owner.start}-{digest(str(time.time_ns()))[:6]}",
+        kind=kind, owner=owner, created_at=time.time(), toxiproxy_url=normalize_url(toxiproxy_url),
+        toxiproxy_local=toxiproxy_local, run_dir=str(Path(run_dir).resolve()) if run_dir else None,
+    )
 
 
-def write_lease(lease: Mapping[str, Any]) -> None:
-    _write_json(lease_path(str(lease["id"])), lease)
+def write_lease(lease: Lease) -> None:
+    _write_json(lease_path(lease.id), lease.to_json())
 
 
 def remove_lease(lease_id: str) -> None:
     _unlink(lease_path(lease_id))
 
 
-def read_lease(path: Path) -> dict[str, Any] | None:
-    return _read_json(path)
+def read_lease(path: Path) -> Lease | None:
+    """The lease in path, or None when there is none to act on (as `_read_json`)."""
+    data = _read_json(path)
+    if data is None:
+        return None
+    try:
+        return Lease.from_json(data)
+    except (KeyError, TypeError, ValueError):
+        return None  # not a record the registry wrote
 
 
-def leases() -> Iterator[tuple[Path, dict[str, Any]]]:
+def leases() -> Iterator[tuple[Path, Lease]]:
     for path in sorted((registry_dir() / "leases").glob("*.json")):
-        lease = _read_json(path)
+        lease = read_lease(path)
         if lease is not None:
             yield path, lease
 
@@ -212,11 +304,11 @@ def reclaim(toxiproxy_url: str | None = None) -> list[str]:
     wanted = normalize_url(toxiproxy_url) if toxiproxy_url else None
     done: list[str] = []
     for path, lease in leases():
-        if Owner.from_json(lease.get("owner")).alive():
+        if lease.owner.alive():
             continue
-        if wanted is not None and lease.get("toxiproxy_url") not in (wanted, ""):
+        if wanted is not None and lease.toxiproxy_url not in (wanted, ""):
             continue
-        lines, healed = heal_lease(lease, live_claims(exclude=str(lease.get("id"))))
+        lines, healed = heal_lease(lease, live_claims(exclude=lease.id))
         done.extend(lines)
         if healed:
             _unlink(path)
@@ -227,23 +319,23 @@ def live_claims(exclude: str) -> set[tuple[str, str]]:
     """(toxiproxy url, proxy name) pairs that live owners created: never deleted for a dead one."""
     claims: set[tuple[str, str]] = set()
     for _, lease in leases():
-        if lease.get("id") != exclude and Owner.from_json(lease.get("owner")).alive():
-            claims.update((str(lease.get("toxiproxy_url")), str(p["name"])) for p in lease.get("proxies", []))
+        if lease.id != exclude and lease.owner.alive():
+            claims.update((lease.toxiproxy_url, proxy.name) for proxy in lease.proxies)
     return claims
 
 
-def heal_lease(lease: Mapping[str, Any], live_claims: set[tuple[str, str]] | None = None,
+def heal_lease(lease: Lease, live_claims: set[tuple[str, str]] | None = None,
                *, grace: float = 3.0) -> tuple[list[str], bool]:
     """Undo one dead owner's lease: stop its processes, heal its faults, mark its run.
 
     Returns (what was done, whether everything is settled so the lease can go).
     """
     done: list[str] = []
-    stopped = stop_processes(lease.get("processes", []), grace=grace)
+    stopped = stop_processes(lease.processes, grace=grace)
     done.extend(f"stopped {name}" for name in stopped)
-    url = str(lease.get("toxiproxy_url") or "")
+    url = lease.toxiproxy_url
     settled = True
-    if url and (lease.get("toxics") or lease.get("disabled") or lease.get("proxies")):
+    if url and (lease.toxics or lease.disabled or lease.proxies):
         try:
             healed, failed = _heal_toxiproxy(url, lease, live_claims or set())
             done.extend(healed)
@@ -251,18 +343,18 @@ def heal_lease(lease: Mapping[str, Any], live_claims: set[tuple[str, str]] | Non
                 settled = False  # the lease keeps them; the next reclaim tries again
                 done.extend(f"{line}; kept for later" for line in failed)
         except requests.RequestException as error:
-            if not lease.get("toxiproxy_local"):
+            if not lease.toxiproxy_local:
                 settled = False
                 done.append(f"toxiproxy {url} unreachable, leftovers kept for later: {error}")
-    for entry in lease.get("services", []):
-        done.append(_start_service(Path(entry["root"]), str(entry["service"])))
-    run_dir = lease.get("run_dir")
+    for entry in lease.services:
+        done.append(_start_service(Path(entry.root), entry.service))
+    run_dir = lease.run_dir
     if run_dir and mark_interrupted(Path(run_dir), signal_name=None, by="lifeline"):
         done.append(f"marked {run_dir} interrupted")
     return done, settled
 
 
-def _heal_toxiproxy(url: str, lease: Mapping[str, Any],
+def _heal_toxiproxy(url: str, lease: Lease,
                     live_claims: set[tuple[str, str]]) -> tuple[list[str], list[str]]:
     """(what was undone, what could not be): a 404 is something already gone, any
     other refusal is a failure the lease must keep."""
@@ -275,28 +367,28 @@ def _heal_toxiproxy(url: str, lease: Mapping[str, Any],
         elif response.status_code != 404:
             failed.append(f"could not do it: {what} (HTTP {response.status_code} {response.text.strip()[:120]})")
 
-    for toxic in lease.get("toxics", []):
-        proxy, name = quote(str(toxic["proxy"]), safe=""), quote(str(toxic["name"]), safe="")
+    for toxic in lease.toxics:
+        proxy, name = quote(toxic.proxy, safe=""), quote(toxic.name, safe="")
         settle(requests.delete(f"{url}/proxies/{proxy}/toxics/{name}", timeout=HTTP_TIMEOUT),
-               f"removed toxic {toxic['name']} from {toxic['proxy']} on {url}")
-    for proxy in lease.get("disabled", []):
-        settle(requests.post(f"{url}/proxies/{quote(str(proxy), safe='')}", json={"enabled": True},
+               f"removed toxic {toxic.name} from {toxic.proxy} on {url}")
+    for disabled in lease.disabled:
+        settle(requests.post(f"{url}/proxies/{quote(disabled, safe='')}", json={"enabled": True},
                              timeout=HTTP_TIMEOUT),
-               f"enabled proxy {proxy} on {url}")
-    for proxy in lease.get("proxies", []):
-        if (url, str(proxy["name"])) in live_claims:
+               f"enabled proxy {disabled} on {url}")
+    for claim in lease.proxies:
+        if (url, claim.name) in live_claims:
             continue  # re-created since by a live stack: theirs now
-        path = f"{url}/proxies/{quote(str(proxy['name']), safe='')}"
+        path = f"{url}/proxies/{quote(claim.name, safe='')}"
         current = requests.get(path, timeout=HTTP_TIMEOUT)
         if current.status_code == 404:
             continue  # gone already
         if current.status_code != 200:
-            failed.append(f"could not read proxy {proxy['name']} on {url} (HTTP {current.status_code})")
+            failed.append(f"could not read proxy {claim.name} on {url} (HTTP {current.status_code})")
             continue
         found = current.json()
         # Delete only what is still ours: the same upstream as recorded.
-        if found.get("upstream") == proxy.get("upstream"):
-            settle(requests.delete(path, timeout=HTTP_TIMEOUT), f"deleted leftover proxy {proxy['name']} on {url}")
+        if found.get("upstream") == claim.upstream:
+            settle(requests.delete(path, timeout=HTTP_TIMEOUT), f"deleted leftover proxy {claim.name} on {url}")
     return done, failed
 
 
@@ -311,12 +403,11 @@ def _start_service(root: Path, service: str) -> str:
     return f"started {service} again in {root}"
 
 
-def stop_processes(processes: list[Mapping[str, Any]], *, grace: float) -> list[str]:
+def stop_processes(processes: list[OwnedProcess], *, grace: float) -> list[str]:
     """SIGTERM each recorded process group that is still the same process, then SIGKILL."""
-    targets = [(int(p["pid"]), str(p.get("name", p["pid"])), p.get("signal", "SIGTERM"))
-               for p in processes if Owner.from_json(p).alive()]
+    targets = [(p.owner.pid, p.name, p.signal) for p in processes if p.owner.alive()]
     for pid, _, signame in targets:
-        _signal_group(pid, getattr(signal, str(signame), signal.SIGTERM))
+        _signal_group(pid, getattr(signal, signame, signal.SIGTERM))
     deadline = time.monotonic() + grace
     while time.monotonic() < deadline and any(_group_alive(pid) for pid, _, _ in targets):
         time.sleep(0.05)

@@ -38,7 +38,6 @@ import time
 import traceback
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 from urllib.parse import quote
 
 import requests
@@ -91,7 +90,7 @@ class Supervisor:
         # The app's internal endpoints (export, inventory) want this bearer token.
         self.internal_token = settings.env.get("TARGET_APP_INTERNAL_TOKEN") or secrets.token_hex(16)
         self.proxy_names = {name: f"{settings.proxy_prefix}{name}" for name in PROXIES}
-        self.lease: dict[str, Any] | None = None  # the registry's JSON: proxies made on a shared Toxiproxy
+        self.lease: registry.Lease | None = None  # the proxies this stack made on a shared Toxiproxy
         self.requested: list[str] = []  # signals received (see `run`)
         self.stream = settings.env.get("TARGET_APP_STREAM") or DEFAULT_STREAM
         self.group = settings.env.get("TARGET_APP_GROUP") or DEFAULT_GROUP
@@ -219,13 +218,13 @@ class Supervisor:
     def _record_proxy(self, name: str, listen: str, upstream: str) -> None:
         if self.lease is None:
             self.lease = registry.new_lease("stack", toxiproxy_url=self.toxiproxy_url)
-            self.lease["root"] = str(self.root)
-        self.lease["proxies"].append({"name": name, "listen": listen, "upstream": upstream})
+            self.lease.root = str(self.root)
+        self.lease.proxies.append(registry.ProxyClaim(name, listen, upstream))
         registry.write_lease(self.lease)
 
     def _forget_proxy(self, name: str) -> None:
         if self.lease is not None:
-            self.lease["proxies"] = [p for p in self.lease["proxies"] if p["name"] != name]
+            self.lease.proxies = [claim for claim in self.lease.proxies if claim.name != name]
             registry.write_lease(self.lease)
 
     def stop_all(self) -> None:
@@ -247,13 +246,13 @@ class Supervisor:
                     print(f"supervisor: {error}", file=sys.stderr)
         if self.lease is not None:
             # Only the proxies this stack created; a shared server keeps everyone else's.
-            kept = [proxy for proxy in self.lease["proxies"] if not self._delete_proxy(str(proxy["name"]))]
+            kept = [claim for claim in self.lease.proxies if not self._delete_proxy(claim.name)]
             if kept:
                 # Owner gone soon: the next up/down reclaims them, and `down` names them.
-                self.lease["proxies"] = kept
+                self.lease.proxies = kept
                 registry.write_lease(self.lease)
             else:
-                registry.remove_lease(str(self.lease["id"]))
+                registry.remove_lease(self.lease.id)
 
     def _delete_proxy(self, name: str) -> bool:
         """Delete one of this stack's proxies on the shared Toxiproxy; False (and a line

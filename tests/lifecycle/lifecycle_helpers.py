@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from harness.process_handle import pid_alive
+from harness.stack import registry
 from harness.stack import services as svc
 from harness.stack.info import StackInfo, read_info
 from harness.stack.registry import REGISTRY_ENV
@@ -123,9 +124,9 @@ class HarnessRun:
         run_dir = self.run_dir()
         return read_info(run_dir / "stack") if run_dir else None
 
-    def lease(self) -> dict[str, Any] | None:
+    def lease(self) -> registry.Lease | None:
         for path in sorted((self.registry / "leases").glob("run-*.json")):
-            lease = read_json(path)
+            lease = registry.read_lease(path)
             if lease is not None:
                 return lease
         return None
@@ -213,19 +214,19 @@ def stack_starting(run: HarnessRun) -> bool:
 
 def under_load(run: HarnessRun) -> bool:
     lease = run.lease()
-    return bool(lease and any(p["name"] == "locust" for p in lease.get("processes", [])))
+    return bool(lease and any(process.name == "locust" for process in lease.processes))
 
 
 def under_load_with_toxic(run: HarnessRun) -> bool:
     lease = run.lease()
-    return under_load(run) and bool(lease and lease.get("toxics"))
+    return under_load(run) and bool(lease and lease.toxics)
 
 
 def draining(run: HarnessRun) -> bool:
     run_dir = run.run_dir()
     lease = run.lease()
     return bool(run_dir and lease and (run_dir / "locust" / "stats_stats.csv").is_file()
-                and not lease.get("processes") and not (run_dir / "export.ndjson").exists())
+                and not lease.processes and not (run_dir / "export.ndjson").exists())
 
 
 def checking(run: HarnessRun) -> bool:

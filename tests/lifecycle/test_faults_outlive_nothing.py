@@ -50,7 +50,7 @@ def plan(tmp_path: Path) -> Path:
 
 def paused_consumer(run: HarnessRun) -> bool:
     lease = run.lease()
-    return under_load_with_toxic(run) and bool(lease and lease.get("services"))
+    return under_load_with_toxic(run) and bool(lease and lease.services)
 
 
 def test_sigkill_of_a_run_on_a_harness_up_stack_heals_it_and_keeps_it(tmp_path: Path, runs: list[HarnessRun],

@@ -49,6 +49,29 @@ def test_a_finished_run_is_never_marked_and_an_unfinished_one_once(tmp_path: Pat
     assert json.loads((cut / "result.json").read_text())["valid"] is None
 
 
+def test_a_lease_reads_back_as_it_was_written_and_a_foreign_file_is_no_lease(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(registry.REGISTRY_ENV, str(tmp_path / "registry"))
+    lease = registry.new_lease("run", toxiproxy_url="localhost:8474", run_dir=tmp_path, owner=dead_owner())
+    lease.root = str(tmp_path / "stack")
+    lease.proxies.append(registry.ProxyClaim("app", "127.0.0.1:1", "127.0.0.1:2"))
+    lease.toxics.append(registry.ToxicClaim("app", "slow"))
+    lease.disabled.append("redis")
+    lease.processes.append(registry.OwnedProcess(registry.Owner(12, 34), "locust", "SIGINT"))
+    lease.services.append(registry.FaultedService(str(tmp_path / "stack"), "consumer-1"))
+    registry.write_lease(lease)
+    assert lease.toxiproxy_url == "http://127.0.0.1:8474"
+    assert registry.read_lease(registry.lease_path(lease.id)) == lease
+    # What other processes see on disk: plain JSON, a process's owner flat beside its name.
+    on_disk = json.loads(registry.lease_path(lease.id).read_text())
+    assert on_disk["processes"] == [{"pid": 12, "start": 34, "name": "locust", "signal": "SIGINT"}]
+    assert on_disk["toxics"] == [{"proxy": "app", "name": "slow"}]
+
+    (registry.lease_path("stray")).write_text(json.dumps({"id": "stray"}))  # no kind, not written by us
+    (registry.lease_path("torn")).write_text('{"id": ')
+    assert [found.id for _, found in registry.leases()] == [lease.id]
+
+
 @pytest.fixture
 def toxiproxy(embedded_toxiproxy: EmbeddedToxiproxy) -> str:
     return embedded_toxiproxy.url
@@ -65,16 +88,16 @@ def test_reclaim_heals_only_dead_owners_on_that_toxiproxy(tmp_path: Path, toxipr
     run_dir.mkdir()
 
     dead = registry.new_lease("run", toxiproxy_url=toxiproxy, run_dir=run_dir, owner=dead_owner())
-    dead["toxics"] = [{"proxy": "live-app", "name": "dead"}]
-    dead["disabled"] = ["live-app"]
-    dead["proxies"] = [{"name": "dead-app", "listen": "x", "upstream": "127.0.0.1:9"},
-                       {"name": "moved", "listen": "x", "upstream": "127.0.0.1:1"}]  # since re-pointed
+    dead.toxics = [registry.ToxicClaim("live-app", "dead")]
+    dead.disabled = ["live-app"]
+    dead.proxies = [registry.ProxyClaim("dead-app", "x", "127.0.0.1:9"),
+                    registry.ProxyClaim("moved", "x", "127.0.0.1:1")]  # since re-pointed
     registry.write_lease(dead)
     live = registry.new_lease("run", toxiproxy_url=toxiproxy)
-    live["toxics"] = [{"proxy": "live-app", "name": "live"}]
+    live.toxics = [registry.ToxicClaim("live-app", "live")]
     registry.write_lease(live)
     elsewhere = registry.new_lease("run", toxiproxy_url="http://127.0.0.1:1", owner=dead_owner())
-    elsewhere["toxics"] = [{"proxy": "x", "name": "y"}]
+    elsewhere.toxics = [registry.ToxicClaim("x", "y")]
     registry.write_lease(elsewhere)
 
     done = registry.reclaim(toxiproxy)
@@ -83,14 +106,14 @@ def test_reclaim_heals_only_dead_owners_on_that_toxiproxy(tmp_path: Path, toxipr
     assert [t.name for t in nemesis.list_toxics()] == ["live"]
     assert nemesis.proxies()["live-app"].enabled
     assert registry.interrupted_marker(run_dir) is not None
-    remaining = {lease["id"] for _, lease in registry.leases()}
-    assert dead["id"] not in remaining and live["id"] in remaining and elsewhere["id"] in remaining
+    remaining = {lease.id for _, lease in registry.leases()}
+    assert dead.id not in remaining and live.id in remaining and elsewhere.id in remaining
 
     # An external Toxiproxy that does not answer keeps its lease for the next try.
     assert any("unreachable" in line for line in registry.reclaim("http://127.0.0.1:1"))
-    assert elsewhere["id"] in {lease["id"] for _, lease in registry.leases()}
-    registry.remove_lease(elsewhere["id"])
-    registry.remove_lease(live["id"])
+    assert elsewhere.id in {lease.id for _, lease in registry.leases()}
+    registry.remove_lease(elsewhere.id)
+    registry.remove_lease(live.id)
 
 
 def test_signals_map_to_exit_codes() -> None:
@@ -159,13 +182,13 @@ def test_a_refused_heal_is_reported_and_the_lease_kept(tmp_path: Path) -> None:
     url = f"http://127.0.0.1:{server.server_address[1]}"
     try:
         lease = registry.new_lease("run", toxiproxy_url=url, owner=dead_owner())
-        lease["toxics"] = [{"proxy": "app", "name": "slow"}, {"proxy": "app", "name": "gone"}]
+        lease.toxics = [registry.ToxicClaim("app", "slow"), registry.ToxicClaim("app", "gone")]
         registry.write_lease(lease)
         lines = registry.reclaim(url)
         assert any("could not do it: removed toxic slow" in line and "HTTP 500" in line and "kept for later" in line
                    for line in lines), lines
         assert not any("gone" in line for line in lines)
-        assert registry.lease_path(lease["id"]).is_file()
+        assert registry.lease_path(lease.id).is_file()
     finally:
         server.shutdown()
-        registry.remove_lease(lease["id"])
+        registry.remove_lease(lease.id)

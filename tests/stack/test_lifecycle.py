@@ -246,8 +246,8 @@ def test_proxies_a_stack_could_not_delete_are_logged_and_fail_down(tmp_path: Pat
     assert "proxy t-app on" in message and "proxy t-redis on" in message and "supervisor.log" in message
     log = (root / "logs" / "supervisor.log").read_text()
     assert "could not delete proxy t-app" in log and "could not delete proxy t-redis" in log
-    kept = [lease for _, lease in registry.leases() if lease.get("root") == str(root)]
-    assert [proxy["name"] for lease in kept for proxy in lease["proxies"]] == ["t-app", "t-redis"]
+    kept = [lease for _, lease in registry.leases() if lease.root == str(root)]
+    assert [claim.name for lease in kept for claim in lease.proxies] == ["t-app", "t-redis"]
     assert wait_until_gone(root, ports) == ([], [])
     for lease in kept:  # this test's Toxiproxy never comes back: its leftovers are nobody's
-        registry.remove_lease(str(lease["id"]))
+        registry.remove_lease(lease.id)
