@@ -39,7 +39,7 @@ from target_app.errors import ConfigError
 from target_app.inbox import HandlerFailed, Inbox, PaymentMessage
 from target_app.keys import COUNTERS, INBOX_FAILURES
 from target_app.redis_client import make_redis
-from target_app.replies import read_group_entries
+from target_app.replies import read_group_entries, stream_entries
 from target_app.settings import Settings
 
 log = logging.getLogger("target_app.consumer")
@@ -95,7 +95,8 @@ class Consumer:
                                        min_idle_time=self.settings.reclaim_idle_ms,
                                        start_id=self._claim_cursor, count=self.settings.consumer_batch)
         self._claim_cursor = reply[0] or "0-0"
-        claimed = [(entry_id, fields) for entry_id, fields in reply[1] if fields is not None]
+        # A deleted entry that is still pending comes back without fields: nothing to handle.
+        claimed = [(entry_id, fields) for entry_id, fields in stream_entries(reply[1]) if fields]
         if not claimed:
             return []
         # One round trip: the delivery counts of what was claimed, and the count of reclaims.

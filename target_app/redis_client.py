@@ -9,26 +9,11 @@ error and answers 503. `decode=True` (the default) gives a text client,
 
 from __future__ import annotations
 
-from typing import Literal, overload
-
 import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 
-@overload
-def make_redis(url: str, *, timeout: float = ..., decode: Literal[True] = ...) -> redis.Redis: ...
-
-
-@overload
-def make_redis(url: str, *, timeout: float = ..., decode: Literal[False]) -> redis.Redis: ...
-
-
-def make_redis(url: str, *, timeout: float = 2.0,
-               decode: bool = True) -> redis.Redis | redis.Redis:
-    retry = Retry(NoBackoff(), 0)
-    if decode:
-        return redis.Redis.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout,
-                                    retry=retry, decode_responses=True)
+def make_redis(url: str, *, timeout: float = 2.0, decode: bool = True) -> redis.Redis:
     return redis.Redis.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout,
-                                retry=retry, decode_responses=False)
+                                retry=Retry(NoBackoff(), 0), decode_responses=decode)

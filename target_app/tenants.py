@@ -16,10 +16,9 @@ if TYPE_CHECKING:
 
 DEFAULT_TENANT = "default"
 MAX_TENANT_LENGTH = 128
-MAX_TOKEN_LENGTH = 255
 
 
-def valid_token(value: str | None, *, max_length: int = MAX_TOKEN_LENGTH) -> bool:
+def valid_token(value: str | None, *, max_length: int) -> bool:
     """Non-empty, at most `max_length`, printable ASCII, not only blanks."""
     if not value or len(value) > max_length or not value.strip():
         return False

@@ -117,7 +117,7 @@ class IdempotencyMiddleware:
             raise Problem(400, "Missing Idempotency-Key",
                           "this endpoint requires an Idempotency-Key header",
                           type_="/problems/missing-idempotency-key")
-        if not isinstance(key, str) or not valid_token(key):
+        if not isinstance(key, str) or not valid_token(key, max_length=MAX_KEY_LENGTH):
             raise Problem(400, "Invalid Idempotency-Key",
                           f"the key must be 1-{MAX_KEY_LENGTH} printable ASCII characters",
                           type_="/problems/invalid-idempotency-key")

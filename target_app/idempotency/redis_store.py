@@ -18,6 +18,7 @@ from target_app.errors import StoreUnavailable
 from target_app.idempotency.scripts import BEGIN_LUA, FINISH_LUA
 from target_app.idempotency.store import Begin, Headers, retry_after
 from target_app.keys import COUNTERS, idempotency_key
+from target_app.replies import text
 
 
 class RedisStore:
@@ -35,13 +36,13 @@ class RedisStore:
                                 args=[fingerprint, token, lease_seconds * 1000])
         except redis.RedisError as exc:
             raise StoreUnavailable(f"idempotency store: {exc}") from exc
-        outcome = _text(reply[0])
+        outcome = text(reply[0])
         if outcome == "started":
             return Begin("started", token=token)
         if outcome == "in_flight":
             return Begin("in_flight", retry_after=retry_after(int(reply[1])))
         if outcome == "replay":
-            headers = [(str(name), str(value)) for name, value in json.loads(_text(reply[2]))]
+            headers = [(str(name), str(value)) for name, value in json.loads(text(reply[2]))]
             return Begin("replay", status=int(reply[1]), headers=headers, body=_bytes(reply[3]))
         return Begin("mismatch")
 
@@ -61,10 +62,6 @@ class RedisStore:
             self._client.hincrby(COUNTERS, name, 1)
         except redis.RedisError as exc:
             raise StoreUnavailable(f"idempotency store: {exc}") from exc
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
 
 
 def _bytes(value: bytes | str) -> bytes:
