@@ -52,7 +52,6 @@ MESSAGE_ID: Final = "message_id"
 ORDER_ID: Final = "order_id"
 PROVIDER_REF: Final = "provider_ref"
 AMOUNT_CENTS: Final = "amount_cents"
-PAYMENT_MESSAGE_FIELDS: Final = (MESSAGE_ID, ORDER_ID, PROVIDER_REF, AMOUNT_CENTS)
 
 # --- A run directory: what the load writes and the checker reads ---------------------
 

@@ -689,10 +689,6 @@ class EvidenceCollector:
         # min-heaps: the lowest score, then the latest invoke, drops out first
         self.heaps: list[list[tuple[int, float, int, dict[str, Any]]]] = [[] for _ in findings]
 
-    def offer(self, sequence: int, op: dict[str, Any]) -> None:
-        """Offer a merged operation."""
-        self.offer_pair(sequence, op, op)
-
     def offer_pair(self, sequence: int, invoke: dict[str, Any], done: dict[str, Any]) -> None:
         """Offer an operation as its (invoke, completion) records; merged only when kept."""
         # Most operations touch nothing that failed: test that before allocating.

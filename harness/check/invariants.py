@@ -39,9 +39,7 @@ O_AMOUNT: Final = 6
 # An exported payment row: (provider_ref, source, source_id, amount_cents, applied_at).
 P_REF: Final = 0
 P_SOURCE: Final = 1
-P_SOURCE_ID: Final = 2
 P_AMOUNT: Final = 3
-P_APPLIED: Final = 4
 
 # Attempt flags per (order_id, provider_ref): which entry point tried it, and how
 # the server answered. One small int per pair instead of a list of operations.
@@ -183,12 +181,6 @@ class HistoryIndex:
         if subject not in self._reported:
             self._reported.add(subject)
             self.findings.add(finding)
-
-    def consume(self, operations: Iterable[dict[str, Any]],
-                observe: Callable[[int, dict[str, Any]], None] | None = None) -> None:
-        """Fold merged operations in; `observe(sequence, op)` sees each one (for evidence)."""
-        self.consume_pairs(((op, op) for op in operations),
-                           None if observe is None else lambda number, op, _same: observe(number, op))
 
     def consume_pairs(self, operations: Iterable[tuple[dict[str, Any], dict[str, Any]]],
                       observe: Callable[[int, dict[str, Any], dict[str, Any]], None] | None = None,

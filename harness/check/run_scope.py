@@ -113,12 +113,3 @@ def scoped_export(records: Iterable[dict[str, Any]], baseline: Iterable[dict[str
 
 def _int(value: Any) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else 0
-
-
-def counters_of(records: Iterable[dict[str, Any]]) -> dict[str, Any]:
-    """The counters line of an export (the last one, which is where the app puts it)."""
-    counters: dict[str, Any] = {}
-    for record in records:
-        if record.get("kind") == "counters":
-            counters = {key: value for key, value in record.items() if key != "kind"}
-    return counters

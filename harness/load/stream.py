@@ -1,7 +1,7 @@
 """Recorded publishing of payment messages to the app's Redis stream.
 
-A message's fields are the app consumer's contract (`harness.names.PAYMENT_MESSAGE_FIELDS`:
-`message_id`, `order_id`, `provider_ref`, `amount_cents`, every value sent as text;
+A message's fields are the app consumer's contract (`harness.names`: `MESSAGE_ID`,
+`ORDER_ID`, `PROVIDER_REF`, `AMOUNT_CENTS`, every value sent as text;
 docs/target-app.md). `ok` means XADD returned an entry id; any error means the
 outcome is unknown (`info`), because the entry may have been appended before the
 connection broke.

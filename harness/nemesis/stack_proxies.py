@@ -147,15 +147,10 @@ class StackToxiproxy(Protocol):
     def proxies(self) -> Mapping[str, str]: ...
 
 
-def stack_nemesis(info: StackToxiproxy | Mapping[str, Any], recorder: FaultRecorder | None = None) -> StackNemesis:
-    """The nemesis for a stack (its proxy names, whether its Toxiproxy is shared).
-
-    `info` is the stack's `StackInfo`; its state.json as a dict is still taken, from
-    callers that read the file themselves."""
-    if isinstance(info, Mapping):
-        url, kind, names = str(info["toxiproxy_url"]), info.get("toxiproxy_kind"), info.get("proxies") or {}
-    else:
-        url, kind, names = info.toxiproxy_url, info.toxiproxy_kind, info.proxies
+def stack_nemesis(info: StackToxiproxy, recorder: FaultRecorder | None = None) -> StackNemesis:
+    """The nemesis for a stack (its proxy names, whether its Toxiproxy is shared);
+    `info` is the stack's `StackInfo`."""
+    url, kind, names = info.toxiproxy_url, info.toxiproxy_kind, info.proxies
     shared = kind == "external"
     if recorder is not None:
         # An external Toxiproxy outlives us; one the stack started dies with it.

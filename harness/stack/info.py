@@ -95,10 +95,6 @@ class _Fields:
         assert isinstance(value, (int, float))
         return float(value)
 
-    def number_or_none(self, key: str) -> float | None:
-        value = self._get(key, (int, float), "a number or null", True)
-        return float(value) if isinstance(value, (int, float)) else None
-
     def strings(self, key: str) -> tuple[str, ...]:
         value = self.data.get(key)
         if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
@@ -222,10 +218,6 @@ class StackInfo:
         return data
 
     # --- derived views (nothing here is written to the file) ----------------------
-
-    @property
-    def root_path(self) -> Path:
-        return Path(self.root)
 
     def service(self, name: str) -> ServiceInfo:
         """The service called name; StackError naming the known ones otherwise."""

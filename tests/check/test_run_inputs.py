@@ -11,7 +11,7 @@ import pytest
 from test_check_run import make_run, write_lines
 
 from harness.check.checker import CheckerError, check_run, read_operations
-from harness.check.run_scope import counters_of, scoped_export
+from harness.check.run_scope import scoped_export
 from harness.history import HistoryError, history_files, iter_operations
 from harness.run.rundir import RunDir
 
@@ -131,10 +131,6 @@ def test_baseline_counters_fall_back_to_counters_before() -> None:
     records = list(scoped_export([{"kind": "counters", "api_replays": 5}], [OLD_ORDER],
                                  counters_before={"api_replays": 4}))
     assert records == [{"kind": "counters", "api_replays": 1}]
-
-
-def test_counters_of_reads_the_counters_line() -> None:
-    assert counters_of(BASELINE) == {"api_replays": 3, "domain_already_paid": 1}
 
 
 def test_check_run_scopes_by_the_baseline(tmp_path: Path) -> None:
