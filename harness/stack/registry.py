@@ -354,6 +354,14 @@ def heal_lease(lease: Lease, live_claims: set[tuple[str, str]] | None = None,
     return done, settled
 
 
+def refusal(response: requests.Response) -> str | None:
+    """Why Toxiproxy refused an undo (`HTTP 500 ...`), or None when it is undone: a
+    success, or a 404 for something already gone."""
+    if response.status_code < 300 or response.status_code == 404:
+        return None
+    return f"HTTP {response.status_code} {response.text.strip()[:200]}"
+
+
 def _heal_toxiproxy(url: str, lease: Lease,
                     live_claims: set[tuple[str, str]]) -> tuple[list[str], list[str]]:
     """(what was undone, what could not be): a 404 is something already gone, any
@@ -362,10 +370,11 @@ def _heal_toxiproxy(url: str, lease: Lease,
     failed: list[str] = []
 
     def settle(response: requests.Response, what: str) -> None:
-        if response.status_code < 300:
+        refused = refusal(response)
+        if refused is not None:
+            failed.append(f"could not do it: {what} ({refused})")
+        elif response.status_code < 300:
             done.append(what)
-        elif response.status_code != 404:
-            failed.append(f"could not do it: {what} (HTTP {response.status_code} {response.text.strip()[:120]})")
 
     for toxic in lease.toxics:
         proxy, name = quote(toxic.proxy, safe=""), quote(toxic.name, safe="")

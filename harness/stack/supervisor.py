@@ -263,9 +263,9 @@ class Supervisor:
         except requests.RequestException as error:
             print(f"supervisor: could not delete proxy {name} on {self.toxiproxy_url}: {error}", file=sys.stderr)
             return False
-        if response.status_code >= 300 and response.status_code != 404:  # 404: gone already
-            print(f"supervisor: could not delete proxy {name} on {self.toxiproxy_url}: "
-                  f"HTTP {response.status_code} {response.text.strip()[:200]}", file=sys.stderr)
+        refused = registry.refusal(response)
+        if refused is not None:
+            print(f"supervisor: could not delete proxy {name} on {self.toxiproxy_url}: {refused}", file=sys.stderr)
             return False
         return True
 
