@@ -10,13 +10,15 @@ wait for).
 (`harness.stack.lifeline.RunGuard`): the processes it starts are entered on the
 run's lease, so a run that dies does not leave them behind.
 
-`pid_alive` and `pid_stopped` read a process's state from /proc (Linux) and nothing
+`pid_alive`, `pid_stopped`, `group_members` and `group_alive` read processes from
+/proc (Linux; `proc_stat_fields` is the one parser of /proc/PID/stat) and nothing
 else, so a Locust process that only checks its stack's supervisor imports no client
 library for it.
 """
 
 from __future__ import annotations
 
+import os
 import subprocess
 from typing import Protocol
 
@@ -52,13 +54,20 @@ class ProcessHandle:
         return None if self._process is None else self._process.returncode
 
 
-def _proc_state(pid: int) -> str | None:
-    """The state letter of /proc/PID/stat (R, S, T, Z, ...), or None when there is no such process."""
+def proc_stat_fields(pid: int | str) -> list[str] | None:
+    """/proc/PID/stat after the command name, or None when there is no such process:
+    [0] is the state letter (R, S, T, Z, ...), [2] the process group, [19] the start
+    time in clock ticks since boot. (The name is cut off first: it may hold spaces.)"""
     try:
         with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as handle:
-            return handle.read().rsplit(")", 1)[1].split()[0]
+            return handle.read().rsplit(")", 1)[1].split()
     except (OSError, IndexError):
         return None
+
+
+def _proc_state(pid: int) -> str | None:
+    fields = proc_stat_fields(pid)
+    return fields[0] if fields else None
 
 
 def pid_alive(pid: int) -> bool:
@@ -70,3 +79,20 @@ def pid_alive(pid: int) -> bool:
 def pid_stopped(pid: int) -> bool:
     """True when pid is stopped by a signal (SIGSTOP)."""
     return _proc_state(pid) in ("T", "t")
+
+
+def group_members(pgid: int) -> list[int]:
+    """Live (non-zombie) processes of a process group, read from /proc."""
+    members = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        fields = proc_stat_fields(entry)
+        if fields and fields[0] not in ("Z", "X") and fields[2] == str(pgid):
+            members.append(int(entry))
+    return members
+
+
+def group_alive(pgid: int) -> bool:
+    """True while a process group has a live member (a group of zombies counts as gone)."""
+    return bool(group_members(pgid))

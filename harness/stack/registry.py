@@ -35,6 +35,7 @@ from urllib.parse import quote, urlsplit
 import requests
 
 from harness.names import DEFAULT_STACK_ROOT
+from harness.process_handle import group_alive, proc_stat_fields
 from harness.stack import control
 from harness.stack.info import StackError, read_info
 
@@ -93,12 +94,8 @@ def _unlink(path: Path) -> None:
 
 def process_start_time(pid: int) -> int | None:
     """The process's start time in clock ticks since boot (/proc/PID/stat field 22)."""
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as handle:
-            fields = handle.read().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
-    if fields[0] in ("Z", "X"):
+    fields = proc_stat_fields(pid)
+    if fields is None or fields[0] in ("Z", "X"):
         return None
     return int(fields[19])
 
@@ -438,18 +435,8 @@ def _group_alive(pgid: int) -> bool:
     try:
         os.killpg(pgid, 0)
     except (ProcessLookupError, PermissionError):
-        return False
-    # A group whose members are all zombies waiting for a dead parent counts as gone.
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as handle:
-                    fields = handle.read().rsplit(")", 1)[1].split()
-            except (OSError, IndexError):
-                continue
-            if fields[2] == str(pgid) and fields[0] not in ("Z", "X"):
-                return True
-    return False
+        return False  # gone, or the pgid now names another user's processes: not ours
+    return group_alive(pgid)
 
 
 # --- interrupted runs -------------------------------------------------------------------

@@ -22,7 +22,7 @@ from pathlib import Path
 import redis
 import requests
 
-from harness.process_handle import pid_alive, pid_stopped
+from harness.process_handle import group_alive, pid_alive, pid_stopped
 from harness.stack.info import ServiceInfo
 
 PR_SET_PDEATHSIG = 1
@@ -74,29 +74,6 @@ def signal_group(pgid: int, signum: int) -> bool:
     return True
 
 
-def _stat_fields(pid_dir: str) -> list[str] | None:
-    try:
-        with open(f"/proc/{pid_dir}/stat", encoding="ascii", errors="replace") as handle:
-            return handle.read().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
-
-
-def group_members(pgid: int) -> list[int]:
-    """Live (non-zombie) processes of a process group, read from /proc."""
-    members = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        fields = _stat_fields(entry)
-        # fields[0] is the state, fields[2] the process group id.
-        if fields and fields[0] not in ("Z", "X") and fields[2] == str(pgid):
-            members.append(int(entry))
-    return members
-
-
-def group_alive(pgid: int) -> bool:
-    return bool(group_members(pgid))
 
 
 def process_marked(pid: int, root: str) -> bool:
