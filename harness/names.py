@@ -32,6 +32,12 @@ ENV_WEBHOOK_SECRET: Final = "HARNESS_WEBHOOK_SECRET"
 # The app's own variable for the same secret: the load falls back to it, and the
 # runner sets it, so one value signs and verifies.
 ENV_APP_WEBHOOK_SECRET: Final = "TARGET_APP_WEBHOOK_SECRET"
+# The app's other variables that a stack sets or reads back (docs/target-app.md).
+ENV_APP_REDIS_URL: Final = "TARGET_APP_REDIS_URL"
+ENV_APP_INTERNAL_TOKEN: Final = "TARGET_APP_INTERNAL_TOKEN"
+ENV_APP_STREAM: Final = "TARGET_APP_STREAM"
+ENV_APP_GROUP: Final = "TARGET_APP_GROUP"
+ENV_APP_UNSAFE_DISABLE: Final = "TARGET_APP_UNSAFE_DISABLE"
 ENV_SEED: Final = "HARNESS_SEED"
 ENV_FRESH_CONNECTIONS: Final = "HARNESS_FRESH_CONNECTIONS"
 ENV_REQUEST_TIMEOUT: Final = "HARNESS_REQUEST_TIMEOUT"

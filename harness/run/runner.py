@@ -37,7 +37,7 @@ from harness.exit_codes import VERDICT_EXIT_CODES
 from harness.history import LOAD_STARTED
 from harness.load.locust_process import LocustProcess, locustfile_for, parse_master_address
 from harness.load.settings import load_environment
-from harness.names import DEFAULT_STACK_ROOT
+from harness.names import DEFAULT_STACK_ROOT, ENV_APP_UNSAFE_DISABLE
 from harness.nemesis.plans import NemesisRunner, Plan, load_plan, schedule
 from harness.nemesis.toxiproxy_client import NemesisError
 from harness.report.run_report import summary_line, write_reports
@@ -385,7 +385,7 @@ def _stack_for(spec: RunSpec, run_dir: RunDir, *, out: TextIO, guard: RunGuard,
     env = target_app_env(os.environ)
     env.update(spec.app_env)
     if spec.unsafe_disable:
-        env["TARGET_APP_UNSAFE_DISABLE"] = ",".join(spec.unsafe_disable)
+        env[ENV_APP_UNSAFE_DISABLE] = ",".join(spec.unsafe_disable)
     settings = StackSettings(
         root=run_dir.stack_root,
         app_workers=spec.app_workers,

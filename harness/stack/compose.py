@@ -31,7 +31,16 @@ from urllib.parse import urlsplit
 
 import yaml
 
-from harness.names import DEFAULT_GROUP, DEFAULT_STREAM, ENV_APP_WEBHOOK_SECRET, ENV_SEED
+from harness.names import (
+    DEFAULT_GROUP,
+    DEFAULT_STREAM,
+    ENV_APP_GROUP,
+    ENV_APP_INTERNAL_TOKEN,
+    ENV_APP_REDIS_URL,
+    ENV_APP_STREAM,
+    ENV_APP_WEBHOOK_SECRET,
+    ENV_SEED,
+)
 from harness.nemesis.stack_proxies import FaultRecorder, StackNemesis, stack_nemesis
 from harness.nemesis.toxiproxy_client import Nemesis, NemesisError
 from harness.process_handle import ProcessGuard, ProcessHandle
@@ -47,7 +56,7 @@ from harness.stack.info import (
     write_info,
 )
 from harness.stack.protocol import ServiceStatus
-from harness.stack.settings import StackSettings, unsafe_list
+from harness.stack.settings import StackSettings
 
 PROJECT = "idempotency-harness"
 CORE_SERVICES = ("redis", "toxiproxy", "app", "consumer")
@@ -106,7 +115,7 @@ def read_layout(file: Path, environ: Mapping[str, str] | None = None) -> Compose
             raise StackError(f"{file} has no service {name!r}")
     toxiproxy = services["toxiproxy"]
     app_env = services["app"].get("environment", {})
-    redis_proxy_port = int(str(app_env["TARGET_APP_REDIS_URL"]).rsplit(":", 1)[1].split("/")[0])
+    redis_proxy_port = int(str(app_env[ENV_APP_REDIS_URL]).rsplit(":", 1)[1].split("/")[0])
     try:
         return ComposeLayout(
             file=Path(file).resolve(),
@@ -116,9 +125,9 @@ def read_layout(file: Path, environ: Mapping[str, str] | None = None) -> Compose
             redis_url=f"redis://127.0.0.1:{published_port(services['redis'], 6379)}/0",
             redis_proxy_url=f"redis://127.0.0.1:{published_port(toxiproxy, redis_proxy_port)}/0",
             webhook_secret=env_default(app_env.get(ENV_APP_WEBHOOK_SECRET, ""), environ),
-            internal_token=env_default(app_env.get("TARGET_APP_INTERNAL_TOKEN", ""), environ),
-            stream=env_default(app_env.get("TARGET_APP_STREAM", DEFAULT_STREAM), environ),
-            group=env_default(app_env.get("TARGET_APP_GROUP", DEFAULT_GROUP), environ),
+            internal_token=env_default(app_env.get(ENV_APP_INTERNAL_TOKEN, ""), environ),
+            stream=env_default(app_env.get(ENV_APP_STREAM, DEFAULT_STREAM), environ),
+            group=env_default(app_env.get(ENV_APP_GROUP, DEFAULT_GROUP), environ),
         )
     except (KeyError, ValueError, StackError) as error:
         raise StackError(f"{file}: {error}") from error
@@ -264,10 +273,10 @@ def start_compose_stack(settings: StackSettings) -> ComposeStack:
         toxiproxy_url=layout.toxiproxy_url, toxiproxy_kind="compose",
         redis_url=layout.redis_url, redis_proxy_url=layout.redis_proxy_url,
         webhook_secret=settings.env.get(ENV_APP_WEBHOOK_SECRET) or layout.webhook_secret,
-        internal_token=settings.env.get("TARGET_APP_INTERNAL_TOKEN") or layout.internal_token,
+        internal_token=settings.env.get(ENV_APP_INTERNAL_TOKEN) or layout.internal_token,
         stream=layout.stream, group=layout.group,
         proxy_prefix="", proxies={name: name for name in PROXIES}, owner=settings.owner,
-        unsafe_disable=unsafe_list(settings.env.get("TARGET_APP_UNSAFE_DISABLE", "")),
+        unsafe_disable=settings.unsafe_disable,
         app_workers=settings.app_workers, consumers=settings.consumers,
         compose_file=str(layout.file), project=PROJECT, health_timeout=settings.health_timeout,
         services=services,
@@ -335,7 +344,7 @@ class ComposeLocust(ProcessHandle):
             "HARNESS_UID": str(os.getuid()),
             "HARNESS_GID": str(os.getgid()),
             ENV_APP_WEBHOOK_SECRET: info.webhook_secret,
-            "TARGET_APP_STREAM": info.stream,
+            ENV_APP_STREAM: info.stream,
             "LOCUSTFILE": f"{CONTAINER_LOCUSTFILES}/{scenario}.py",
         })
         self.env = env

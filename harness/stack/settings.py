@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Final
 
-from harness.names import DEFAULT_STACK_ROOT
+from harness.names import DEFAULT_STACK_ROOT, ENV_APP_UNSAFE_DISABLE
 from harness.stack.info import StackError
 
 SETTINGS_FILE: Final = "stack-settings.json"
@@ -56,6 +56,11 @@ class StackSettings:
         bad = [key for key in self.env if not key.startswith("TARGET_APP_")]
         if bad:
             raise StackError(f"only TARGET_APP_* variables go to the app, not {', '.join(sorted(bad))}")
+
+    @property
+    def unsafe_disable(self) -> tuple[str, ...]:
+        """The layers this stack's app runs without, as state.json records them."""
+        return unsafe_list(self.env.get(ENV_APP_UNSAFE_DISABLE, ""))
 
 
 def target_app_env(environ: Mapping[str, str]) -> dict[str, str]:

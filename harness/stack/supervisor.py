@@ -42,14 +42,22 @@ from urllib.parse import quote
 
 import requests
 
-from harness.names import DEFAULT_GROUP, DEFAULT_STREAM, ENV_APP_WEBHOOK_SECRET
+from harness.names import (
+    DEFAULT_GROUP,
+    DEFAULT_STREAM,
+    ENV_APP_GROUP,
+    ENV_APP_INTERNAL_TOKEN,
+    ENV_APP_REDIS_URL,
+    ENV_APP_STREAM,
+    ENV_APP_WEBHOOK_SECRET,
+)
 from harness.nemesis.toxiproxy_client import Nemesis, NemesisConflict, NemesisError
 from harness.ports import free_ports
 from harness.stack import registry
 from harness.stack import services as svc
 from harness.stack.info import StackInfo, control_socket_path, remove_state, write_info
 from harness.stack.protocol import ServiceStatus
-from harness.stack.settings import DEFAULT_APP_ENV, StackSettings, read_settings, unsafe_list
+from harness.stack.settings import DEFAULT_APP_ENV, StackSettings, read_settings
 
 ACTIONS = ("kill", "start", "pause", "resume", "restart", "status")
 PROXIES = ("app", "redis")
@@ -88,12 +96,12 @@ class Supervisor:
         self.started_at = time.time()
         self.secret = settings.env.get(ENV_APP_WEBHOOK_SECRET) or secrets.token_hex(16)
         # The app's internal endpoints (export, inventory) want this bearer token.
-        self.internal_token = settings.env.get("TARGET_APP_INTERNAL_TOKEN") or secrets.token_hex(16)
+        self.internal_token = settings.env.get(ENV_APP_INTERNAL_TOKEN) or secrets.token_hex(16)
         self.proxy_names = {name: f"{settings.proxy_prefix}{name}" for name in PROXIES}
         self.lease: registry.Lease | None = None  # the proxies this stack made on a shared Toxiproxy
         self.requested: list[str] = []  # signals received (see `run`)
-        self.stream = settings.env.get("TARGET_APP_STREAM") or DEFAULT_STREAM
-        self.group = settings.env.get("TARGET_APP_GROUP") or DEFAULT_GROUP
+        self.stream = settings.env.get(ENV_APP_STREAM) or DEFAULT_STREAM
+        self.group = settings.env.get(ENV_APP_GROUP) or DEFAULT_GROUP
         names = ["redis", "app", "app_proxy", "redis_proxy", *([] if settings.toxiproxy_url else ["toxiproxy"])]
         self.ports = dict(zip(names, free_ports(len(names)), strict=True))
         if settings.toxiproxy_url:
@@ -116,9 +124,9 @@ class Supervisor:
         env = self._base_env()
         env.update(DEFAULT_APP_ENV)
         env.update(self.settings.env)
-        env["TARGET_APP_REDIS_URL"] = f"redis://{svc.HOST}:{self.ports['redis_proxy']}/0"
+        env[ENV_APP_REDIS_URL] = f"redis://{svc.HOST}:{self.ports['redis_proxy']}/0"
         env[ENV_APP_WEBHOOK_SECRET] = self.secret
-        env["TARGET_APP_INTERNAL_TOKEN"] = self.internal_token
+        env[ENV_APP_INTERNAL_TOKEN] = self.internal_token
         return env
 
     def build(self) -> None:
@@ -284,7 +292,7 @@ class Supervisor:
             stream=self.stream, group=self.group,
             proxy_prefix=self.settings.proxy_prefix, proxies=dict(self.proxy_names),
             owner=self.settings.owner,
-            unsafe_disable=unsafe_list(self.settings.env.get("TARGET_APP_UNSAFE_DISABLE", "")),
+            unsafe_disable=self.settings.unsafe_disable,
             app_workers=self.settings.app_workers, consumers=self.settings.consumers,
             supervisor_pid=os.getpid(), control_socket=str(control_socket_path(self.root)),
             services=tuple(service.describe() for service in self.services.values()),
