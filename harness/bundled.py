@@ -41,8 +41,11 @@ def plans_dir() -> Path:
     return _bundled_dir("plans")
 
 
-def bundled_plan_names() -> list[str]:
-    return sorted(path.stem for path in plans_dir().iterdir() if path.suffix in _PLAN_SUFFIXES)
+def bundled_plan_names(directory: Path | None = None) -> list[str]:
+    """The names `plan_path` finds: the `NAME.yaml` files of the bundled plans, or of
+    another folder of plans (the web UI's `--chaos-plans-dir`)."""
+    folder = plans_dir() if directory is None else directory
+    return sorted(path.stem for path in folder.glob("*.yaml")) if folder.is_dir() else []
 
 
 def plan_path(name_or_path: str | Path) -> Path:

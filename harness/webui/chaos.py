@@ -265,8 +265,7 @@ class ChaosTab:
         return rows
 
     def plan_names(self) -> list[str]:
-        directory = self.options.plans_dir
-        return sorted(path.stem for path in directory.glob("*.yaml")) if directory.is_dir() else []
+        return bundled.bundled_plan_names(self.options.plans_dir)
 
     def plan_faults(self, name: str) -> list[PlanFault]:
         """The distinct faults a plan can apply (its windows' and its random nemesis's)."""
