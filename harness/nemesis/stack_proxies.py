@@ -125,10 +125,7 @@ class StackNemesis:
         if not failures:
             # Read back: a toxic added meanwhile, or a heal the server acknowledged
             # without doing it, is still a fault left on.
-            failures += [HealFailure(f"toxic {t.name} on {t.proxy}", "still there after the reset")
-                         for t in self.inner.list_toxics() if t.proxy in ours]
-            failures += [HealFailure(f"proxy {name} (disabled)", "still disabled after the reset")
-                         for name, info in self.inner.proxies().items() if name in ours and not info.enabled]
+            failures = self.inner.faults_left(ours)
         if failures:
             raise NemesisHealError(failures, f"reset of {', '.join(sorted(ours))}")
 

@@ -255,12 +255,20 @@ class Nemesis:
         with self._client("reset") as client:
             if not client.reset():
                 raise NemesisError("reset: toxiproxy refused the reset")
-        failures = [HealFailure(f"proxy {name} (disabled)", "still disabled after the reset")
-                    for name, info in self.proxies().items() if not info.enabled]
-        failures += [HealFailure(f"toxic {toxic.name} on {toxic.proxy}", "still there after the reset")
-                     for toxic in self.list_toxics()]
+        failures = self.faults_left()
         if failures:
             raise NemesisHealError(failures, "reset")
+
+    def faults_left(self, proxies: set[str] | None = None) -> list[HealFailure]:
+        """What a reset left on, read back (of `proxies` only, when given): disabled
+        proxies and toxics, each as the failure a reset reports."""
+        def ours(name: str) -> bool:
+            return proxies is None or name in proxies
+        failures = [HealFailure(f"proxy {name} (disabled)", "still disabled after the reset")
+                    for name, info in self.proxies().items() if ours(name) and not info.enabled]
+        failures += [HealFailure(f"toxic {toxic.name} on {toxic.proxy}", "still there after the reset")
+                     for toxic in self.list_toxics() if ours(toxic.proxy)]
+        return failures
 
     # -- toxics -----------------------------------------------------------------------
     def list_toxics(self) -> list[ToxicInfo]:
