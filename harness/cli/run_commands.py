@@ -55,6 +55,7 @@ from harness.run.smoke import (
     smoke_exit_code,
     write_matrix,
 )
+from harness.stack.settings import target_app_env
 
 MATRIX_NONE: Final = "none"  # the correct app, as a row of the matrix
 SCENARIO_HELP: Final = "one of " + ", ".join(SCENARIOS) + " (docs/scenarios.md)"
@@ -444,7 +445,7 @@ def check_app_environment(environ: Mapping[str, str]) -> None:
     from target_app.settings import Settings
 
     try:
-        Settings.from_env({key: value for key, value in environ.items() if key.startswith("TARGET_APP_")})
+        Settings.from_env(target_app_env(environ))
     except ConfigError as error:
         raise HarnessError(f"environment: {error}") from None
 
