@@ -26,6 +26,7 @@ import pytest
 from harness.bundled import bundled_plan_names
 from harness.catalog import SCENARIOS
 from harness.exit_codes import EXIT_INCONCLUSIVE, EXIT_OK
+from tests.support.cli import clean_env
 
 CHECKOUT = Path(__file__).resolve().parents[2]
 # What a build does not need and must not copy: environments, results, caches.
@@ -77,8 +78,7 @@ def test_an_installed_harness_runs_a_scenario_outside_the_checkout(wheel: Path, 
 
     outside = tmp_path / "elsewhere"
     outside.mkdir()
-    env = {key: value for key, value in os.environ.items()
-           if not key.startswith(("TARGET_APP_", "HARNESS_", "PYTHON"))}
+    env = {key: value for key, value in clean_env().items() if not key.startswith("PYTHON")}
     env.update(PATH=f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}", XDG_STATE_HOME=str(tmp_path / "state"))
 
     imported = _run([str(python), "-c", "import harness, target_app; print(harness.__file__); "
