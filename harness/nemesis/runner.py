@@ -27,10 +27,10 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import orjson
 
@@ -181,7 +181,15 @@ class NemesisRunner:
         self._stop.set()
 
     def _log(self, window: FaultWindow, start: float, end: float, error: str | None) -> None:
-        record = {**window.fault.record(window.name), "start": start, "end": end, "error": error}
-        self.fault_log_path.parent.mkdir(parents=True, exist_ok=True)
-        with self._lock, open(self.fault_log_path, "ab") as log:
-            log.write(orjson.dumps(record, option=orjson.OPT_APPEND_NEWLINE))
+        with self._lock:
+            log_fault(self.fault_log_path, window.fault.record(window.name), start=start, end=end, error=error)
+
+
+def log_fault(path: Path, record: Mapping[str, Any], *, start: float, end: float, error: str | None) -> None:
+    """Append one fault's line to a run's fault log (faults.jsonl; docs/internals.md):
+    the fault's record with when it was on and the error that ended it, if any. The
+    nemesis and the web UI's Chaos tab both write it here."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "ab") as log:
+        log.write(orjson.dumps({**record, "start": start, "end": end, "error": error},
+                               option=orjson.OPT_APPEND_NEWLINE))

@@ -65,6 +65,7 @@ from harness.nemesis.faults import (
     ToxicFault,
 )
 from harness.nemesis.plans import load_plan
+from harness.nemesis.runner import log_fault
 from harness.nemesis.toxiproxy_client import (
     NemesisConflict,
     NemesisError,
@@ -399,8 +400,8 @@ class ChaosTab:
             self._snapshot = None
             run_dir = self.run_dir
         if record is not None and run_dir is not None:
-            _append_fault(run_dir, {**record["record"], "start": record["start"], "end": time.time(),
-                                    "error": error})
+            log_fault(RunDir(run_dir).faults, record["record"], start=record["start"], end=time.time(),
+                      error=error)
 
     def _end_all(self) -> None:
         for key in list(self._active):
@@ -564,11 +565,6 @@ def _active_faults(proxies: list[dict[str, Any]], services: list[dict[str, Any]]
         if service["status"] not in ("running", "external"):
             faults.append({"kind": "process", "target": service["name"], "detail": str(service["status"])})
     return faults
-
-
-def _append_fault(run_dir: Path, record: Mapping[str, Any]) -> None:
-    with open(RunDir(run_dir).faults, "a", encoding="utf-8") as log:
-        log.write(json.dumps(dict(record)) + "\n")
 
 
 def _settle(histories: Path) -> None:
