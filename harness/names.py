@@ -70,3 +70,9 @@ HISTORY_SUFFIX: Final = ".jsonl"
 LOAD_STARTED: Final = ".load-started"
 # The nemesis's log of the faults it applied and healed (the runner's, the web UI's).
 FAULT_LOG: Final = "faults.jsonl"
+# The files that tell how far a run got, read by harness.stack.registry when it marks
+# a run whose harness died (interrupted.json, and a result.json that says so).
+SETTINGS_FILE: Final = "settings.json"
+EXPORT_FILE: Final = "export.ndjson"
+RESULT_FILE: Final = "result.json"
+INTERRUPTED_FILE: Final = "interrupted.json"

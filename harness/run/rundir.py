@@ -22,16 +22,16 @@ from harness import names
 from harness.check.run_files import RunFileError, RunScope, RunSettings
 from harness.history import history_files
 
-SETTINGS_FILE = "settings.json"
+SETTINGS_FILE = names.SETTINGS_FILE  # and the registry, when it marks a run interrupted
 HISTORIES_DIR = names.HISTORIES_DIR  # the load writes there too (harness.load.transport)
 FAULTS_FILE = names.FAULT_LOG  # and the nemesis (harness.nemesis.runner)
-EXPORT_FILE = "export.ndjson"
+EXPORT_FILE = names.EXPORT_FILE
 BASELINE_FILE = "baseline.ndjson"
 FINAL_READS_FILE = "final_reads.ndjson"
-RESULT_FILE = "result.json"
+RESULT_FILE = names.RESULT_FILE
 JUNIT_FILE = "junit.xml"
 REPORT_FILE = "report.html"
-INTERRUPTED_FILE = "interrupted.json"
+INTERRUPTED_FILE = names.INTERRUPTED_FILE
 CLEANUP_FILE = "cleanup_errors.jsonl"
 PLAN_FILE = "plan.yaml"
 LOGS_DIR = "logs"

@@ -34,15 +34,13 @@ from urllib.parse import quote, urlsplit
 
 import requests
 
-from harness.names import DEFAULT_STACK_ROOT
+from harness.names import DEFAULT_STACK_ROOT, EXPORT_FILE, INTERRUPTED_FILE, RESULT_FILE, SETTINGS_FILE
 from harness.process_handle import group_alive, proc_stat_fields
 from harness.stack import control
 from harness.stack.info import StackError, read_info
 
 REGISTRY_ENV = "HARNESS_REGISTRY"
 HTTP_TIMEOUT = 2.0
-RESULT_FILE = "result.json"
-INTERRUPTED_FILE = "interrupted.json"
 
 
 def registry_dir() -> Path:
@@ -443,9 +441,9 @@ def _group_alive(pgid: int) -> bool:
 
 def run_phase(run_dir: Path) -> str:
     """How far a run got, read from the files it left (the harness may be dead)."""
-    if (run_dir / "export.ndjson").is_file():
+    if (run_dir / EXPORT_FILE).is_file():
         return "check"
-    if (run_dir / "settings.json").is_file():
+    if (run_dir / SETTINGS_FILE).is_file():
         return "load or drain"
     return "stack start"
 
@@ -465,7 +463,7 @@ def mark_interrupted(run_dir: Path, *, signal_name: str | None, by: str, phase: 
     marker = {
         "interrupted": True, "signal": signal_name, "phase": phase or run_phase(run_dir),
         "at": time.time(), "by": by,
-        "checkable": (run_dir / "export.ndjson").is_file(),
+        "checkable": (run_dir / EXPORT_FILE).is_file(),
     }
     if _read_json(run_dir / INTERRUPTED_FILE) is None:
         _write_json(run_dir / INTERRUPTED_FILE, marker)
