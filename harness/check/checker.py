@@ -37,7 +37,14 @@ from harness.check.invariants import (
     jepsen_counts,
     scope_key,
 )
-from harness.check.run_files import DEFAULT_MIN_ACKNOWLEDGED, RunFileError, RunFiles, RunScope, RunSettings
+from harness.check.run_files import (
+    DEFAULT_MIN_ACKNOWLEDGED,
+    Interruption,
+    RunFileError,
+    RunFiles,
+    RunScope,
+    RunSettings,
+)
 from harness.check.run_scope import scoped_export
 from harness.errors import HarnessError
 from harness.history import HistoryError
@@ -179,11 +186,9 @@ class ExportState:
                 for order_id in order_ids
                 for payment in self.payments.get(order_id, ())]
 
-    def dead_letter_summary(self) -> dict[str, Any]:
-        """The result's `dead_letters`: how many, per reason, and the first ones as exported."""
-        return {"count": self.dead_letter_count,
-                "reasons": dict(sorted(self.dead_letter_reasons.items())),
-                "first": list(self.dead_letters_listed)}
+    def dead_letter_summary(self) -> DeadLetters:
+        return DeadLetters(count=self.dead_letter_count, reasons=dict(sorted(self.dead_letter_reasons.items())),
+                           first=list(self.dead_letters_listed))
 
 
 def _require(record: dict[str, Any], *names: str) -> None:
@@ -336,6 +341,26 @@ class InvariantResult:
                    violations=[Violation.from_dict(v) for v in data.get("violations", [])])
 
 
+@dataclass(frozen=True)
+class DeadLetters:
+    """A result's `dead_letters`: how many messages the app parked, per reason, and
+    the first ones as the export has them."""
+
+    count: int = 0
+    reasons: dict[str, int] = field(default_factory=dict)
+    first: list[dict[str, Any]] = field(default_factory=list)
+
+    @classmethod
+    def from_json(cls, data: Any) -> DeadLetters:
+        if not isinstance(data, dict):
+            return cls()
+        return cls(count=int(data.get("count") or 0), reasons=dict(data.get("reasons") or {}),
+                   first=[entry for entry in data.get("first") or [] if isinstance(entry, dict)])
+
+    def to_json(self) -> dict[str, Any]:
+        return {"count": self.count, "reasons": dict(self.reasons), "first": list(self.first)}
+
+
 @dataclass
 class CheckResult:
     """A run's verdict (`pass` / `fail` / `inconclusive`) with everything it rests on.
@@ -360,9 +385,9 @@ class CheckResult:
     paths: dict[str, int] = field(default_factory=dict)
     promised_paths: list[str] = field(default_factory=list)
     min_acknowledged: int = DEFAULT_MIN_ACKNOWLEDGED
-    dead_letters: dict[str, Any] = field(default_factory=lambda: {"count": 0, "reasons": {}, "first": []})
+    dead_letters: DeadLetters = field(default_factory=DeadLetters)
     # interrupted.json's marker when the run was stopped before its end (harness.run.rundir)
-    interrupted: dict[str, Any] | None = None
+    interrupted: Interruption | None = None
 
     def __post_init__(self) -> None:
         # A result built the old way (valid only) still has a verdict.
@@ -386,10 +411,10 @@ class CheckResult:
                 "unsafe_disable": list(self.unsafe_disable),
                 "promised_paths": list(self.promised_paths), "min_acknowledged": self.min_acknowledged,
                 "invariants": [result.to_dict() for result in self.invariants],
-                "paths": self.paths, "dead_letters": self.dead_letters,
+                "paths": self.paths, "dead_letters": self.dead_letters.to_json(),
                 "outcomes": self.outcomes, "jepsen": self.jepsen, "layers": self.layers,
                 "duplicates": self.duplicates, "counts": self.counts,
-                **({"interrupted": self.interrupted} if self.interrupted is not None else {})}
+                **({"interrupted": self.interrupted.to_json()} if self.interrupted is not None else {})}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> CheckResult:
@@ -404,8 +429,9 @@ class CheckResult:
                    inconclusive_reasons=list(data.get("inconclusive_reasons", [])),
                    paths=data.get("paths", {}), promised_paths=list(data.get("promised_paths", [])),
                    min_acknowledged=int(data.get("min_acknowledged", DEFAULT_MIN_ACKNOWLEDGED)),
-                   dead_letters=data.get("dead_letters") or {"count": 0, "reasons": {}, "first": []},
-                   interrupted=data.get("interrupted") if isinstance(data.get("interrupted"), dict) else None)
+                   dead_letters=DeadLetters.from_json(data.get("dead_letters")),
+                   interrupted=Interruption.from_json(interrupted) if isinstance(
+                       interrupted := data.get("interrupted"), dict) else None)
 
 
 def read_pairs(paths: Iterable[Path]) -> Iterator[tuple[dict[str, Any], dict[str, Any]]]:

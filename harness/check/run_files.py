@@ -40,6 +40,31 @@ class RunScope:
         return data
 
 
+@dataclass(frozen=True)
+class Interruption:
+    """interrupted.json: a run stopped before its end (written by
+    `harness.stack.registry.mark_interrupted`); a result of such a run carries it."""
+
+    signal: str | None = None  # SIGTERM, SIGINT, ...; None when killed (the lifeline marked it)
+    phase: str | None = None  # how far the run got: stack start, load or drain, check
+    at: float | None = None
+    by: str | None = None  # harness | lifeline
+    checkable: bool = False  # the export was saved: the recorded part can be judged
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Interruption:
+        def text(key: str) -> str | None:
+            value = data.get(key)
+            return value if isinstance(value, str) else None
+        at = data.get("at")
+        return cls(signal=text("signal"), phase=text("phase"), by=text("by"),
+                   at=float(at) if isinstance(at, (int, float)) else None, checkable=data.get("checkable") is True)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"interrupted": True, "signal": self.signal, "phase": self.phase, "at": self.at, "by": self.by,
+                "checkable": self.checkable}
+
+
 # settings.json keys RunSettings reads into fields; any other key is kept in `extra`.
 _KNOWN = frozenset({"run_id", "scenario", "mode", "whole_state", "unsafe_disable", "users", "seed",
                     "duration", "promised_paths", "min_acknowledged", "plan", "spec", "stack",

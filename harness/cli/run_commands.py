@@ -166,7 +166,7 @@ def run_document(command: str, outcome: RunOutcome) -> RunDocument:
         run_dir=str(outcome.run_dir), scenario=check.scenario or None,
         unsafe_disable=list(check.unsafe_disable), invariants=invariants,
         inconclusive_reasons=list(check.inconclusive_reasons),
-        interrupted=dict(check.interrupted) if check.interrupted else None,
+        interrupted=check.interrupted.to_json() if check.interrupted else None,
         reports=_report_paths(RunDir(Path(outcome.run_dir))), summary=outcome.summary,
     )
 

@@ -99,8 +99,8 @@ def summary_line(result: CheckResult, report_html: Path) -> str:
     interrupted = result.interrupted
     if interrupted is not None:
         # A partial run: whatever the invariants say, it is not a verdict on the app.
-        return (f"INTERRUPTED ({interrupted.get('signal') or 'killed'} during "
-                f"{interrupted.get('phase') or 'the run'}): the recorded part "
+        return (f"INTERRUPTED ({interrupted.signal or 'killed'} during "
+                f"{interrupted.phase or 'the run'}): the recorded part "
                 f"{'held every invariant' if not failed else 'violated ' + ', '.join(i.name for i in failed)}"
                 f" — report: {report_html}")
     if result.verdict == "inconclusive" and not failed:
@@ -171,8 +171,8 @@ def _verdict(result: CheckResult, settings: RunSettings | None, duration: float,
             headline += ": " + ", ".join(inv.name for inv in failed)
     interrupted = result.interrupted
     if interrupted is not None:
-        headline = (f"INTERRUPTED by {interrupted.get('signal') or 'a kill'} during "
-                    f"{interrupted.get('phase') or 'the run'}; this judges only what was "
+        headline = (f"INTERRUPTED by {interrupted.signal or 'a kill'} during "
+                    f"{interrupted.phase or 'the run'}; this judges only what was "
                     f"recorded before: {headline}")
     facts: list[tuple[str, str]] = [("scenario", result.scenario or "–")]
     if result.unsafe_disable:
@@ -315,8 +315,7 @@ def _paths(result: CheckResult) -> str:
 
 def _dead_letters(result: CheckResult) -> str:
     dead = result.dead_letters
-    reasons = dead.get("reasons") or {}
-    listed = dead.get("first") or []
+    reasons, listed = dead.reasons, dead.first
     if not reasons and not listed:
         return "<h2>Dead letters</h2><p class='note'>none</p>"
     reason_rows = "".join(f"<tr><td>{escape(str(reason))}</td><td class='num'>{escape(_count(n))}</td></tr>"

@@ -19,7 +19,7 @@ from typing import Any
 import orjson
 
 from harness import names
-from harness.check.run_files import RunFileError, RunScope, RunSettings
+from harness.check.run_files import Interruption, RunFileError, RunScope, RunSettings
 from harness.history import history_files
 
 SETTINGS_FILE = names.SETTINGS_FILE  # and the registry, when it marks a run interrupted
@@ -222,13 +222,13 @@ class RunDir:
         """A report file of this run, written whole (no reader sees half of it)."""
         _write_atomic(path, text.encode("utf-8", "replace"))
 
-    def interrupted_marker(self) -> dict[str, Any] | None:
+    def interrupted_marker(self) -> Interruption | None:
         """interrupted.json (written by harness.stack.registry when a run was stopped)."""
         try:
             data = orjson.loads(self.interrupted.read_bytes())
         except (OSError, orjson.JSONDecodeError):
             return None
-        return data if isinstance(data, dict) else None
+        return Interruption.from_json(data) if isinstance(data, dict) else None
 
     # -- cleanup failures ----------------------------------------------------------------
 

@@ -224,10 +224,10 @@ def test_dead_letters_that_park_nothing_pass_and_are_listed() -> None:
     result = run.check()
     assert result.verdict == "pass", result.to_dict()
     assert result.invariant("no_parked_payment").checked == 1
-    assert result.dead_letters["count"] == 3
-    assert result.dead_letters["reasons"] == {"handler failed 5 times": 1, "no message_id": 1,
+    assert result.dead_letters.count == 3
+    assert result.dead_letters.reasons == {"handler failed 5 times": 1, "no message_id": 1,
                                               "unknown": 1}
-    assert [line["message_id"] for line in result.dead_letters["first"]] == ["m1", "junk", "m-old"]
+    assert [line["message_id"] for line in result.dead_letters.first] == ["m1", "junk", "m-old"]
     assert result.paths["dead_letter"] == 3
 
 

@@ -213,7 +213,7 @@ def test_the_model_exercises_what_the_new_invariants_judge() -> None:
     assert {name for name, count in result.paths.items() if count} == {
         "fingerprint_refusal", "amount_refusal", "signature_refusal", "tenant_refusal", "dead_letter"}
     assert result.invariant("final_reads_agree").checked == 4
-    assert result.dead_letters["reasons"] == {"no message_id": 1}
+    assert result.dead_letters.reasons == {"no message_id": 1}
 
 
 # Fields a completion record carries (docs/internals.md); the rest is the invoke's.

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import orjson
 import pytest
 from checker_builders import Run
 
-from harness.check.checker import VIOLATION_CAP, CheckerError, CheckResult, check
+from harness.check.checker import VIOLATION_CAP, CheckerError, CheckResult, DeadLetters, check
 from harness.check.invariants import INVARIANT_NAMES
+from harness.run.rundir import RunDir
+from harness.stack import registry
 
 
 def lost_payment_run() -> Run:
@@ -165,3 +170,19 @@ def test_a_history_dependent_violation_reads_the_history_again_for_evidence() ->
     assert result.failed == ["no_lost_acknowledgement"]
     assert history.reads == 2
     assert result.invariant("no_lost_acknowledgement").violations[0].evidence["operations"]
+
+
+def test_an_interrupted_result_with_dead_letters_reads_back_as_written(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    registry.mark_interrupted(run_dir, signal_name="SIGTERM", by="harness", phase="load or drain")
+    marker = json.loads((run_dir / "interrupted.json").read_text())
+    result = CheckResult(valid=True, invariants=[], interrupted=RunDir(run_dir).interrupted_marker(),
+                         dead_letters=DeadLetters(count=2, reasons={"no message_id": 2},
+                                                  first=[{"kind": "dead_letter", "message_id": None}]))
+    assert result.interrupted is not None and result.interrupted.signal == "SIGTERM"
+    data = result.to_dict()
+    assert data["interrupted"] == marker  # result.json carries the registry's marker unchanged
+    assert data["dead_letters"] == {"count": 2, "reasons": {"no message_id": 2},
+                                    "first": [{"kind": "dead_letter", "message_id": None}]}
+    assert CheckResult.from_dict(json.loads(json.dumps(data))) == result
