@@ -258,7 +258,7 @@ def _load_process(spec: RunSpec, info: StackInfo, run_dir: RunDir, guard: RunGua
     if spec.scale_workers:
         from harness.stack.compose import ComposeLocust
 
-        return ComposeLocust(state=info, scenario=spec.scenario, users=spec.users,
+        return ComposeLocust(info=info, scenario=spec.scenario, users=spec.users,
                              spawn_rate=spec.spawn_rate or float(spec.users), duration=spec.duration,
                              workers=spec.scale_workers, run_dir=run_dir.path, seed=spec.seed, guard=guard)
     return LocustProcess(

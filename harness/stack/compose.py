@@ -40,6 +40,7 @@ from harness.names import (
     ENV_APP_STREAM,
     ENV_APP_WEBHOOK_SECRET,
     ENV_SEED,
+    HISTORIES_DIR,
 )
 from harness.nemesis.stack_proxies import FaultRecorder, StackNemesis, stack_nemesis
 from harness.nemesis.toxiproxy_client import Nemesis, NemesisError
@@ -314,12 +315,11 @@ class ComposeLocust(ProcessHandle):
     the caller's uid (HARNESS_UID/HARNESS_GID) so those files are the caller's.
     """
 
-    def __init__(self, *, state: StackInfo, scenario: str, users: int, spawn_rate: float,
+    def __init__(self, *, info: StackInfo, scenario: str, users: int, spawn_rate: float,
                  duration: float, workers: int, run_dir: Path, seed: int,
                  stop_timeout: float = 3.0, guard: ProcessGuard | None = None,
                  environ: Mapping[str, str] | None = None) -> None:
         super().__init__()
-        info = state
         if info.mode != "compose" or info.compose_file is None:
             raise StackError("--scale-workers needs a compose stack (`--compose`, or `harness up --compose`)")
         if workers < 1:
@@ -372,7 +372,7 @@ class ComposeLocust(ProcessHandle):
     def start(self, *, master_timeout: float = 60.0) -> None:
         # Made here, as the caller, so the bind mounts are the caller's directories
         # (docker would create missing ones as root).
-        for sub in ("histories", "locust"):
+        for sub in (HISTORIES_DIR, "locust"):
             (self.run_dir / sub).mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "ab") as log:
             self._process = subprocess.Popen(

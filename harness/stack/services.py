@@ -63,8 +63,6 @@ def spawn(argv: list[str], *, env: Mapping[str, str], log_path: Path,
         )
 
 
-
-
 def signal_group(pgid: int, signum: int) -> bool:
     """Signal a whole process group; False when the group no longer exists."""
     try:
@@ -72,8 +70,6 @@ def signal_group(pgid: int, signum: int) -> bool:
     except ProcessLookupError:
         return False
     return True
-
-
 
 
 def process_marked(pid: int, root: str) -> bool:

@@ -214,7 +214,7 @@ def test_compose_locust_runs_the_master_then_the_workers_into_the_run_directory(
     log = stand_in_docker(tmp_path, monkeypatch, FAKE_LOCUST_DOCKER)
     state = sample_info(mode="compose", compose_file=str(COMPOSE_FILE), project=PROJECT, webhook_secret="s3cret")
     run_dir = tmp_path / "runs" / "r1"
-    locust = ComposeLocust(state=state, scenario="mixed", users=12, spawn_rate=6.0, duration=4.2,
+    locust = ComposeLocust(info=state, scenario="mixed", users=12, spawn_rate=6.0, duration=4.2,
                            workers=3, run_dir=run_dir, seed=11)
     locust.start()
     assert locust.finished(timeout=30.0) and locust.returncode == 0
@@ -254,7 +254,7 @@ def test_scale_workers_needs_a_compose_stack(tmp_path: Path) -> None:
         RunSpec(scenario="mixed", scale_workers=2).validate()
     RunSpec(scenario="mixed", scale_workers=2, compose=True).validate()
     with pytest.raises(HarnessError, match="compose stack"):
-        ComposeLocust(state=sample_info(), scenario="mixed", users=1, spawn_rate=1, duration=1,
+        ComposeLocust(info=sample_info(), scenario="mixed", users=1, spawn_rate=1, duration=1,
                       workers=2, run_dir=tmp_path, seed=0)
     from harness.cli.main import build_parser
     args = build_parser().parse_args(["run", "mixed", "--compose", "--scale-workers", "4"])
