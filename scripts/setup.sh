@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Installs what the harness needs on a fresh Debian/Ubuntu machine, and nothing
-# that is already there: redis-server and chromium (for the web UI test) from the
-# distribution's packages, and this project with its dev extra in ./.venv.
+# that is already there: redis-server, chromium (for the web UI test), postgresql,
+# rabbitmq-server and nats-server (servers the probe's tests start on their own
+# ports) from the distribution's packages, and this project with its dev extra in
+# ./.venv.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -12,30 +14,41 @@ as_root() {
     if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi
 }
 
-if ! command -v redis-server >/dev/null 2>&1; then
-    if command -v apt-get >/dev/null 2>&1; then
-        echo "setup: installing redis-server from Debian's packages" >&2
-        as_root apt-get update -qq
-        as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null
-        # Debian's package starts a system-wide instance; the harness runs its own.
-        as_root service redis-server stop >/dev/null 2>&1 || true
-    else
-        echo "setup: redis-server is missing and apt-get is not available; install Redis 7 yourself" >&2
+# Installs Debian package $1 when command $2 (a name on PATH or an absolute path) is
+# missing. Debian's server packages start a system-wide service on install: stop it
+# (service $3, when given), since the harness and its tests run their own instances.
+install_missing() {
+    local package=$1 command=$2 service=${3:-}
+    if command -v "$command" >/dev/null 2>&1 || [ -x "$command" ]; then
+        return 0
+    fi
+    if ! command -v apt-get >/dev/null 2>&1; then
+        echo "setup: $package is missing and apt-get is not available; install $package yourself" >&2
         exit 2
     fi
-fi
+    echo "setup: installing $package from Debian's packages" >&2
+    if [ -z "${APT_UPDATED:-}" ]; then
+        as_root apt-get update -qq
+        APT_UPDATED=1
+    fi
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$package" >/dev/null
+    if [ -n "$service" ]; then
+        as_root service "$service" stop >/dev/null 2>&1 || true
+    fi
+}
 
+install_missing redis-server redis-server redis-server
 # The web UI test drives a real headless Chromium: Debian's, never a browser that
 # Playwright would download.
-if ! command -v chromium >/dev/null 2>&1; then
-    if command -v apt-get >/dev/null 2>&1; then
-        echo "setup: installing chromium from Debian's packages" >&2
-        as_root apt-get update -qq
-        as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
-    else
-        echo "setup: chromium is missing and apt-get is not available; install Chromium yourself" >&2
-        exit 2
-    fi
+install_missing chromium chromium
+# The probe's tests run real servers of their own: PostgreSQL clusters (initdb),
+# RabbitMQ nodes and NATS JetStream servers on free loopback ports.
+install_missing postgresql /usr/lib/postgresql/15/bin/initdb postgresql
+install_missing rabbitmq-server /usr/lib/rabbitmq/bin/rabbitmq-server rabbitmq-server
+install_missing nats-server nats-server
+# RabbitMQ's package also leaves Erlang's port mapper running; the tests start their own.
+if [ -n "${APT_UPDATED:-}" ]; then
+    as_root pkill -x epmd >/dev/null 2>&1 || true
 fi
 
 if [ ! -x "$VENV/bin/python" ]; then
