@@ -5,7 +5,8 @@ asks for `redis_url` gets its own logical database, flushed before use. Tests th
 need an HTTP service of their own (the target app, an example) start it with
 `http_services` (tests/support/services.py), which stops it after the test. Tests
 that need a running embedded Toxiproxy ask for `embedded_toxiproxy`
-(tests/support/toxiproxy.py).
+(tests/support/toxiproxy.py); a real PostgreSQL, `postgres_server` / `postgres_db`
+(tests/support/postgres.py).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from harness.stack.redis_server import INSTALL_HINT, RedisServer
 from tests.support.services import READY_TIMEOUT, HttpService, http_service
 
 # Fixtures that live in tests/support, offered to every test package.
-pytest_plugins = ["tests.support.toxiproxy"]
+pytest_plugins = ["tests.support.toxiproxy", "tests.support.postgres"]
 
 
 @pytest.fixture(scope="session")
