@@ -4,7 +4,9 @@ the checker counts, and which paths each scenario promises to exercise.
 
 The harness keeps its own copy of the control names rather than importing the
 target app (it must be able to judge a service it does not import); a test checks
-that this list and the app's `UNSAFE_LAYERS` agree.
+that this list and the app's `UNSAFE_LAYERS` agree. Likewise for the crash points
+(`CRASH_POINTS`, the app's `target_app.crashpoints.POINTS`): a point is armed by
+name through the app's internal endpoints (docs/target-app.md, "Crash points").
 """
 
 from __future__ import annotations
@@ -26,6 +28,43 @@ MUTANT_RULES: dict[str, str] = {
     "inbox-dead-letter": "crashes and transient errors never dead-letter a valid payment",
 }
 MUTANTS = tuple(MUTANT_RULES)
+
+# Every crash point of the target app: name -> (layer, process). The layer is the
+# app's (api, domain, webhook, message), the process the one the point fires in
+# (`app`: a gunicorn worker; `consumer`: a stream consumer). docs/target-app.md says
+# what state a crash at each one leaves.
+CRASH_POINTS: dict[str, tuple[str, str]] = {
+    "api.after_claim": ("api", "app"),
+    "api.after_domain": ("api", "app"),
+    "api.after_store": ("api", "app"),
+    "domain.after_create": ("domain", "app"),
+    "domain.after_guard": ("domain", "app"),
+    "webhook.after_verify": ("webhook", "app"),
+    "webhook.after_apply": ("webhook", "app"),
+    "consumer.after_read": ("message", "consumer"),
+    "consumer.after_reclaim": ("message", "consumer"),
+    "consumer.after_effect": ("message", "consumer"),
+    "consumer.after_inbox_mark": ("message", "consumer"),
+    "consumer.after_ack": ("message", "consumer"),
+}
+
+# For each negative control whose rule a failure between two steps breaks: the crash
+# points that, armed (probability 0.3-0.5) with the action CONTROL_CRASH_ACTIONS
+# names (`crash` unless it names another), make its violation happen on every run.
+CONTROL_CRASH_POINTS: dict[str, tuple[str, ...]] = {
+    "inbox-nonatomic": ("consumer.after_effect",),
+    "inbox-dead-letter": ("consumer.after_read",),
+    "consumer-ack-early": ("consumer.after_ack",),
+    "domain-nonatomic": ("domain.after_guard",),
+    "recovery-nonatomic": ("domain.after_create",),
+}
+# The action for a control's points when it is not `crash`: a crash after the order
+# script leaves its key in flight until the lease ends, later than any retry of the
+# load, while a transient error (503) releases the key and the client's retry re-runs
+# the handler at once.
+CONTROL_CRASH_ACTIONS: dict[str, str] = {
+    "recovery-nonatomic": "error",
+}
 
 # Every protective path the checker counts, from the app's counters and the history.
 PATHS = (
