@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import random
 import re
-import uuid
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -43,6 +42,8 @@ import yaml
 from harness.bundled import plan_path
 from harness.errors import HarnessError
 from harness.fieldcheck import FieldChecker
+from harness.generators import is_generated as _mutable_field
+from harness.generators import render_body as render_body  # moved to a leaf; users.py imports it from here
 
 METHODS = ("POST", "PUT", "PATCH", "DELETE")
 # Default expected answers per profile. The IETF draft's Error Scenarios give 400 for
@@ -56,7 +57,6 @@ PROFILES: dict[str, dict[str, int]] = {
 MIX_KINDS = ("double_click", "replay", "payload_mismatch", "missing_key", "impatient")
 DEFAULT_MIX = {"double_click": 0.35, "replay": 0.3, "payload_mismatch": 0.3, "missing_key": 0.1,
                "impatient": 0.15}
-_GENERATOR = re.compile(r"^\{(uuid|key|int:(-?\d+)-(-?\d+)|choice:([^{}]+))\}$")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 _HOST_PORT = re.compile(r"^(?P<host>[A-Za-z0-9.-]+|\[[0-9a-fA-F:]+\]):(?P<port>\d{1,5})$")
 
@@ -335,14 +335,6 @@ def _parse_load(where: _Where, raw: Any) -> LoadSpec:
                     spawn_rate=float(spawn_rate), mix=mix)
 
 
-def _mutable_field(body: Any) -> bool:
-    if isinstance(body, dict):
-        return any(_mutable_field(value) for value in body.values())
-    if isinstance(body, list):
-        return any(_mutable_field(value) for value in body)
-    return isinstance(body, str) and bool(_GENERATOR.match(body)) and body != "{key}"
-
-
 class _Where(FieldChecker):
     """Field checks that raise ProbeConfigError with the source and the field's path."""
 
@@ -378,32 +370,6 @@ class _Where(FieldChecker):
 
 
 # --- body templates --------------------------------------------------------------------
-
-def render_body(template: Any, rng: random.Random, *, key: str | None) -> Any:
-    """A concrete body from a template: every generator replaced by a fresh value."""
-    if isinstance(template, dict):
-        return {name: render_body(value, rng, key=key) for name, value in template.items()}
-    if isinstance(template, list):
-        return [render_body(value, rng, key=key) for value in template]
-    if not isinstance(template, str):
-        return template
-    match = _GENERATOR.match(template)
-    if match is not None:
-        kind = match.group(1)
-        if kind == "uuid":
-            return str(uuid.UUID(int=rng.getrandbits(128), version=4))
-        if kind == "key":
-            return key or ""
-        if kind.startswith("int:"):
-            low, high = int(match.group(2)), int(match.group(3))
-            return rng.randint(min(low, high), max(low, high))
-        return rng.choice(match.group(4).split("|"))
-    if "{uuid}" in template:
-        template = template.replace("{uuid}", str(uuid.UUID(int=rng.getrandbits(128), version=4)))
-    if "{key}" in template:
-        template = template.replace("{key}", key or "")
-    return template
-
 
 def mutate_body(template: Any, body: Any, endpoint: Endpoint, rng: random.Random) -> Any:
     """`body` with one field changed: the payload of a key-reuse-with-another-body.
