@@ -56,6 +56,7 @@ from harness.stack.info import (
     remove_state,
     write_info,
 )
+from harness.stack.private_files import private_dir
 from harness.stack.protocol import ServiceStatus
 from harness.stack.settings import StackSettings
 
@@ -282,7 +283,7 @@ def start_compose_stack(settings: StackSettings) -> ComposeStack:
         compose_file=str(layout.file), project=PROJECT, health_timeout=settings.health_timeout,
         services=services,
     )
-    root.mkdir(parents=True, exist_ok=True)
+    private_dir(root)  # 0700: state.json holds the secrets
     write_info(root, info)
     registry.register_stack(root, owner=settings.owner, mode="compose")
     return ComposeStack(root, info)

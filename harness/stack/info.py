@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
@@ -27,6 +26,7 @@ from typing import Final, TypeVar
 
 from harness import names
 from harness.errors import HarnessError
+from harness.stack.private_files import write_private
 
 STATE_FILE: Final = names.STATE_FILE
 MODES: Final = ("local", "compose")
@@ -233,11 +233,9 @@ class StackInfo:
 
 
 def write_info(root: Path, info: StackInfo) -> None:
-    """Write ROOT/state.json atomically (a reader never sees half a file)."""
-    path = Path(root) / STATE_FILE
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(info.to_json(), indent=2) + "\n")
-    os.replace(tmp, path)
+    """Write ROOT/state.json atomically (a reader never sees half a file), mode 0600:
+    it holds the webhook secret and the internal token."""
+    write_private(Path(root) / STATE_FILE, json.dumps(info.to_json(), indent=2) + "\n")
 
 
 def read_info(root: Path) -> StackInfo | None:

@@ -44,6 +44,7 @@ from harness.stack.info import (
     read_info,
     remove_state,
 )
+from harness.stack.private_files import private_dir
 from harness.stack.protocol import ServiceStatus, Stack
 from harness.stack.settings import (
     DEFAULT_APP_ENV,
@@ -51,6 +52,7 @@ from harness.stack.settings import (
     SETTINGS_FILE,
     StackSettings,
     read_settings,
+    secret_environment,
     target_app_env,
     write_settings,
 )
@@ -254,10 +256,12 @@ def start_local_stack(settings: StackSettings, *, lifeline: HasReadFd | None = N
     if running is not None:
         raise StackAlreadyRunning(f"a stack is already running in {root} (app_url {running.info.app_url})")
     _reclaim_quietly(settings.toxiproxy_url)
+    private_dir(root)  # 0700: state.json and the logs inside are the owner's only
     (root / "logs").mkdir(parents=True, exist_ok=True)
     write_settings(settings)
     log_path = root / "logs" / SUPERVISOR_LOG
     env = dict(os.environ)
+    env.update(secret_environment(settings))  # kept out of stack-settings.json
     env[svc.STACK_MARKER_VAR] = str(root)
     env[registry.REGISTRY_ENV] = str(registry.registry_dir())  # the supervisor unregisters itself
     argv = [sys.executable, "-m", "harness.stack.supervisor", "--root", str(root)]

@@ -15,7 +15,8 @@ holds the `harness` package) with two kinds of small JSON files:
   Toxiproxy refuses to undo (an answer other than success or 404) is one of
   reclaim's lines and the lease stays for the next try.
 
-Writes are atomic (temp file + rename), so a reader never sees half a record.
+Writes are atomic (temp file + rename), so a reader never sees half a record, and
+private: folders 0700, files 0600 (harness.stack.private_files).
 """
 
 from __future__ import annotations
@@ -24,7 +25,6 @@ import hashlib
 import json
 import os
 import signal
-import threading
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -38,6 +38,7 @@ from harness.names import DEFAULT_STACK_ROOT, EXPORT_FILE, INTERRUPTED_FILE, RES
 from harness.process_handle import group_alive, proc_stat_fields
 from harness.stack import control
 from harness.stack.info import StackError, read_info
+from harness.stack.private_files import private_dir, write_private
 
 REGISTRY_ENV = "HARNESS_REGISTRY"
 HTTP_TIMEOUT = 2.0
@@ -65,10 +66,10 @@ def digest(text: str) -> str:
 
 
 def _write_json(path: Path, data: Mapping[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-    tmp.write_text(json.dumps(data, indent=2) + "\n")
-    os.replace(tmp, path)
+    # Owner-only (0700 folders, 0600 files): a lease names the processes and faults a harness owns.
+    private_dir(registry_dir())
+    private_dir(path.parent)
+    write_private(path, json.dumps(data, indent=2) + "\n")
 
 
 def _read_json(path: Path) -> dict[str, Any] | None:

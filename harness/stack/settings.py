@@ -4,21 +4,31 @@
 reads them back, so the one process that owns the services starts them exactly as
 asked. A compose stack takes the same settings (`compose`, `compose_file`). Bad
 settings fail here, in the caller, with a one-line `StackError`.
+
+The file never holds a secret: a webhook secret or internal token given in `env`
+(`TARGET_APP_WEBHOOK_SECRET`, `TARGET_APP_INTERNAL_TOKEN`) is left out of it and
+reaches the supervisor in its own environment (`secret_environment`, one variable,
+`HARNESS_STACK_SECRETS`), which `read_settings` merges back. A run's own stack lives in
+its run directory, and a run directory holds neither secret. The file is 0600 all the same.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Final
 
-from harness.names import DEFAULT_STACK_ROOT, ENV_APP_UNSAFE_DISABLE
+from harness.names import DEFAULT_STACK_ROOT, ENV_APP_INTERNAL_TOKEN, ENV_APP_UNSAFE_DISABLE, ENV_APP_WEBHOOK_SECRET
 from harness.stack.info import StackError
+from harness.stack.private_files import write_private
 
 SETTINGS_FILE: Final = "stack-settings.json"
+SECRET_ENV: Final = (ENV_APP_WEBHOOK_SECRET, ENV_APP_INTERNAL_TOKEN)  # never written to SETTINGS_FILE
+SECRETS_VAR: Final = "HARNESS_STACK_SECRETS"  # the supervisor's environment only: JSON of SECRET_ENV
 OWNERS: Final = ("up", "run", "foreground")
 _PREFIX = re.compile(r"^[A-Za-z0-9_.-]{0,40}$")
 
@@ -74,17 +84,29 @@ def unsafe_list(raw: str) -> tuple[str, ...]:
 
 
 def write_settings(settings: StackSettings) -> None:
+    """ROOT/stack-settings.json, without the secrets (`secret_environment` carries them)."""
     data = asdict(settings)
     data["root"] = str(settings.root)
-    data["env"] = dict(settings.env)
+    data["env"] = {key: value for key, value in settings.env.items() if key not in SECRET_ENV}
     data["compose_file"] = str(settings.compose_file) if settings.compose_file else None
-    (settings.root / SETTINGS_FILE).write_text(json.dumps(data, indent=2) + "\n")
+    write_private(settings.root / SETTINGS_FILE, json.dumps(data, indent=2) + "\n")
 
 
-def read_settings(root: Path) -> StackSettings:
+def secret_environment(settings: StackSettings) -> dict[str, str]:
+    """The variable that hands the supervisor the secrets `write_settings` leaves out."""
+    given = {key: settings.env[key] for key in SECRET_ENV if settings.env.get(key)}
+    return {SECRETS_VAR: json.dumps(given)} if given else {}
+
+
+def read_settings(root: Path, environ: Mapping[str, str] | None = None) -> StackSettings:
+    """The settings `write_settings` wrote, with the secrets of `environ` (default: this
+    process's environment, i.e. the supervisor's) merged back into `env`."""
     path = Path(root) / SETTINGS_FILE
+    environ = os.environ if environ is None else environ
     try:
         data = json.loads(path.read_text())
+        given = json.loads(environ.get(SECRETS_VAR) or "{}")
+        data["env"] = {**data["env"], **{key: str(given[key]) for key in SECRET_ENV if key in given}}
         data["root"] = Path(data["root"])
         data["compose_file"] = Path(data["compose_file"]) if data.get("compose_file") else None
         return StackSettings(**data)

@@ -57,7 +57,7 @@ from harness.stack import registry
 from harness.stack import services as svc
 from harness.stack.info import StackInfo, control_socket_path, remove_state, write_info
 from harness.stack.protocol import ServiceStatus
-from harness.stack.settings import DEFAULT_APP_ENV, StackSettings, read_settings
+from harness.stack.settings import DEFAULT_APP_ENV, SECRETS_VAR, StackSettings, read_settings
 
 ACTIONS = ("kill", "start", "pause", "resume", "restart", "status")
 PROXIES = ("app", "redis")
@@ -115,7 +115,7 @@ class Supervisor:
     # --- building the services -------------------------------------------------
 
     def _base_env(self) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("TARGET_APP_")}
+        env = {k: v for k, v in os.environ.items() if not k.startswith("TARGET_APP_") and k != SECRETS_VAR}
         env[svc.STACK_MARKER_VAR] = str(self.root)
         env["PYTHONUNBUFFERED"] = "1"
         return env
