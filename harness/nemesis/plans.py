@@ -293,7 +293,8 @@ def schedule(plan: Plan, duration: float, *, run_seed: int | None = None) -> lis
     runs with different seeds meet different random faults while one (plan, seed)
     pair always gives the same schedule; the explicit windows never move.
     Windows that start at or after the end are dropped; one that would outlast the
-    run is cut at its end, so every fault is healed while the load still runs.
+    run is cut at its end, where `NemesisRunner.start(..., hold_from=duration)` keeps
+    it on until the load has stopped (its users' last retries still meet the fault).
     """
     windows = [w for w in plan.windows]
     if plan.random is not None:

@@ -108,8 +108,8 @@ class NemesisRunner:
         with self._lock:
             return NemesisReport(failures=tuple(self._failures), unhealed=tuple(self._unhealed))
 
-    def start(self, windows: Sequence[FaultWindow]) -> None:
-        self._thread = threading.Thread(target=self.run, args=(list(windows),),
+    def start(self, windows: Sequence[FaultWindow], *, hold_from: float | None = None) -> None:
+        self._thread = threading.Thread(target=self.run, args=(list(windows),), kwargs={"hold_from": hold_from},
                                         name="nemesis-runner", daemon=True)
         self._thread.start()
 
@@ -130,10 +130,15 @@ class NemesisRunner:
         with self._lock:
             return sorted(self._active)
 
-    def run(self, windows: Sequence[FaultWindow]) -> None:
-        """Apply and heal every window in time order; returns when done or stopped."""
+    def run(self, windows: Sequence[FaultWindow], *, hold_from: float | None = None) -> None:
+        """Apply and heal every window in time order; returns when done or stopped.
+
+        A window ending at or after `hold_from` (the load's duration) runs to the end of
+        the load: it is not healed on the clock but stays on until `stop()`, which the
+        runner calls once the load has stopped (its users may still be retrying)."""
+        held = {w.name for w in windows if hold_from is not None and w.end >= hold_from}
         events = sorted(
-            [(w.at, 1, w) for w in windows] + [(w.end, 0, w) for w in windows],
+            [(w.at, 1, w) for w in windows] + [(w.end, 0, w) for w in windows if w.name not in held],
             key=lambda event: (event[0], event[1], event[2].name),
         )
         began = self.clock()
@@ -146,6 +151,8 @@ class NemesisRunner:
                         return
                 elif window.name in self._active:
                     self._heal(window)
+            if held:
+                self._stop.wait()  # the held faults stay on until the load has stopped
         finally:
             for name in self.active():
                 self._heal(self._active[name][0])

@@ -21,6 +21,7 @@ import orjson
 from harness import names
 from harness.check.run_files import Interruption, RunFileError, RunScope, RunSettings
 from harness.history import history_files
+from harness.report.run_facts import LoadWindow, RedisCapture
 
 SETTINGS_FILE = names.SETTINGS_FILE  # and the registry, when it marks a run interrupted
 HISTORIES_DIR = names.HISTORIES_DIR  # the load writes there too (harness.load.transport)
@@ -34,6 +35,8 @@ REPORT_FILE = "report.html"
 INTERRUPTED_FILE = names.INTERRUPTED_FILE
 CLEANUP_FILE = "cleanup_errors.jsonl"
 PLAN_FILE = "plan.yaml"
+LOAD_WINDOW_FILE = "load.json"
+REDIS_FILE = "redis.json"
 LOGS_DIR = "logs"
 LOCUST_DIR = "locust"
 STACK_DIR = "stack"
@@ -133,6 +136,14 @@ class RunDir:
         return self.path / PLAN_FILE
 
     @property
+    def load_window(self) -> Path:
+        return self.path / LOAD_WINDOW_FILE
+
+    @property
+    def redis_capture(self) -> Path:
+        return self.path / REDIS_FILE
+
+    @property
     def logs(self) -> Path:
         return self.path / LOGS_DIR
 
@@ -175,6 +186,25 @@ class RunDir:
         if not isinstance(data, dict):
             raise RunDirError(f"{self.settings} is not a JSON object")
         return RunSettings.from_json(data, default_run_id=self.name)
+
+    # -- load.json and redis.json (harness.report.run_facts) --------------------------------
+
+    def write_load_window(self, window: LoadWindow) -> None:
+        _write_atomic(self.load_window, orjson.dumps(window.to_json(), option=_JSON_OPTIONS))
+
+    def read_load_window(self) -> LoadWindow | None:
+        """load.json as a value; None when there is none or it is not an object (the
+        report is best effort)."""
+        data = _read_object(self.load_window)
+        return LoadWindow.from_json(data) if data is not None else None
+
+    def write_redis_capture(self, capture: RedisCapture) -> None:
+        _write_atomic(self.redis_capture, orjson.dumps(capture.to_json(), option=_JSON_OPTIONS))
+
+    def read_redis_capture(self) -> RedisCapture | None:
+        """redis.json as a value; None when there is none or it is not an object."""
+        data = _read_object(self.redis_capture)
+        return RedisCapture.from_json(data) if data is not None else None
 
     # -- the fault log -------------------------------------------------------------------
 
@@ -276,6 +306,14 @@ def _read_ndjson(path: Path, what: str) -> Iterator[dict[str, Any]]:
             if type(record) is not dict:
                 raise RunDirError(f"{path}:{number}: {what} line is not an object")
             yield record
+
+
+def _read_object(path: Path) -> dict[str, Any] | None:
+    try:
+        data = orjson.loads(path.read_bytes())
+    except (OSError, orjson.JSONDecodeError):
+        return None
+    return data if isinstance(data, dict) else None
 
 
 def _write_atomic(path: Path, data: bytes) -> None:

@@ -1,8 +1,15 @@
 """`harness run`: the whole run order, like Jepsen's `run!`.
 
-start (or attach to) the stack → reset faults → load and nemesis side by side →
-heal every fault → let the consumers drain (bounded) → export state → check →
-report → stop the stack this run started.
+start (or attach to) the stack → reset faults → read Redis's settings → load and
+nemesis side by side → the load stops → heal every fault → let the consumers drain
+(bounded) → export state → read Redis's settings again → check → report → stop the
+stack this run started.
+
+A fault that runs to the end of the load stays on until the Locust process has
+exited (`drive_load`): healed at the run's duration, it would let the users'
+last retries be answered and a run whose load window acknowledged nothing PASS.
+When the load began, stopped and the faults were healed is kept in load.json, the
+Redis readings in redis.json (harness.report.run_facts), for the report.
 
 Cleanup is unconditional: each step that undoes something (stop the load, stop the
 nemesis, heal the faults, resume paused consumers, copy the logs, stop a stack the
@@ -23,9 +30,9 @@ import os
 import shutil
 import sys
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol, TextIO
 
@@ -38,12 +45,14 @@ from harness.history import LOAD_STARTED
 from harness.load.locust_process import LocustProcess, locustfile_for, parse_master_address
 from harness.load.settings import load_environment
 from harness.names import DEFAULT_STACK_ROOT, ENV_APP_UNSAFE_DISABLE
-from harness.nemesis.plans import NemesisRunner, Plan, load_plan, schedule
+from harness.nemesis.plans import FaultWindow, NemesisRunner, Plan, load_plan, schedule
 from harness.nemesis.toxiproxy_client import NemesisError
+from harness.report.run_facts import LoadWindow, RedisCapture
 from harness.report.run_report import summary_line, write_reports
 from harness.run.cleanup import Cleanup, HealFailed
 from harness.run.drain import export_state, wait_for_drain
 from harness.run.progress import ProgressLine
+from harness.run.redis_capture import read_redis_settings
 from harness.run.rundir import RunDir, RunScope, RunSettings
 from harness.stack.info import StackInfo
 from harness.stack.lifeline import RunGuard
@@ -56,6 +65,9 @@ from harness.stack.local import (
 )
 from harness.stack.protocol import Stack
 
+# A window ending this close to the run's duration runs to the end of the load: the
+# schedule cuts a longer one at the duration, rounded to the millisecond.
+HOLD_TOLERANCE = 0.01
 # After the drain, a request that a client gave up on may still be finishing in the
 # app; this long a pause lets it land before the state is read.
 SETTLE_SECONDS = 0.5
@@ -218,17 +230,14 @@ def _run_in(spec: RunSpec, run_dir: RunDir, plan: Plan | None, guard: RunGuard, 
 
         nemesis = stack.nemesis(recorder=guard)  # this stack's proxies; faults on the guard's lease
         heal_everything(nemesis, stack)
+        capture = RedisCapture(before=read_redis_settings(info.redis_url))
+        run_dir.write_redis_capture(capture)
         windows = schedule(plan, spec.duration, run_seed=spec.seed) if plan is not None else []
         runner = NemesisRunner(nemesis, guard.processes_of(stack), run_dir.faults)
         locust = _load_process(spec, info, run_dir, guard)
         progress = ProgressLine(run_dir.histories, out=out, enabled=spec.progress)
-        with ExitStack() as load:
-            # Undone in reverse: stop the load, stop the nemesis, then heal what is left.
-            load.callback(cleanup.step("heal every fault", lambda: heal_everything(nemesis, stack)))
-            load.callback(cleanup.step("stop the nemesis", runner.stop))
-            # Before start: a load that started half-way (a master without its workers) stops too.
-            load.callback(cleanup.step("stop the load", locust.stop))
-            locust.start()
+
+        def wait_for_workers() -> None:
             if spec.remote_workers and isinstance(locust, LocustProcess) and locust.master_bind is not None:
                 # The plan's clock starts with the load, once every worker joined.
                 host, port = locust.master_bind
@@ -236,10 +245,11 @@ def _run_in(spec: RunSpec, run_dir: RunDir, plan: Plan | None, guard: RunGuard, 
                       f"harness worker {spec.scenario} --master <this host>:{port} "
                       f"(listening on {host}:{port})", file=out)
                 _wait_for_load(locust, run_dir.histories, spec.workers_wait + 5.0)
-            runner.start(windows)
-            while not locust.finished(timeout=1.0) and runner.failure is None:
-                progress.update(active_faults=runner.active())
-            progress.finish()
+
+        load_window = drive_load(locust, runner, windows, duration=spec.duration, cleanup=cleanup,
+                                 heal=lambda: heal_everything(nemesis, stack), progress=progress,
+                                 before_faults=wait_for_workers)
+        run_dir.write_load_window(load_window)
         nemesis_report = runner.report()
         for failure in nemesis_report.failures:
             if failure.phase == "heal":  # the window's fault outlived it: reported like any heal
@@ -250,8 +260,43 @@ def _run_in(spec: RunSpec, run_dir: RunDir, plan: Plan | None, guard: RunGuard, 
         if locust.returncode not in (0, None):
             raise HarnessError(f"locust exited with {locust.returncode}; see {locust.log_path}")
         collect_state(stack, run_dir, drain_timeout=spec.drain_timeout, cleanup=cleanup)
+        run_dir.write_redis_capture(replace(capture, after=read_redis_settings(info.redis_url)))
     cleanup.raise_if_failed()
     return check_saved_run(run_dir)
+
+
+def drive_load(locust: LoadProcess, runner: NemesisRunner, windows: Sequence[FaultWindow], *,
+               duration: float, cleanup: Cleanup, heal: Callable[[], None],
+               progress: ProgressLine | None = None,
+               before_faults: Callable[[], None] | None = None) -> LoadWindow:
+    """The load and the nemesis side by side, then the heal; when each happened.
+
+    The steps are undone in this order, whatever failed: stop the load, stop the
+    nemesis (which heals what it still holds), heal every fault of the stack. A
+    window that runs to the end of the load (the schedule cut it at `duration`) is
+    not healed on the nemesis's clock, while Locust's users are still finishing
+    their retries, but held until the Locust process has exited: no request is
+    answered after the heal, so the acknowledgements counted are the load window's.
+    """
+    started = stopped = None
+    with ExitStack() as load:
+        load.callback(cleanup.step("heal every fault", heal))
+        load.callback(cleanup.step("stop the nemesis", runner.stop))
+        # Before start: a load that started half-way (a master without its workers) stops too.
+        load.callback(cleanup.step("stop the load", locust.stop))
+        locust.start()
+        if before_faults is not None:
+            before_faults()
+        started = time.time()
+        runner.start(windows, hold_from=max(duration - HOLD_TOLERANCE, 0.0))
+        while not locust.finished(timeout=1.0) and runner.failure is None:
+            if progress is not None:
+                progress.update(active_faults=runner.active())
+        if locust.returncode is not None:
+            stopped = time.time()
+        if progress is not None:
+            progress.finish()
+    return LoadWindow(started=started, stopped=stopped, healed=time.time())
 
 
 def _load_process(spec: RunSpec, info: StackInfo, run_dir: RunDir, guard: RunGuard) -> LoadProcess:
