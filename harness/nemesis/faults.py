@@ -15,26 +15,36 @@ asks "which kind of fault is this?" before acting on it.
   names (`app-latency-downstream`, `pause-consumer-1`, `redis-down`).
 - `fault.record(window)` is its line of `faults.jsonl` without the times
   (`FaultRecord`: the file's format, docs/nemesis.md).
-- `fault.target` is the proxy or service it acts on; `fault.target_type` says which
-  (`proxy` or `service`), and `fault.target_field` where a plan names it, so a plan's
-  targets are checked before any stack starts (harness.nemesis.plans).
+- `fault.target` is the proxy, service or crash point it acts on; `fault.target_type`
+  says which (`proxy`, `service` or `crash_point`), and `fault.target_field` where a
+  plan names it, so a plan's targets are checked before any stack starts
+  (harness.nemesis.plans).
 
-The three types: `ToxicFault` (a Toxiproxy toxic on a proxy), `ProxyDownFault` (a proxy
-disabled: its listener closed, its connections cut) and `ProcessFault` (a service
-killed, paused or restarted). `ProcessAction` is the one list of what can be done to
-a service (by a plan, `harness fault`, the Chaos tab); `FAULT_ACTIONS` are the ones
-a plan may name, each healed by its `heal_action` (a restart heals itself).
-`FaultTargets` bundles where faults go (`NetworkFaults`, `ProcessFaults`), and
-`FaultWindow` is one fault in time (a plan's window, after `schedule`).
+The four types: `ToxicFault` (a Toxiproxy toxic on a proxy), `ProxyDownFault` (a proxy
+disabled: its listener closed, its connections cut), `ProcessFault` (a service
+killed, paused or restarted) and `CrashPointFault` (a named crash point of the app
+armed with an action, harness.nemesis.crash_points; healed by disarming it, and its
+log line counts the hits of its window). `ProcessAction` is the one list of what can
+be done to a service (by a plan, `harness fault`, the Chaos tab); `FAULT_ACTIONS` are
+the ones a plan may name, each healed by its `heal_action` (a restart heals itself).
+`FaultTargets` bundles where faults go (`NetworkFaults`, `ProcessFaults`,
+`CrashPointFaults`), and `FaultWindow` is one fault in time (a plan's window, after
+`schedule`).
 """
 
 from __future__ import annotations
 
+import threading
+import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import ClassVar, Literal, Protocol, TypedDict
+from typing import ClassVar, Literal, NotRequired, Protocol, TypedDict
 
-TargetType = Literal["proxy", "service"]
+from harness.nemesis.crash_points import Arming, CrashPointHit, CrashPointInfo, hits_between
+from harness.nemesis.toxiproxy_client import NemesisError
+
+TargetType = Literal["proxy", "service", "crash_point"]
 
 
 class ProcessAction(StrEnum):
@@ -109,16 +119,34 @@ class ProcessFaults(Protocol):
     def restart(self, service: str) -> None: ...
 
 
+class CrashPointFaults(Protocol):
+    """The crash-point calls faults make (`harness.nemesis.crash_points.CrashPointClient`);
+    `arm` and `disarm` return only once the app reads back as asked, and raise
+    `NemesisError` otherwise."""
+
+    def point(self, name: str) -> CrashPointInfo: ...
+    def arm(self, name: str, arming: Arming) -> CrashPointInfo: ...
+    def disarm(self, name: str) -> CrashPointInfo: ...
+    def hits(self) -> Sequence[CrashPointHit]: ...
+
+
 @dataclass(frozen=True)
 class FaultTargets:
-    """Where faults go: a Toxiproxy (network) and a stack's services (processes)."""
+    """Where faults go: a Toxiproxy (network), a stack's services (processes) and the
+    app's crash points (None where there are none to arm: a crash-point fault fails)."""
 
     network: NetworkFaults
     processes: ProcessFaults
+    crash_points: CrashPointFaults | None = None
 
 
 class FaultRecord(TypedDict):
-    """One fault's line of `faults.jsonl`, before its `start`, `end` and `error`."""
+    """One fault's line of `faults.jsonl`, before its `start`, `end` and `error`.
+
+    A crash-point window's line also has `crash_point` (its name, also `target`),
+    `probability`, `count` and `delay_ms` (`action` is the armed action), and, once
+    healed, `hits` (times the action fired during the window) and `hit_times` (when
+    each fired, unix seconds); both are null when the window never got that far."""
 
     name: str
     kind: str
@@ -128,12 +156,18 @@ class FaultRecord(TypedDict):
     attributes: dict[str, int] | None
     toxicity: float | None
     action: str | None
+    crash_point: NotRequired[str]
+    probability: NotRequired[float]
+    count: NotRequired[int | None]
+    delay_ms: NotRequired[int]
+    hits: NotRequired[int | None]
+    hit_times: NotRequired[list[float] | None]
 
 
 class Fault(Protocol):
     """A fault that applies, heals, describes and records itself (module docstring)."""
 
-    kind: ClassVar[str]  # toxic | proxy_down | process: a plan's key and the log's `kind`
+    kind: ClassVar[str]  # toxic | proxy_down | process | crash_point: a plan's key and the log's `kind`
     target_type: ClassVar[TargetType]
     target_field: ClassVar[str]  # where a plan's window names the target, e.g. `toxic.proxy`
 
@@ -267,6 +301,85 @@ class ProcessFault:
                            attributes=None, toxicity=None, action=self.action.value)
 
 
+@dataclass(frozen=True)
+class _Observed:
+    """What one window of a crash point saw: when it was armed, the point's hit
+    counter then, and at its heal the hits counted and logged in between."""
+
+    armed_at: float
+    hits_before: int
+    hits: int | None = None
+    hit_times: tuple[float, ...] | None = None
+
+
+@dataclass(frozen=True)
+class CrashPointFault:
+    """A crash point of the app armed (`Arming`: action, probability, count, delay),
+    healed by disarming it; both read back. Its log line counts the window's hits."""
+
+    kind: ClassVar[str] = "crash_point"
+    target_type: ClassVar[TargetType] = "crash_point"
+    target_field: ClassVar[str] = "crash_point"
+
+    point: str
+    arming: Arming
+    # Per window (a random nemesis reuses one fault in many): what apply saw, for heal
+    # and record. Not part of the fault's identity.
+    _observed: dict[str, _Observed] = field(default_factory=dict, compare=False, hash=False, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, compare=False, hash=False, repr=False)
+
+    @property
+    def target(self) -> str:
+        return self.point
+
+    def label(self) -> str:
+        return f"{self.point.replace('.', '-')}-{self.arming.action}"
+
+    def describe(self) -> str:
+        return f"{self.arming.describe()} at crash point {self.point}"
+
+    @staticmethod
+    def _client(targets: FaultTargets) -> CrashPointFaults:
+        if targets.crash_points is None:
+            raise NemesisError("no crash points to arm here: the target of this fault is not a stack's app")
+        return targets.crash_points
+
+    def apply(self, targets: FaultTargets, window: str) -> None:
+        client = self._client(targets)
+        armed_at = time.time()
+        before = client.point(self.point).hits
+        client.arm(self.point, self.arming)
+        with self._lock:
+            self._observed[window] = _Observed(armed_at=armed_at, hits_before=before)
+
+    def heal(self, targets: FaultTargets, window: str) -> None:
+        client = self._client(targets)
+        after = client.disarm(self.point)
+        disarmed_at = time.time()
+        with self._lock:
+            seen = self._observed.get(window)
+        if seen is None:
+            return  # not armed by this window (a heal of a window applied elsewhere)
+        try:
+            times = tuple(hit.at for hit in hits_between(client.hits(), self.point, seen.armed_at, disarmed_at))
+        except NemesisError as error:
+            raise NemesisError(f"crash point {self.point} disarmed, but its hits could not be read: {error}") from None
+        with self._lock:
+            self._observed[window] = _Observed(seen.armed_at, seen.hits_before,
+                                               hits=max(0, after.hits - seen.hits_before), hit_times=times)
+
+    def record(self, window: str) -> FaultRecord:
+        with self._lock:
+            seen = self._observed.get(window)
+        record = FaultRecord(name=window, kind=self.kind, target=self.point, type=None, stream=None,
+                             attributes=None, toxicity=None, action=self.arming.action)
+        record["crash_point"] = self.point
+        record["probability"] = self.arming.probability
+        record["count"] = self.arming.count
+        record["delay_ms"] = self.arming.delay_ms
+        record["hits"] = seen.hits if seen is not None else None
+        record["hit_times"] = list(seen.hit_times) if seen is not None and seen.hit_times is not None else None
+        return record
 
 
 @dataclass(frozen=True)

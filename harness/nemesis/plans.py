@@ -42,11 +42,13 @@ from typing import Any
 
 import yaml
 
-from harness.catalog import PATHS
+from harness.catalog import CRASH_POINTS, PATHS
 from harness.errors import HarnessError
 from harness.fieldcheck import FieldChecker
+from harness.nemesis.crash_points import check_arming
 from harness.nemesis.faults import (
     FAULT_ACTIONS,
+    CrashPointFault,
     Fault,
     FaultTargets,
     FaultWindow,
@@ -62,7 +64,7 @@ from harness.nemesis.runner import FaultFailure, NemesisFailed, NemesisReport, N
 from harness.nemesis.toxiproxy_client import NemesisInvalid, validate_toxic
 
 __all__ = [
-    "FAULT_ACTIONS", "MIN_RANDOM_EVERY", "STACK_PROXIES", "STACK_TARGETS", "Fault", "FaultFailure",
+    "FAULT_ACTIONS", "MIN_RANDOM_EVERY", "STACK_PROXIES", "STACK_TARGETS", "CrashPointFault", "Fault", "FaultFailure",
     "FaultTargets", "FaultWindow", "NemesisFailed", "NemesisReport", "NemesisRunner", "NetworkFaults", "Plan",
     "PlanError", "PlanTargets", "ProcessAction", "ProcessFault", "ProcessFaults", "ProxyDownFault",
     "RandomNemesis", "ToxicFault", "check_targets", "load_plan", "parse_plan", "schedule",
@@ -73,7 +75,9 @@ _CONSUMER = re.compile(r"^consumer-[1-9][0-9]*$")
 MIN_RANDOM_EVERY = 0.1
 # The plain names of a stack's proxies (a shared Toxiproxy prefixes the real ones).
 STACK_PROXIES = ("app", "redis")
-_FAULT_KEYS = (ToxicFault.kind, ProcessFault.kind, ProxyDownFault.kind)
+_FAULT_KEYS = (ToxicFault.kind, ProcessFault.kind, ProxyDownFault.kind, CrashPointFault.kind)
+# What a crash point is armed with sits beside its name: {crash_point: NAME, action: crash, ...}.
+_ARMING_KEYS = ("action", "probability", "count", "delay_ms")
 
 
 class PlanError(HarnessError):
@@ -93,21 +97,27 @@ class PlanTargets:
     proxies: tuple[str, ...]
     services: tuple[str, ...]
     any_consumer: bool = False
+    crash_points: tuple[str, ...] = tuple(CRASH_POINTS)  # the target app's (harness.catalog)
 
     @classmethod
     def of_stack(cls, proxies: Iterable[str], services: Iterable[str]) -> PlanTargets:
-        """Exactly the proxies (plain names) and services of one stack."""
+        """Exactly the proxies (plain names) and services of one stack (and the app's
+        crash points)."""
         return cls(proxies=tuple(proxies), services=tuple(services))
 
     def knows(self, target_type: TargetType, name: str) -> bool:
         if target_type == "proxy":
             return name in self.proxies
+        if target_type == "crash_point":
+            return name in self.crash_points
         return name in self.services or (self.any_consumer and bool(_CONSUMER.match(name)))
 
     def known(self, target_type: TargetType) -> str:
         """The known names, for a message."""
         if target_type == "proxy":
             return ", ".join(self.proxies) or "none"
+        if target_type == "crash_point":
+            return ", ".join(self.crash_points) or "none"
         names = [*self.services, *(["consumer-N"] if self.any_consumer else [])]
         return ", ".join(names) or "none"
 
@@ -176,7 +186,7 @@ def check_targets(plan: Plan, targets: PlanTargets) -> None:
     for path, fault in located:
         if not targets.knows(fault.target_type, fault.target):
             raise where.error(f"{path}.{fault.target_field}",
-                              f"unknown {fault.target_type} {fault.target!r} "
+                              f"unknown {fault.target_type.replace('_', ' ')} {fault.target!r} "
                               f"(known: {targets.known(fault.target_type)})")
 
 
@@ -192,8 +202,7 @@ def _parse_promises(where: _Where, raw: Any) -> tuple[str, ...]:
 
 
 def _parse_window(where: _Where, raw: Any, path: str, index: int) -> FaultWindow:
-    item = where.mapping(raw, path, required=("at", "for"),
-                         optional=("toxic", "process", "proxy_down", "name"))
+    item = where.mapping(raw, path, required=("at", "for"), optional=(*_FAULT_KEYS, *_ARMING_KEYS, "name"))
     at = where.duration(item["at"], f"{path}.at")
     length = where.duration(item["for"], f"{path}.for")
     if length <= 0:
@@ -212,6 +221,11 @@ def _parse_fault(where: _Where, item: dict[str, Any], path: str) -> Fault:
     if len(given) != 1:
         raise where.error(path, f"needs exactly one of {', '.join(_FAULT_KEYS)}")
     key = given[0]
+    extra = [name for name in _ARMING_KEYS if name in item]
+    if key == CrashPointFault.kind:
+        return _parse_crash_point(where, item, path)
+    if extra:
+        raise where.error(path, f"{', '.join(extra)} only go(es) with crash_point")
     if key == ProxyDownFault.kind:
         return ProxyDownFault(proxy=where.name(item[key], f"{path}.proxy_down"))
     if key == ProcessFault.kind:
@@ -235,6 +249,22 @@ def _parse_fault(where: _Where, item: dict[str, Any], path: str) -> Fault:
                       stream=stream, attributes=checked, toxicity=float(toxicity))
 
 
+def _parse_crash_point(where: _Where, item: dict[str, Any], path: str) -> CrashPointFault:
+    """`{crash_point: NAME, action: A, probability: P, count: N, delay_ms: MS}` (the
+    point's name is checked against the targets with the others, check_targets)."""
+    name = item[CrashPointFault.kind]
+    if not isinstance(name, str) or not name:
+        raise where.error(f"{path}.crash_point", f"must be a crash point's name, not {name!r}")
+    if "action" not in item:
+        raise where.error(path, "a crash_point needs an action")
+    try:
+        arming = check_arming(item["action"], item.get("probability", 1.0), item.get("count"),
+                              item.get("delay_ms"))
+    except NemesisInvalid as error:
+        raise where.error(path, str(error)) from None
+    return CrashPointFault(point=name, arming=arming)
+
+
 def _parse_random(where: _Where, raw: Any, plan_seed: int) -> RandomNemesis:
     spec = where.mapping(raw, "random", required=("every", "duration", "faults"), optional=("seed", "start"))
     every = where.duration(spec["every"], "random.every")
@@ -249,7 +279,7 @@ def _parse_random(where: _Where, raw: Any, plan_seed: int) -> RandomNemesis:
     faults: list[Fault] = []
     for i, item in enumerate(faults_raw):
         path = f"random.faults[{i}]"
-        where.mapping(item, path, optional=_FAULT_KEYS)
+        where.mapping(item, path, optional=(*_FAULT_KEYS, *_ARMING_KEYS))
         faults.append(_parse_fault(where, item, path))
     seed = where.integer(spec["seed"], "random.seed") if "seed" in spec else plan_seed
     start = where.duration(spec["start"], "random.start") if "start" in spec else 0.0

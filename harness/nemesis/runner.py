@@ -1,11 +1,12 @@
 """The nemesis beside the load: a schedule of fault windows applied and healed on time.
 
-`NemesisRunner(network, processes, fault_log_path)` runs a schedule (a list of
-`FaultWindow`, from `harness.nemesis.plans.schedule`): `start(windows)` runs it in a
-background thread (`run(windows)` in the caller's), each window applied at its `at`
-and healed at its `end`; `stop()` ends it early (or waits for its end) and heals
-whatever is still active before it returns. Every window is written to
-`faults.jsonl` with its real start and end and its `error` (null when all went well).
+`NemesisRunner(network, processes, fault_log_path, crash_points=None)` runs a
+schedule (a list of `FaultWindow`, from `harness.nemesis.plans.schedule`):
+`start(windows)` runs it in a background thread (`run(windows)` in the caller's),
+each window applied at its `at` and healed at its `end` (crash points: the
+`crash_points` given, or those of a `StackNemesis` given as `network`); `stop()` ends
+it early (or waits for its end) and heals whatever is still active before it returns.
+Every window is written to `faults.jsonl` with its real start and end and its `error` (null when all went well).
 
 Nothing that fails is dropped:
 
@@ -35,7 +36,8 @@ from typing import Any, Literal
 import orjson
 
 from harness.errors import HarnessError
-from harness.nemesis.faults import FaultTargets, FaultWindow, NetworkFaults, ProcessFaults
+from harness.nemesis.faults import CrashPointFaults, FaultTargets, FaultWindow, NetworkFaults, ProcessFaults
+from harness.nemesis.stack_proxies import StackNemesis
 
 Phase = Literal["apply", "heal"]
 
@@ -87,8 +89,11 @@ class NemesisRunner:
     """Runs a schedule beside the load in a background thread; heals in `finally`."""
 
     def __init__(self, nemesis: NetworkFaults, processes: ProcessFaults, fault_log_path: Path,
-                 clock: Callable[[], float] = time.monotonic) -> None:
-        self.targets = FaultTargets(network=nemesis, processes=processes)
+                 clock: Callable[[], float] = time.monotonic, *,
+                 crash_points: CrashPointFaults | None = None) -> None:
+        if crash_points is None and isinstance(nemesis, StackNemesis):
+            crash_points = nemesis.crash_points  # a stack's nemesis carries its app's crash points
+        self.targets = FaultTargets(network=nemesis, processes=processes, crash_points=crash_points)
         self.fault_log_path = Path(fault_log_path)
         self.clock = clock
         self._stop = threading.Event()

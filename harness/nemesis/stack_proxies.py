@@ -10,6 +10,12 @@ raises `NemesisHealError` naming every fault still on. When a `RunGuard`
 is given, every toxic added and every proxy disabled is written to the run's lease
 *before* it is applied (a SIGKILL between the two leaves a harmless extra record,
 never an unrecorded fault) and struck off after it is healed.
+
+A stack's nemesis also holds its app's crash points (`crash_points`, a
+`harness.nemesis.crash_points.CrashPointClient` on the app's internal listener), so
+`reset` (used by `harness fault clear`, the runner before and after a run, the Chaos
+tab's Heal) disarms every crash point too, after the network faults, and reports one
+it cannot disarm like a toxic it cannot remove.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any, Protocol
 
+from harness.nemesis.crash_points import CrashPointClient
 from harness.nemesis.toxiproxy_client import (
     HealFailure,
     Nemesis,
@@ -42,11 +49,13 @@ class StackNemesis:
     """The Nemesis calls a run makes, scoped to one stack's proxies."""
 
     def __init__(self, inner: Nemesis, names: Mapping[str, str] | None = None, *,
-                 shared: bool = False, recorder: FaultRecorder | None = None) -> None:
+                 shared: bool = False, recorder: FaultRecorder | None = None,
+                 crash_points: CrashPointClient | None = None) -> None:
         self.inner = inner
         self.names = dict(names or {})
         self.shared = shared  # False: the Toxiproxy is the stack's own, a full reset is fine
         self.recorder = recorder
+        self.crash_points = crash_points  # the stack's app's; None: no app to arm
 
     def real(self, proxy: str) -> str:
         return self.names.get(proxy, proxy)
@@ -94,17 +103,39 @@ class StackNemesis:
             self.recorder.proxy_enabled(self.real(name))
 
     def reset(self) -> None:
-        """Every toxic of this stack's proxies removed and each of them enabled.
+        """Every toxic of this stack's proxies removed and each of them enabled, then
+        every crash point of its app disarmed.
 
         On a shared Toxiproxy each fault is healed on its own: one that fails does not
         stop the others, and `NemesisHealError` lists every one still on at the end
-        (the lease keeps its records then: its janitor heals what we could not)."""
-        if not self._scoped():
-            self.inner.reset()
-        else:
-            self._reset_ours(set(self.names.values()))
-        if self.recorder is not None:
-            self.recorder.cleared()
+        (the lease keeps its records then: its janitor heals what we could not). The
+        crash points are disarmed whatever the network heal did."""
+        try:
+            if not self._scoped():
+                self.inner.reset()
+            else:
+                self._reset_ours(set(self.names.values()))
+            if self.recorder is not None:
+                self.recorder.cleared()
+        except NemesisError as network_error:
+            crash_error = self._disarm_crash_points()
+            if crash_error is None:
+                raise
+            raise NemesisHealError([*_failures_of(network_error, "network faults"),
+                                    *_failures_of(crash_error, "crash points")], "reset") from network_error
+        crash_error = self._disarm_crash_points()
+        if crash_error is not None:
+            raise crash_error
+
+    def _disarm_crash_points(self) -> NemesisError | None:
+        """Every crash point of the app disarmed; the error if not (raised by the caller)."""
+        if self.crash_points is None:
+            return None
+        try:
+            self.crash_points.disarm_all()
+        except NemesisError as error:
+            return error
+        return None
 
     def _reset_ours(self, ours: set[str]) -> None:
         failures: list[HealFailure] = []
@@ -133,6 +164,12 @@ class StackNemesis:
         return getattr(self.inner, attribute)
 
 
+def _failures_of(error: NemesisError, what: str) -> list[HealFailure]:
+    if isinstance(error, NemesisHealError):
+        return list(error.failures)
+    return [HealFailure(what, str(error))]
+
+
 class StackToxiproxy(Protocol):
     """What the nemesis needs of a stack's state (harness.stack.info.StackInfo has it)."""
 
@@ -142,14 +179,19 @@ class StackToxiproxy(Protocol):
     def toxiproxy_kind(self) -> str: ...
     @property
     def proxies(self) -> Mapping[str, str]: ...
+    @property
+    def app_direct_url(self) -> str: ...
+    @property
+    def internal_token(self) -> str: ...
 
 
 def stack_nemesis(info: StackToxiproxy, recorder: FaultRecorder | None = None) -> StackNemesis:
-    """The nemesis for a stack (its proxy names, whether its Toxiproxy is shared);
-    `info` is the stack's `StackInfo`."""
+    """The nemesis for a stack (its proxy names, whether its Toxiproxy is shared, its
+    app's crash points); `info` is the stack's `StackInfo`."""
     url, kind, names = info.toxiproxy_url, info.toxiproxy_kind, info.proxies
     shared = kind == "external"
     if recorder is not None:
         # An external Toxiproxy outlives us; one the stack started dies with it.
         recorder.use_toxiproxy(url, local=kind in ("embedded", "server"))
-    return StackNemesis(Nemesis(url), names, shared=shared, recorder=recorder)
+    crash_points = CrashPointClient(info.app_direct_url, info.internal_token or None)
+    return StackNemesis(Nemesis(url), names, shared=shared, recorder=recorder, crash_points=crash_points)
