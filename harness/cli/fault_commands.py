@@ -6,6 +6,11 @@ docker under compose). Every input is checked before anything is sent, so a typo
 a one-line error (exit 2) and never a half-applied fault. The process actions are
 `harness.nemesis.faults.ProcessAction`, one subcommand each; a failed heal (`clear`,
 `up`, `remove`, `start`, `resume`) is an error, never a silent success.
+
+`crash-point NAME --action A [--probability P] [--count N] [--delay MS]` arms one of
+the app's crash points (harness.nemesis.crash_points) on the running stack's internal
+listener and prints what the app reads back; `clear` disarms every crash point as
+well, and `list` shows the armed ones with their hits.
 """
 
 from __future__ import annotations
@@ -16,11 +21,13 @@ import os
 from pathlib import Path
 from typing import Any
 
+from harness.catalog import CRASH_POINTS
 from harness.cli.argtypes import add_root_option, non_negative_int
 from harness.errors import HarnessError
+from harness.nemesis.crash_points import CRASH_POINT_ACTIONS, CrashPointClient, CrashPointInfo, check_arming
 from harness.nemesis.faults import ProcessAction
 from harness.nemesis.stack_proxies import StackNemesis
-from harness.nemesis.toxiproxy_client import STREAMS, Nemesis, validate_toxic
+from harness.nemesis.toxiproxy_client import STREAMS, Nemesis, NemesisInvalid, NemesisUnreachable, validate_toxic
 from harness.stack.local import Stack, open_stack
 from harness.toxiproxy.toxics import TOXIC_ATTRIBUTES
 
@@ -65,6 +72,16 @@ def _toxicity(text: str) -> float:
     return value
 
 
+def _probability(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not 0.0 < value <= 1.0:
+        raise argparse.ArgumentTypeError(f"must be in (0, 1], got {text}")
+    return value
+
+
 def _target_options(parser: argparse.ArgumentParser) -> None:
     add_root_option(parser)
     parser.add_argument("--toxiproxy-url", help="any Toxiproxy API, no stack needed")
@@ -94,12 +111,27 @@ def add_fault(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -
     _target_options(remove)
     remove.set_defaults(handler=handle_remove)
 
-    listing = commands.add_parser("list", help="active toxics, disabled proxies, stopped services")
+    listing = commands.add_parser("list", help="active toxics, disabled proxies, stopped services, "
+                                               "armed crash points")
     listing.add_argument("--json", action="store_true")
     _target_options(listing)
     listing.set_defaults(handler=handle_list)
 
-    clear = commands.add_parser("clear", help="remove every toxic and enable every proxy")
+    crash = commands.add_parser("crash-point", help="arm a crash point of the app (read back)",
+                                description="Arm one of the app's crash points through its internal "
+                                            "listener; the app's read-back is printed. "
+                                            f"Crash points: {', '.join(CRASH_POINTS)}.")
+    crash.add_argument("name", metavar="NAME", help="a crash point, e.g. consumer.after_effect")
+    crash.add_argument("--action", required=True, choices=CRASH_POINT_ACTIONS,
+                       help=f"what happens there: {', '.join(CRASH_POINT_ACTIONS)}")
+    crash.add_argument("--probability", type=_probability, default=1.0, metavar="P",
+                       help="chance it fires each time the point is passed, (0, 1] (default 1)")
+    crash.add_argument("--count", type=non_negative_int, metavar="N", help="fire at most N times (N >= 1)")
+    crash.add_argument("--delay", type=non_negative_int, metavar="MS", help="milliseconds of a delay (needed by it)")
+    add_root_option(crash)
+    crash.set_defaults(handler=handle_crash_point)
+
+    clear = commands.add_parser("clear", help="remove every toxic, enable every proxy, disarm every crash point")
     _target_options(clear)
     clear.set_defaults(handler=handle_clear)
 
@@ -203,7 +235,35 @@ def list_document(nemesis: Network, stack: Stack | None) -> dict[str, Any]:
         document["processes"] = [
             {"service": row["name"], "status": row["status"], "healthy": row["healthy"]}
             for row in stack.services() if row["status"] not in ("running", "external")]
+    crash_points = _crash_points(nemesis)
+    document["crash_points"] = []
+    if crash_points is not None:
+        try:
+            document["crash_points"] = [_crash_point_row(point) for point in crash_points.armed()]
+        except NemesisUnreachable as error:
+            # The app may be down on purpose (a kill); the rest of the list still holds.
+            document["crash_points_error"] = str(error)
     return document
+
+
+def _crash_points(nemesis: Network) -> CrashPointClient | None:
+    return nemesis.crash_points if isinstance(nemesis, StackNemesis) else None
+
+
+def _crash_point_row(point: CrashPointInfo) -> dict[str, Any]:
+    armed = point.armed
+    return {"name": point.name, "layer": point.layer, "process": point.process,
+            "action": armed.action if armed is not None else None,
+            "probability": armed.probability if armed is not None else None,
+            "count": armed.count if armed is not None else None,
+            "delay_ms": armed.delay_ms if armed is not None else None, "hits": point.hits}
+
+
+def _crash_point_line(row: dict[str, Any]) -> str:
+    delay = f" {row['delay_ms']}ms" if row["action"] == "delay" else ""
+    count = f" count={row['count']}" if row["count"] is not None else ""
+    return (f"crash point {row['name']} ({row['layer']}, {row['process']}): {row['action']}{delay} "
+            f"probability={row['probability']:g}{count}, {row['hits']} hit(s) so far")
 
 
 def handle_list(args: argparse.Namespace) -> int:
@@ -221,8 +281,12 @@ def handle_list(args: argparse.Namespace) -> int:
               f"{shown} toxicity={toxic['toxicity']:g}".replace("  ", " "))
     for process in document["processes"]:
         print(f"process {process['service']}: {process['status']}")
-    if not document["toxics"] and not document["processes"] \
-            and all(p["enabled"] for p in document["proxies"]):
+    for row in document["crash_points"]:
+        print(_crash_point_line(row))
+    if "crash_points_error" in document:
+        print(f"crash points: unknown ({document['crash_points_error']})")
+    if not document["toxics"] and not document["processes"] and not document["crash_points"] \
+            and all(p["enabled"] for p in document["proxies"]) and "crash_points_error" not in document:
         print("no active faults")
     return 0
 
@@ -230,8 +294,28 @@ def handle_list(args: argparse.Namespace) -> int:
 def handle_clear(args: argparse.Namespace) -> int:
     nemesis, _ = _nemesis(args)
     count = len(nemesis.list_toxics())
-    nemesis.reset()
-    print(f"removed {count} toxic(s); every proxy enabled")
+    crash_points = _crash_points(nemesis)
+    armed = len(crash_points.armed()) if crash_points is not None else None
+    nemesis.reset()  # a stack's reset disarms its crash points too, read back
+    disarmed = f"; disarmed {armed} crash point(s)" if armed is not None else ""
+    print(f"removed {count} toxic(s); every proxy enabled{disarmed}")
+    return 0
+
+
+def handle_crash_point(args: argparse.Namespace) -> int:
+    if args.name not in CRASH_POINTS:
+        raise FaultInputError(f"unknown crash point {args.name!r} (crash points: {', '.join(CRASH_POINTS)})")
+    try:
+        arming = check_arming(args.action, args.probability, args.count, args.delay)
+    except NemesisInvalid as error:
+        raise FaultInputError(f"crash point {args.name}: {error}") from None
+    crash_points = _crash_points(_stack(args.root).nemesis())
+    if crash_points is None:  # every stack's nemesis has them; a guard, not a path
+        raise HarnessError("this stack has no crash points")
+    point = crash_points.arm(args.name, arming)
+    shown = point.armed.describe() if point.armed is not None else "fired its count already"
+    print(f"armed crash point {point.name} ({point.layer}, {point.process}): {shown}, "
+          f"{point.hits} hit(s) so far")
     return 0
 
 
