@@ -262,22 +262,99 @@ def history_path(directory: Path, *, worker: str) -> Path:
     return Path(directory) / f"{worker}-{os.getpid()}{HISTORY_SUFFIX}"
 
 
-def iter_records(path: Path) -> Iterator[dict[str, Any]]:
-    """The raw records of one file; a torn last line (a killed writer) is skipped."""
-    with open(path, "rb") as handle:
-        for number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            try:
-                yield orjson.loads(line)
-            except orjson.JSONDecodeError as error:
-                if not line.endswith(b"\n"):
-                    return
-                raise HistoryError(f"{path}:{number}: not a JSON record: {error}") from error
-
-
 def history_files(directory: Path) -> list[Path]:
     return sorted(Path(directory).glob(f"*{HISTORY_SUFFIX}"))
+
+
+# -- reading: the one reader of history files (docs/checker.md, "Reading the history") --
+#
+# Every consumer reads the history through `read_pairs`: the checker (both passes),
+# the invariants (which quote an operation through `merge_operation`), the report
+# and the probe (through `iter_operations`). One rule for what a file may hold:
+# - one JSON object per line; blank lines are skipped;
+# - a torn last line (a writer killed in the middle of a write: the file does not
+#   end with a newline and that last line does not parse) is dropped, as if it had
+#   never been written. A torn invoke is an operation that never started; a torn
+#   completion leaves its invoke without one, so the operation reads as `info`
+#   (it may or may not have happened), like any invoke without a completion. A last
+#   line without its newline that parses is a whole record and is kept;
+# - any other unparsable line, a line that is not an object, an unknown record type
+#   or a completion without an invoke is a HistoryError: the file is not a history.
+
+
+def iter_records(path: Path) -> Iterator[dict[str, Any]]:
+    """The raw records of one file, in file order, under the one rule above."""
+    loads = orjson.loads
+    decode_error = orjson.JSONDecodeError
+    try:
+        handle = open(path, "rb")
+    except OSError as error:
+        raise HistoryError(f"{path} is unreadable: {error}") from error
+    with handle:
+        # Line by line: the file iterator reuses its buffer, which is faster than
+        # splitting big blocks into lists of lines.
+        for number, line in enumerate(handle, start=1):
+            try:
+                record = loads(line)
+            except decode_error as error:
+                if not line.strip() or not line.endswith(b"\n"):
+                    continue  # a blank line, or the torn last line of a killed writer
+                raise HistoryError(f"{path}:{number}: not a JSON record: {error}") from error
+            if type(record) is not dict:
+                raise HistoryError(f"{path}:{number}: not a JSON object")
+            yield record
+
+
+def read_pairs(paths: Iterable[Path]) -> Iterator[tuple[dict[str, Any], dict[str, Any]]]:
+    """Each operation of history files as its (invoke, completion) records, unmerged.
+
+    Files are read one after the other, each in file order; an operation comes out
+    when its completion is read. Invokes left without a completion (their process
+    died, or the completion was the torn last line) come out at the end of their
+    file, paired with an `info` completion `{"error": "no completion recorded"}`
+    at the invoke's time. The checker reads each field from the record that
+    carries it, so a million operations are never merged into copies; memory
+    holds only the operations outstanding within the file being read.
+    """
+    completions = COMPLETIONS
+    for path in paths:
+        pending: dict[Any, dict[str, Any]] = {}
+        pop = pending.pop
+        for record in iter_records(path):
+            kind = record.get("type")
+            if kind == "invoke":
+                pending[record.get("op_id")] = record
+                continue
+            if kind not in completions:
+                raise HistoryError(f"{path}: unknown record type {kind!r}")
+            invoke = pop(record.get("op_id"), None)
+            if invoke is None:
+                raise HistoryError(f"{path}: completion {record.get('op_id')!r} without invoke")
+            yield invoke, record
+        for invoke in pending.values():
+            yield invoke, {"type": "info", "op_id": invoke.get("op_id"), "op": invoke.get("op"),
+                           "error": "no completion recorded", "time": invoke.get("time")}
+
+
+def merge_operation(invoke: Mapping[str, Any], completion: Mapping[str, Any]) -> dict[str, Any]:
+    """One operation from its two records, as a new dict (neither record is changed).
+
+    The completion's fields over the invoke's, except that a null never erases a
+    value; `type` is the completion; `invoke_time`, `complete_time` (the
+    completion's time, else the invoke's) and `time` (= the invoke's time). A
+    merged operation given as both records, `(op, op)`, comes back as a copy.
+    """
+    merged = dict(invoke)
+    if invoke is completion:
+        return merged
+    invoked = invoke.get("time")
+    for name, value in completion.items():
+        if value is not None or merged.get(name) is None:
+            merged[name] = value
+    merged["invoke_time"] = invoked
+    merged["complete_time"] = completion.get("time", invoked)
+    merged["time"] = invoked
+    return merged
 
 
 def iter_operations(paths: Iterable[Path]) -> Iterator[dict[str, Any]]:
@@ -285,32 +362,22 @@ def iter_operations(paths: Iterable[Path]) -> Iterator[dict[str, Any]]:
 
     The result has `type` = the completion, `invoke_time` and `complete_time`. An
     invoke with no completion (its process died) comes out as `info`, because it
-    may have taken effect. Memory holds only the operations still outstanding
-    within the file being read.
+    may have taken effect. The records of `read_pairs`, merged by `merge_operation`.
     """
-    for path in paths:
-        pending: dict[str, dict[str, Any]] = {}
-        for record in iter_records(path):
-            kind = record.get("type")
-            if kind == "invoke":
-                pending[record["op_id"]] = record
-                continue
-            if kind not in COMPLETIONS:
-                raise HistoryError(f"{path}: unknown record type {kind!r}")
-            invoke = pending.pop(str(record.get("op_id")), None)
-            if invoke is None:
-                raise HistoryError(f"{path}: completion {record.get('op_id')!r} without invoke")
-            yield _merge(invoke, record)
-        for invoke in pending.values():
-            yield _merge(invoke, {"type": "info", "error": "no completion recorded"})
+    for invoke, completion in read_pairs(paths):
+        yield merge_operation(invoke, completion)
 
 
-def _merge(invoke: dict[str, Any], completion: dict[str, Any]) -> dict[str, Any]:
-    merged = dict(invoke)
-    merged["invoke_time"] = invoke.get("time")
-    for key, value in completion.items():
-        if value is not None or key not in merged:
-            merged[key] = value
-    merged["complete_time"] = completion.get("time", invoke.get("time"))
-    merged["time"] = merged["invoke_time"]
-    return merged
+class HistoryFiles:
+    """A run's history files as a re-iterable: iterating gives merged operations
+    (`iter_operations`), `pairs()` the unmerged records (`read_pairs`). Each pass
+    reads the files again, so nothing is held between passes."""
+
+    def __init__(self, paths: Iterable[Path]) -> None:
+        self.paths = list(paths)
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        return iter_operations(self.paths)
+
+    def pairs(self) -> Iterator[tuple[dict[str, Any], dict[str, Any]]]:
+        return read_pairs(self.paths)

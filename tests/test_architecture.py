@@ -1,8 +1,9 @@
 """The house's rules (docs/architecture.md), read from the source: arrows point one way.
 
-Imports are collected with `ast` from every module of `harness/`, at module level and
-inside functions alike (a lazy import is still a dependency; only imports under
-`if TYPE_CHECKING:` are left out, since they never run). Three rules:
+Imports are collected with `ast` from every module of `harness/`, at module level,
+inside functions and under `if TYPE_CHECKING:` alike (a lazy import is still a
+dependency, and so is a type-only one: two modules that name each other's types are
+one concept split in two, even if the interpreter never runs the import). Three rules:
 - no import circle between modules, and none between packages;
 - the leaves (the shared top-level modules) import only other leaves;
 - what observes the app (load, check, report, nemesis, probe) never imports it, and
@@ -22,30 +23,25 @@ LEAVES = frozenset({"errors", "exit_codes", "names", "history", "catalog", "dura
                     "ports", "bundled", "process_handle", "generators"})
 
 
-def module_name(path: Path) -> str:
-    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+def module_name(path: Path, root: Path = ROOT) -> str:
+    parts = list(path.relative_to(root).with_suffix("").parts)
     if parts[-1] == "__init__":
         parts.pop()
     return ".".join(parts)
 
 
-def python_files(package: str) -> list[Path]:
-    return sorted((ROOT / package).rglob("*.py"))
+def python_files(package: str, root: Path = ROOT) -> list[Path]:
+    return sorted((root / package).rglob("*.py"))
 
 
 def imported_names(path: Path) -> set[str]:
-    """Every dotted name an import in `path` may refer to: `from a.b import c` gives both
-    `a.b` and `a.b.c` (the caller keeps those that are modules; `harness_graph` keeps
-    only `a.b.c` when that is a submodule, since then `a.b` is just the way there)."""
+    """Every dotted name an import in `path` may refer to, `if TYPE_CHECKING:` imports
+    included: `from a.b import c` gives both `a.b` and `a.b.c` (the caller keeps those
+    that are modules; `harness_graph` keeps only `a.b.c` when that is a submodule, since
+    then `a.b` is just the way there)."""
     tree = ast.parse(path.read_text(), filename=str(path))
-    type_checking_only: set[int] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-            type_checking_only.update(id(inner) for inner in ast.walk(node))
     names: set[str] = set()
     for node in ast.walk(tree):
-        if id(node) in type_checking_only:
-            continue
         if isinstance(node, ast.Import):
             names.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
@@ -54,24 +50,26 @@ def imported_names(path: Path) -> set[str]:
     return names
 
 
-def harness_graph() -> dict[str, set[str]]:
+def harness_graph(root: Path = ROOT, package: str = "harness") -> dict[str, set[str]]:
+    """module -> the modules of `package` (under `root`) it imports."""
     # The locustfiles are scripts Locust runs, never imported: not part of the graph.
-    modules = {module_name(path): path for path in python_files("harness") if "locustfiles" not in path.parts}
+    modules = {module_name(path, root): path for path in python_files(package, root)
+               if "locustfiles" not in path.parts}
     graph: dict[str, set[str]] = {}
     for name, path in modules.items():
         targets = {target for target in imported_names(path) if target in modules and target != name}
         via = {target.rpartition(".")[0] for target in targets}  # packages named only on the way to a submodule
         graph[name] = {target for target in targets
-                       if target not in via or not ROOT.joinpath(*target.split(".")).is_dir()
-                       or _imports_package_itself(path, target)}
+                       if target not in via or not root.joinpath(*target.split(".")).is_dir()
+                       or _imports_package_itself(path, target, root)}
     return graph
 
 
-def _imports_package_itself(path: Path, package: str) -> bool:
+def _imports_package_itself(path: Path, package: str, root: Path = ROOT) -> bool:
     """`from package import name` where some name is not a submodule: the package's own code runs."""
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.ImportFrom) and node.module == package and node.level == 0:
-            folder = ROOT.joinpath(*package.split("."))
+            folder = root.joinpath(*package.split("."))
             if any(not (folder / f"{alias.name}.py").exists() and not (folder / alias.name).is_dir()
                    for alias in node.names):
                 return True
@@ -109,6 +107,26 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
 def test_the_cycle_finder_finds_a_cycle() -> None:
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert find_cycle({"a": {"b"}, "b": set()}) is None
+
+
+def test_a_type_only_import_closes_a_circle(tmp_path: Path) -> None:
+    """A cycle whose one arrow is an `if TYPE_CHECKING:` import is still a cycle."""
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "records.py").write_text(
+        "from __future__ import annotations\n"
+        "from typing import TYPE_CHECKING\n"
+        "if TYPE_CHECKING:\n"
+        "    from pkg.rules import Rule\n"
+        "def first(rules: list[Rule]) -> Rule:\n"
+        "    return rules[0]\n")
+    (package / "rules.py").write_text("from pkg.records import first\nclass Rule: ...\n")
+    graph = harness_graph(tmp_path, "pkg")
+    assert graph["pkg.records"] == {"pkg.rules"} and graph["pkg.rules"] == {"pkg.records"}
+    assert find_cycle(graph) == ["pkg.records", "pkg.rules", "pkg.records"]
+    (package / "records.py").write_text("def first(rules: list[object]) -> object:\n    return rules[0]\n")
+    assert find_cycle(harness_graph(tmp_path, "pkg")) is None
 
 
 def test_no_import_circle_between_modules() -> None:

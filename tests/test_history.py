@@ -6,17 +6,21 @@ from pathlib import Path
 
 import pytest
 
+from harness.check.checker import check
 from harness.history import (
     ORDER_ANSWER_FIELDS,
     PAYMENT_ANSWER_FIELDS,
     REJECT_STATUS,
     Client,
     HistoryError,
+    HistoryFiles,
     HistoryWriter,
     answer_summary,
     history_files,
     iter_operations,
+    merge_operation,
     problem_type,
+    read_pairs,
 )
 
 
@@ -80,13 +84,91 @@ def test_nothing_is_lost_at_close_and_batches_are_written_early(tmp_path: Path) 
     assert len(path.read_bytes().splitlines()) == 24
 
 
-def test_a_torn_last_line_is_skipped(tmp_path: Path) -> None:
-    path = tmp_path / "w.jsonl"
+# --- the one reader, and its rule for a torn last line (docs/checker.md) -------------
+
+def _two_operations(path: Path) -> None:
     with HistoryWriter(path) as writer:
-        Client(writer, worker="w", user=0).invoke("publish").ok()
+        client = Client(writer, worker="w", user=0)
+        client.invoke("publish", message_id="m1").ok()
+        client.invoke("pay", order_id="o1", provider_ref="pr1").ok(status=201, order_id=None)
+
+
+def test_a_torn_invoke_is_an_operation_that_never_started(tmp_path: Path) -> None:
+    path = tmp_path / "w.jsonl"
+    _two_operations(path)
     with open(path, "ab") as handle:
         handle.write(b'{"type": "inv')
-    assert len(list(iter_operations([path]))) == 1
+    assert [o["type"] for o in iter_operations([path])] == ["ok", "ok"]
+    assert len(list(read_pairs([path]))) == 2
+
+
+def test_a_torn_completion_leaves_its_operation_info(tmp_path: Path) -> None:
+    path = tmp_path / "w.jsonl"
+    _two_operations(path)
+    lines = path.read_bytes().splitlines(keepends=True)
+    path.write_bytes(b"".join(lines[:-1]) + lines[-1][:25])  # the pay's ok, cut in the middle
+    first, second = iter_operations([path])
+    assert (first["message_id"], first["type"]) == ("m1", "ok")
+    assert (second["order_id"], second["type"], second["error"]) == ("o1", "info", "no completion recorded")
+    assert second["complete_time"] == second["invoke_time"]
+    # the checker reads the same thing: an info attempt, so a missing payment is no violation
+    result = check(HistoryFiles([path]), [{"kind": "order", "id": "o1", "status": "CREATED"},
+                                          {"kind": "message_effect", "message_id": "m1", "outcome": "invalid"}])
+    assert result.outcomes["pay"] == {"ok": 0, "fail": 0, "info": 1}
+    assert result.invariant("no_lost_acknowledgement").passed
+
+
+def test_a_last_line_without_its_newline_that_parses_is_kept(tmp_path: Path) -> None:
+    path = tmp_path / "w.jsonl"
+    _two_operations(path)
+    path.write_bytes(path.read_bytes().rstrip(b"\n"))
+    assert [o["type"] for o in iter_operations([path])] == ["ok", "ok"]
+
+
+@pytest.mark.parametrize(("content", "match"), [
+    (b'{"type": "inv\n{"type": "ok", "op_id": "x"}\n', "not a JSON record"),  # torn, then more
+    (b'[1, 2]\n', "not a JSON object"),
+    (b'"text"', "not a JSON object"),
+])
+def test_anything_else_unreadable_is_an_error(tmp_path: Path, content: bytes, match: str) -> None:
+    path = tmp_path / "w.jsonl"
+    path.write_bytes(content)
+    with pytest.raises(HistoryError, match=match):
+        list(iter_operations([path]))
+
+
+def test_blank_lines_are_skipped(tmp_path: Path) -> None:
+    path = tmp_path / "w.jsonl"
+    _two_operations(path)
+    path.write_bytes(path.read_bytes().replace(b"\n", b"\n\n  \n", 1))
+    assert len(list(iter_operations([path]))) == 2
+
+
+def test_every_consumer_reads_the_same_operations(tmp_path: Path) -> None:
+    """The report and the probe (iter_operations), the checker's passes (read_pairs,
+    HistoryFiles) and the invariants (merge_operation) go through one reader."""
+    _two_operations(tmp_path / "a.jsonl")
+    with open(tmp_path / "a.jsonl", "ab") as handle:  # a null in the completion erases nothing
+        handle.write(b'{"type":"invoke","op_id":"x:1","op":"pay","order_id":"o2","time":5.0}\n')
+        handle.write(b'{"type":"ok","op_id":"x:1","op":"pay","order_id":null,"error":null,"time":6.0}\n')
+        handle.write(b'{"type":"invoke","op_id":"x:2","op":"pay","ti')
+    paths = history_files(tmp_path)
+    merged = list(iter_operations(paths))
+    assert [merge_operation(*pair) for pair in read_pairs(paths)] == merged == list(HistoryFiles(paths))
+    assert len(merged) == 3
+    (late,) = [op for op in merged if op["op_id"] == "x:1"]
+    assert late["order_id"] == "o2" and (late["invoke_time"], late["complete_time"], late["time"]) == (5.0, 6.0, 5.0)
+
+
+def test_merge_operation_changes_neither_record() -> None:
+    invoke = {"type": "invoke", "op_id": "a", "order_id": "o", "time": 1.0}
+    done = {"type": "ok", "op_id": "a", "order_id": None, "status": 200, "time": 2.0}
+    merged = merge_operation(invoke, done)
+    assert merged == {"type": "ok", "op_id": "a", "order_id": "o", "status": 200, "time": 1.0,
+                      "invoke_time": 1.0, "complete_time": 2.0}
+    assert invoke == {"type": "invoke", "op_id": "a", "order_id": "o", "time": 1.0}
+    assert done["order_id"] is None
+    assert merge_operation(merged, merged) == merged and merge_operation(merged, merged) is not merged
 
 
 def test_complete_names_the_completion_and_refuses_an_unknown_one(tmp_path: Path) -> None:

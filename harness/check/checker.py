@@ -18,24 +18,28 @@ from __future__ import annotations
 
 import gc
 import heapq
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
-import orjson
-
+from harness.check.export import (
+    CheckerError,
+    DeadLetters,
+    ExportOrder,
+    ExportPayment,
+    ExportState,
+    InventoryLine,
+    load_export,
+)
 from harness.check.invariants import (
     INVARIANTS,
-    PAID_OUTCOMES,
     Finding,
     Findings,
     HistoryIndex,
     evaluate_export,
     evaluate_history,
     jepsen_counts,
-    scope_key,
 )
 from harness.check.run_files import (
     DEFAULT_MIN_ACKNOWLEDGED,
@@ -46,19 +50,17 @@ from harness.check.run_files import (
     RunSettings,
 )
 from harness.check.run_scope import scoped_export
-from harness.errors import HarnessError
-from harness.history import HistoryError
+from harness.history import HistoryError, HistoryFiles, merge_operation
 
-__all__ = ["DEFAULT_MIN_ACKNOWLEDGED", "PATHS", "VERDICTS", "CheckResult", "CheckerError",
-           "ExportState", "HistoryFiles", "InvariantResult", "Violation", "check", "check_run",
-           "load_export", "merge_operation", "read_operations",
-           "read_pairs"]
+# The export's records and HistoryFiles are re-exported: callers name them from here.
+__all__ = ["DEFAULT_MIN_ACKNOWLEDGED", "PATHS", "VERDICTS", "CheckResult", "CheckerError", "DeadLetters",
+           "ExportOrder", "ExportPayment", "ExportState", "HistoryFiles", "InventoryLine", "InvariantResult",
+           "Violation", "check", "check_run", "load_export"]
 
 VIOLATION_CAP = 50
 EVIDENCE_OPERATIONS = 20
 EVIDENCE_FAULTS = 20
 EVIDENCE_PAYMENTS = 20
-DEAD_LETTERS_LISTED = 20
 VERDICTS = ("pass", "fail", "inconclusive")
 
 _LAYER_COUNTERS = {
@@ -90,214 +92,6 @@ PATHS: dict[str, tuple[str, str | None]] = {
     "reclaim": ("messages_reclaimed", None),
     "dead_letter": ("messages_dead_lettered", None),
 }
-
-_COMPLETIONS = frozenset({"ok", "fail", "info"})
-
-
-class CheckerError(HarnessError):
-    """The checker could not judge the run: missing or malformed input (exit 2)."""
-
-
-class ExportOrder(NamedTuple):
-    """An `order` line, as kept (indexed by harness.check.invariants.O_*): its id, its
-    (tenant, key) scope (see scope_key; "" without a key) and what the order holds."""
-
-    id: str
-    scope: str
-    status: str | None
-    tenant: str
-    sku: str | None
-    quantity: int | None
-    amount_cents: int | None
-
-
-class ExportPayment(NamedTuple):
-    """A `payment` line, as kept under its order (indexed by harness.check.invariants.P_*)."""
-
-    provider_ref: str
-    source: str | None
-    source_id: str | None
-    amount_cents: int | None
-    applied_at: float | None
-    order_id: str
-
-
-class MessageEffect(NamedTuple):
-    """A `message_effect` line: one run of the message handler."""
-
-    message_id: str
-    order_id: str | None
-    outcome: str | None
-
-
-class InventoryLine(NamedTuple):
-    """An `inventory` line: stock left and all stock ever added, per SKU."""
-
-    sku: str
-    available: int
-    added_total: int
-
-
-class DeadLetter(NamedTuple):
-    """A `dead_letter` line: a stream entry the consumer parked, and why."""
-
-    message_id: str | None
-    order_id: str | None
-    provider_ref: str | None
-    reason: str
-    valid: bool
-
-
-class ExportState:
-    """The final state reduced to what the invariants read, one typed record per
-    line kind (named tuples: at 10^5 orders, dicts or dataclasses per line would be
-    most of the checker's memory)."""
-
-    def __init__(self) -> None:
-        self.orders: dict[str, ExportOrder] = {}
-        self.broken: list[str] = []
-        self.order_by_scope: dict[str, str] = {}
-        self.extra_orders_by_scope: dict[str, list[str]] = {}
-        self.reserved: dict[str, int] = {}
-        self.payments: dict[str, list[ExportPayment]] = {}
-        self.payment_count = 0
-        self.effects: dict[str, list[MessageEffect]] = {}
-        # message ids whose handler said paid / already_paid: the app acknowledged them
-        self.paid_messages: set[str] = set()
-        self.inventory: dict[str, InventoryLine] = {}
-        self.dead_letters: set[str] = set()
-        self.dead_letter_count = 0
-        self.dead_letter_reasons: dict[str, int] = {}
-        self.dead_letters_listed: list[dict[str, Any]] = []
-        self.valid_dead_letters: list[DeadLetter] = []
-        self.counters: dict[str, int] = {}
-
-    def holds(self, order_id: str, provider_ref: str) -> bool:
-        for payment in self.payments.get(order_id, ()):
-            if payment[0] == provider_ref:
-                return True
-        return False
-
-    def payments_of(self, order_ids: Iterable[str]) -> list[dict[str, Any]]:
-        """The export lines of these orders' payments, for evidence."""
-        return [{"kind": "payment", "order_id": order_id, "provider_ref": payment.provider_ref,
-                 "amount_cents": payment.amount_cents, "source": payment.source,
-                 "source_id": payment.source_id, "applied_at": payment.applied_at}
-                for order_id in order_ids
-                for payment in self.payments.get(order_id, ())]
-
-    def dead_letter_summary(self) -> DeadLetters:
-        return DeadLetters(count=self.dead_letter_count, reasons=dict(sorted(self.dead_letter_reasons.items())),
-                           first=list(self.dead_letters_listed))
-
-
-def _require(record: dict[str, Any], *names: str) -> None:
-    for name in names:
-        if record.get(name) is None:
-            raise CheckerError(f"export {record.get('kind')} line lacks {name!r}: {record}")
-
-
-# Building a named tuple through tuple.__new__ skips the generated __new__'s Python
-# frame: a third of the cost of loading 10^5 orders.
-_new = tuple.__new__
-
-
-def load_export(records: Iterable[dict[str, Any]]) -> ExportState:
-    """Parse each export line once into its record (docs/internals.md, "State export")."""
-    state = ExportState()
-    # Few distinct tenants, statuses, skus, sources, outcomes: share one string object each.
-    shared: dict[Any, Any] = {}
-    share: Callable[[Any, Any], Any] = shared.setdefault
-    orders = state.orders
-    payments = state.payments
-    new = _new
-    for record in records:
-        if not isinstance(record, dict):
-            raise CheckerError(f"export line is not an object: {record!r}")
-        get = record.get
-        kind = get("kind")
-        # JSON fields are Any: str by the export's format, their presence checked here
-        order_id: Any
-        if kind == "order":
-            order_id = get("id")
-            if order_id is None:
-                raise CheckerError(f"export order line lacks 'id': {record}")
-            if get("broken") is True:
-                state.broken.append(order_id)
-                continue
-            key = get("idempotency_key")
-            tenant = share(get("tenant") or "default", get("tenant") or "default")
-            scope = scope_key(tenant, key) if key else ""
-            status, sku, quantity = get("status"), get("sku"), get("quantity")
-            orders[order_id] = new(ExportOrder, (order_id, scope, share(status, status), tenant,
-                                                 share(sku, sku), quantity, get("amount_cents")))
-            if key:
-                first = state.order_by_scope.setdefault(scope, order_id)
-                if first != order_id:
-                    state.extra_orders_by_scope.setdefault(scope, []).append(order_id)
-            if sku is not None:
-                state.reserved[sku] = state.reserved.get(sku, 0) + int(quantity or 0)
-        elif kind == "payment":
-            order_id = get("order_id")
-            provider_ref = get("provider_ref")
-            if order_id is None or provider_ref is None:
-                _require(record, "order_id", "provider_ref")
-            order = orders.get(order_id)
-            if order is not None:
-                order_id = order[0]
-            source = get("source")
-            held = payments.get(order_id)
-            payment = new(ExportPayment, (provider_ref, share(source, source), get("source_id"),
-                                          get("amount_cents"), get("applied_at"), order_id))
-            if held is None:
-                payments[order_id] = [payment]
-            else:
-                held.append(payment)
-            state.payment_count += 1
-        elif kind == "message_effect":
-            _require(record, "message_id")
-            message_id = record["message_id"]
-            effect_order: Any = get("order_id")
-            order = orders.get(effect_order)
-            outcome = get("outcome")
-            state.effects.setdefault(message_id, []).append(new(MessageEffect, (
-                message_id, order[0] if order is not None else effect_order, share(outcome, outcome))))
-            if outcome in PAID_OUTCOMES:
-                state.paid_messages.add(message_id)
-        elif kind == "inventory":
-            _require(record, "sku", "available")
-            state.inventory[record["sku"]] = InventoryLine(
-                record["sku"], _int_field(record, "available"), _int_field(record, "added_total"))
-        elif kind == "dead_letter":
-            _dead_letter(state, record)
-        elif kind == "counters":
-            state.counters = {name: value for name, value in record.items() if name != "kind"}
-        elif kind is None:
-            raise CheckerError(f"export line has no kind: {record}")
-        # Unknown kinds are newer export content this checker does not judge.
-    return state
-
-
-def _int_field(record: dict[str, Any], name: str) -> int:
-    value = record.get(name)
-    try:
-        return int(value or 0)
-    except (TypeError, ValueError):
-        raise CheckerError(f"export {record.get('kind')} line: {name} is not an integer: {record}") from None
-
-
-def _dead_letter(state: ExportState, record: dict[str, Any]) -> None:
-    letter = DeadLetter(record.get("message_id"), record.get("order_id"), record.get("provider_ref"),
-                        str(record.get("reason") or "unknown"), record.get("valid") is True)
-    if letter.message_id is not None:
-        state.dead_letters.add(letter.message_id)
-    state.dead_letter_count += 1
-    state.dead_letter_reasons[letter.reason] = state.dead_letter_reasons.get(letter.reason, 0) + 1
-    if len(state.dead_letters_listed) < DEAD_LETTERS_LISTED:
-        state.dead_letters_listed.append(dict(record))  # shown as exported, in result.json
-    if letter.valid:
-        state.valid_dead_letters.append(letter)
-
 
 @dataclass
 class Violation:
@@ -339,26 +133,6 @@ class InvariantResult:
         return cls(name=data["name"], title=data["title"], passed=data["passed"],
                    checked=data["checked"], violation_count=data["violation_count"],
                    violations=[Violation.from_dict(v) for v in data.get("violations", [])])
-
-
-@dataclass(frozen=True)
-class DeadLetters:
-    """A result's `dead_letters`: how many messages the app parked, per reason, and
-    the first ones as the export has them."""
-
-    count: int = 0
-    reasons: dict[str, int] = field(default_factory=dict)
-    first: list[dict[str, Any]] = field(default_factory=list)
-
-    @classmethod
-    def from_json(cls, data: Any) -> DeadLetters:
-        if not isinstance(data, dict):
-            return cls()
-        return cls(count=int(data.get("count") or 0), reasons=dict(data.get("reasons") or {}),
-                   first=[entry for entry in data.get("first") or [] if isinstance(entry, dict)])
-
-    def to_json(self) -> dict[str, Any]:
-        return {"count": self.count, "reasons": dict(self.reasons), "first": list(self.first)}
 
 
 @dataclass
@@ -432,91 +206,6 @@ class CheckResult:
                    dead_letters=DeadLetters.from_json(data.get("dead_letters")),
                    interrupted=Interruption.from_json(interrupted) if isinstance(
                        interrupted := data.get("interrupted"), dict) else None)
-
-
-def read_pairs(paths: Iterable[Path]) -> Iterator[tuple[dict[str, Any], dict[str, Any]]]:
-    """Each operation of history files as its (invoke, completion) records, unmerged.
-
-    The records and errors of `harness.history.iter_operations`, built for the
-    checker's million-operation pass, which reads each field from the record that
-    carries it and so needs no merged copy. An invoke without a completion (its
-    process died) is paired with an `info` completion.
-    """
-    loads = orjson.loads
-    decode_error = orjson.JSONDecodeError
-    completions = _COMPLETIONS
-    for path in paths:
-        pending: dict[Any, dict[str, Any]] = {}
-        pop = pending.pop
-        number = 0
-        try:
-            handle = open(path, "rb")
-        except OSError as error:
-            raise HistoryError(f"{path} is unreadable: {error}") from error
-        with handle:
-            # Line by line: the file iterator reuses its buffer, which here is
-            # faster than splitting big blocks into lists of lines.
-            for line in handle:
-                number += 1
-                try:
-                    record = loads(line)
-                except decode_error as error:
-                    if not line.strip() or not line.endswith(b"\n"):
-                        continue  # a blank line, or a killed writer's torn last line
-                    raise HistoryError(f"{path}:{number}: not a JSON record: {error}") from error
-                try:
-                    kind = record.get("type")
-                except AttributeError:
-                    raise HistoryError(f"{path}:{number}: not a JSON object") from None
-                if kind == "invoke":
-                    pending[record.get("op_id")] = record
-                    continue
-                if kind not in completions:
-                    raise HistoryError(f"{path}: unknown record type {kind!r}")
-                invoke = pop(record.get("op_id"), None)
-                if invoke is None:
-                    raise HistoryError(f"{path}: completion {record.get('op_id')!r} without invoke")
-                yield invoke, record
-        for invoke in pending.values():
-            yield invoke, {"type": "info", "op_id": invoke.get("op_id"), "op": invoke.get("op"),
-                           "error": "no completion recorded", "time": invoke.get("time")}
-
-
-def merge_operation(invoke: dict[str, Any], completion: dict[str, Any]) -> dict[str, Any]:
-    """One operation from its two records, as `harness.history.iter_operations` merges them:
-    the completion's fields over the invoke's (a null does not erase a value), with
-    `invoke_time`, `complete_time` and `time` (= the invoke's time). Reuses the invoke's dict."""
-    invoked = invoke.get("time")
-    if None in completion.values():
-        for name, value in completion.items():
-            if value is not None or invoke.get(name) is None:
-                invoke[name] = value
-    else:
-        invoke.update(completion)
-    invoke["invoke_time"] = invoked
-    invoke["complete_time"] = completion.get("time", invoked)
-    invoke["time"] = invoked
-    return invoke
-
-
-def read_operations(paths: Iterable[Path]) -> Iterator[dict[str, Any]]:
-    """Completed operations of history files, as `harness.history.iter_operations` yields them."""
-    for invoke, completion in read_pairs(paths):
-        yield merge_operation(invoke, completion)
-
-
-class HistoryFiles:
-    """The merged operations of a run's history files, re-readable for the evidence pass."""
-
-    def __init__(self, paths: Iterable[Path]) -> None:
-        self.paths = list(paths)
-
-    def __iter__(self) -> Iterator[dict[str, Any]]:
-        return read_operations(self.paths)
-
-    def pairs(self) -> Iterator[tuple[dict[str, Any], dict[str, Any]]]:
-        """The (invoke, completion) records, unmerged: the checker's first pass."""
-        return read_pairs(self.paths)
 
 
 def check(

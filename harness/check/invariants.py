@@ -21,10 +21,16 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Final, Literal
+from typing import Any, Final, Literal
 
-if TYPE_CHECKING:
-    from harness.check.checker import ExportState
+from harness.check.export import (
+    DEFAULT_TENANT,
+    SEPARATOR,
+    ExportState,
+    scope_key,
+    split_scope,
+)
+from harness.history import merge_operation
 
 # An exported order row: (id, scope, status, tenant, sku, quantity, amount_cents). An
 # order the export lists as broken has no row, only its id in `ExportState.broken`.
@@ -61,7 +67,6 @@ SOURCES: dict[str, tuple[str, int, int]] = {
     "message": ("publish", PUBLISH_OK | PUBLISH_INFO, PUBLISH_FAIL),
 }
 
-PAID_OUTCOMES = frozenset({"paid", "already_paid"})
 KEY_MISMATCH = "/problems/idempotency-key-mismatch"
 CROSS_TENANT = frozenset({"cross_tenant_read", "cross_tenant_pay"})
 # Refusals that depend on the order's state when the request lands, which the
@@ -72,23 +77,7 @@ STATE_DEPENDENT_REFUSALS = frozenset({"conflicting_ref"})
 # The request fields an ok create's answer must repeat.
 _CREATE_FIELDS = ("sku", "quantity", "amount_cents", "idempotency_key")
 
-DEFAULT_TENANT = "default"
-SEPARATOR = "\x1f"  # unit separator: never in a valid key (printable only) nor an id
 _MASK64 = (1 << 64) - 1
-
-
-def scope_key(tenant: str, key: str) -> str:
-    """One string for a (tenant, key) scope, far smaller than a tuple.
-
-    The default tenant's keys are the key itself, so the common case allocates
-    nothing; a key never holds the separator, so the two forms cannot collide.
-    """
-    return key if tenant == DEFAULT_TENANT else tenant + SEPARATOR + key
-
-
-def split_scope(scope: str) -> tuple[str, str]:
-    tenant, separator, key = scope.partition(SEPARATOR)
-    return (tenant, key) if separator else (DEFAULT_TENANT, scope)
 
 
 def answer_code(status: int, digest: str) -> int:
@@ -235,7 +224,7 @@ class HistoryIndex:
                 tally = (name, kind, expect, status, replayed, None)
                 answer = answered("answer")
                 if expect is not None and (get("must_reject") or expect in cross_tenant):
-                    self._accepted_refusal(_merged(invoke, done))
+                    self._accepted_refusal(merge_operation(invoke, done))
             else:
                 tally = (name, kind, expect, status, replayed,
                          answered("problem_type") if kind == "fail" else None)
@@ -300,7 +289,7 @@ class HistoryIndex:
                             and (exported is None or (answer.get("amount_cents") == exported[6]
                                                       and (name != "pay" or exported[3] == tenant)))
                             and (name != "pay" or answer.get("tenant") == tenant)):
-                        self._payment_answer(_merged(invoke, done), answer, exported, tenant)
+                        self._payment_answer(merge_operation(invoke, done), answer, exported, tenant)
                 if name == "webhook":
                     continue
             elif name == "create_order":
@@ -311,7 +300,7 @@ class HistoryIndex:
                     exported = orders.get(order_id)
                     if (answer.get("order_id") != order_id or answer.get("tenant") != tenant
                             or (exported is not None and exported[3] != tenant)):
-                        self._read_answer(_merged(invoke, done), answer, exported, tenant)
+                        self._read_answer(merge_operation(invoke, done), answer, exported, tenant)
                 continue
 
             # pay and create_order: what the API layer did with the key
@@ -567,20 +556,6 @@ class HistoryIndex:
                 f"which the export files under key {owner_key!r} (tenant {owner_tenant})",
                 order_ids=(order_id,), key=(tenant, key),
                 details={"tenant": tenant, "idempotency_key": key}))
-
-
-def _merged(invoke: dict[str, Any], done: dict[str, Any]) -> dict[str, Any]:
-    """The merged operation of a pair, for the rare findings that quote it."""
-    if invoke is done:
-        return invoke
-    merged = dict(invoke)
-    for name, value in done.items():
-        if value is not None or merged.get(name) is None:
-            merged[name] = value
-    merged["invoke_time"] = invoke.get("time")
-    merged["complete_time"] = done.get("time", invoke.get("time"))
-    merged["time"] = merged["invoke_time"]
-    return merged
 
 
 def _maybe(order_id: str | None) -> tuple[str, ...]:
@@ -1010,8 +985,8 @@ def jepsen_counts(export: ExportState, index: HistoryIndex, findings: Findings) 
 
 # -- the registry ------------------------------------------------------------------------
 
-ExportRule = Callable[["ExportState", Findings], None]
-HistoryRule = Callable[["ExportState", HistoryIndex, Findings, Iterable[dict[str, Any]]], None]
+ExportRule = Callable[[ExportState, Findings], None]
+HistoryRule = Callable[[ExportState, HistoryIndex, Findings, Iterable[dict[str, Any]]], None]
 Phase = Literal["export", "history"]
 
 

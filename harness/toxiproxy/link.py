@@ -19,12 +19,9 @@ import struct
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import TYPE_CHECKING, cast
+from typing import Protocol, cast
 
 from harness.toxiproxy.toxics import Behaviour, Timing, Toxic, new_behaviour
-
-if TYPE_CHECKING:
-    from harness.toxiproxy.proxy import Proxy
 
 # Bytes a toxic chain may hold before the source is paused (latency holds data).
 _QUEUE_HIGH = 1 << 20
@@ -304,10 +301,48 @@ class Direction:
                 self.drained = None
 
 
+class ToxicChains(Protocol):
+    """The toxic chains of a proxy, per direction, in order."""
+
+    @property
+    def upstream(self) -> list[Toxic]: ...
+
+    @property
+    def downstream(self) -> list[Toxic]: ...
+
+
+class ConnectionOwner(Protocol):
+    """What a connection reads of the proxy that accepted it (harness.toxiproxy.proxy.Proxy
+    is one). Declared here, where it is used, so that the proxy imports its
+    connections and never the other way round."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def listen(self) -> str: ...
+
+    @property
+    def upstream(self) -> str: ...
+
+    @property
+    def connections(self) -> set[Connection]: ...
+
+    @property
+    def side_class(self) -> type[Side]: ...
+
+    @property
+    def toxics(self) -> ToxicChains: ...
+
+    def upstream_address(self) -> tuple[str, int]: ...
+
+    def connection_closed(self, connection: Connection) -> None: ...
+
+
 class Connection:
     """A client connection to a proxy and its upstream connection."""
 
-    def __init__(self, proxy: Proxy) -> None:
+    def __init__(self, proxy: ConnectionOwner) -> None:
         self.proxy = proxy
         # The metric labels, fixed when the connection opens (as Toxiproxy's link).
         self.listener = proxy.listen

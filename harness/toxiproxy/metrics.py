@@ -28,12 +28,19 @@ import asyncio
 import gzip
 import platform
 import threading
-from collections.abc import Callable, Iterable, Iterator
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Collection, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from harness.toxiproxy.link import Connection
-    from harness.toxiproxy.proxy import Proxy
+
+
+class ProxyConnections(Protocol):
+    """What the counters read of a proxy (harness.toxiproxy.proxy.Proxy is one): its open
+    connections. A protocol, so that the proxy imports the metrics and not the reverse."""
+
+    @property
+    def connections(self) -> Collection[Connection]: ...
 
 # What Go's promhttp (client_golang 1.23) answers for the text format.
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8; escaping=underscores"
@@ -57,7 +64,7 @@ class ProxyCounters:
     """Byte totals per label set: connections that closed are folded in here, open
     ones are read live when metrics are collected."""
 
-    def __init__(self, proxies: Callable[[], Iterable[Proxy]]) -> None:
+    def __init__(self, proxies: Callable[[], Iterable[ProxyConnections]]) -> None:
         self._proxies = proxies
         self._closed: dict[Key, list[int]] = {}
 
@@ -125,7 +132,7 @@ class _GoNamesCollector:
 class ServerMetrics:
     """The metrics of one server; `enabled` says whether `/metrics` exists at all."""
 
-    def __init__(self, proxies: Callable[[], Iterable[Proxy]], *, proxy_metrics: bool, runtime_metrics: bool) -> None:
+    def __init__(self, proxies: Callable[[], Iterable[ProxyConnections]], *, proxy_metrics: bool, runtime_metrics: bool) -> None:
         self.enabled = proxy_metrics or runtime_metrics
         self.counters = ProxyCounters(proxies) if proxy_metrics else None
         self._registry: Any = None

@@ -10,9 +10,9 @@ import orjson
 import pytest
 from test_check_run import make_run, write_lines
 
-from harness.check.checker import CheckerError, check_run, read_operations
+from harness.check.checker import CheckerError, check_run
 from harness.check.run_scope import scoped_export
-from harness.history import HistoryError, history_files, iter_operations
+from harness.history import HistoryError, iter_operations, read_pairs
 from harness.run.rundir import RunDir
 
 
@@ -167,25 +167,15 @@ def test_a_clock_scope_is_refused(tmp_path: Path) -> None:
 
 # -- the history reader --------------------------------------------------------------
 
-def test_read_operations_yields_what_iter_operations_yields(tmp_path: Path) -> None:
-    run_dir = make_run(tmp_path)
-    paths = history_files(run_dir / "histories")
-    with open(paths[0], "ab") as handle:  # a completion with nulls, and a torn last line
-        handle.write(b'{"type":"invoke","op_id":"x:1","op":"pay","order_id":"o-w1","time":5.0}\n')
-        handle.write(b'{"type":"ok","op_id":"x:1","op":"pay","order_id":null,"error":null,"time":6.0}\n')
-        handle.write(b'{"type":"invoke","op_id":"x:2","op":"pay","ti')
-    assert list(read_operations(paths)) == list(iter_operations(paths))
-    merged = [op for op in read_operations(paths) if op["op_id"] == "x:1"]
-    assert merged[0]["order_id"] == "o-w1" and merged[0]["complete_time"] == 6.0
-
-
 @pytest.mark.parametrize("content, match", [
     (b'{"type": "ok", "op_id": "x:1"}\n', "without invoke"),
     (b'{"type": "maybe", "op_id": "x:1"}\n', "unknown record type"),
     (b'not json\n{"type": "invoke", "op_id": "x:1"}\n', "not a JSON record"),
 ])
-def test_read_operations_refuses_a_broken_history(tmp_path: Path, content: bytes, match: str) -> None:
+def test_the_reader_refuses_a_broken_history(tmp_path: Path, content: bytes, match: str) -> None:
     path = tmp_path / "w.jsonl"
     path.write_bytes(content)
     with pytest.raises(HistoryError, match=match):
-        list(read_operations([path]))
+        list(iter_operations([path]))
+    with pytest.raises(HistoryError, match=match):
+        list(read_pairs([path]))
