@@ -26,6 +26,9 @@ MUTANT_RULES: dict[str, str] = {
     "inbox": "a message id takes effect at most once",
     "inbox-nonatomic": "the inbox marks a message in the same step as its effect",
     "inbox-dead-letter": "crashes and transient errors never dead-letter a valid payment",
+    "consumer-ack-early": "a message is acknowledged only after its effect is applied",
+    "domain-nonatomic": "an order is marked PAID in the same step as its payment is recorded",
+    "recovery-nonatomic": "an order's recovery point is written in the same step as the order",
 }
 MUTANTS = tuple(MUTANT_RULES)
 

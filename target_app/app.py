@@ -1,7 +1,7 @@
 """The Flask application factory: `create_app(settings)` → one app, no globals.
 
 It builds the app's services (settings, Redis client, domain, inventory seeder;
-services.py), registers one blueprint per resource (routes/) and the problem+json
+services.py; the process's crash points, crashpoints.py), registers one blueprint per resource (routes/) and the problem+json
 error handlers, and, unless the `api` control is on, wraps the app in the
 Idempotency-Key layer (idempotency/). Building an app connects to nothing but a
 best-effort inventory seed; a Redis outage then is retried on the next request.
@@ -15,6 +15,7 @@ import logging
 import redis
 from flask import Flask
 
+from target_app.crashpoints import CrashPoints
 from target_app.domain import Domain
 from target_app.idempotency import IdempotencyMiddleware, IdempotencyStore, RedisStore
 from target_app.redis_client import make_redis
@@ -36,11 +37,15 @@ def create_app(settings: Settings | None = None, *,
     app = Flask(__name__)
     app.config["MAX_CONTENT_LENGTH"] = settings.max_body_bytes
     client = make_redis(settings.redis_url, timeout=settings.redis_timeout)
+    crash_points = CrashPoints.for_settings(settings, "app")
     domain = Domain(client, guard=not settings.unsafe("domain"),
                     amount_check=not settings.unsafe("domain-amount"),
-                    tenant_check=not settings.unsafe("order-tenant"))
+                    tenant_check=not settings.unsafe("order-tenant"),
+                    atomic_payment=not settings.unsafe("domain-nonatomic"),
+                    atomic_recovery=not settings.unsafe("recovery-nonatomic"),
+                    crash_points=crash_points)
     built = Services(settings=settings, redis=client, domain=domain,
-                     seeder=InventorySeeder(domain, settings.inventory))
+                     seeder=InventorySeeder(domain, settings.inventory), crash_points=crash_points)
     install(app, built)
     try:
         built.seeder.ensure()
@@ -61,5 +66,5 @@ def create_app(settings: Settings | None = None, *,
             max_body_bytes=settings.max_body_bytes,
             ignore_fingerprint=settings.unsafe("api-fingerprint"),
             tenant_scoped=not settings.unsafe("api-tenant"),
-            accept_incomplete=settings.unsafe("incomplete-body"))
+            accept_incomplete=settings.unsafe("incomplete-body"), crash_points=crash_points)
     return app

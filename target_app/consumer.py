@@ -18,6 +18,14 @@ The `inbox-dead-letter` negative control parks an entry on its first failure of 
 kind (a Redis error included) and on any repeated delivery.
 SIGTERM/SIGINT stop the loop between messages: the message in hand is either
 applied (one script) or left pending for another consumer, never half-applied.
+
+Crash points (crashpoints.py): `consumer.after_read` when an entry is in hand,
+`consumer.after_reclaim` after XAUTOCLAIM took some over, `consumer.after_effect`
+(in the inbox), `consumer.after_inbox_mark` before the XACK (`drop-reply` there: the
+XACK is never sent) and `consumer.after_ack` after it. An injected `error` leaves
+the entry pending and counts nothing, like a Redis error. The `consumer-ack-early`
+negative control sends the XACK first, before the effect: a crash after it loses
+the message.
 """
 
 from __future__ import annotations
@@ -35,6 +43,7 @@ from types import FrameType
 
 import redis
 
+from target_app.crashpoints import CrashPointError, CrashPoints
 from target_app.errors import ConfigError
 from target_app.inbox import HandlerFailed, Inbox, PaymentMessage
 from target_app.keys import COUNTERS, INBOX_FAILURES
@@ -56,11 +65,12 @@ def publish_payment(redis_client: redis.Redis, stream: str, message_id: str, ord
 
 class Consumer:
     def __init__(self, client: redis.Redis, settings: Settings, *, name: str | None = None,
-                 inbox: Inbox | None = None) -> None:
+                 inbox: Inbox | None = None, crash_points: CrashPoints | None = None) -> None:
         self.client = client  # decode_responses=True
         self.settings = settings
         self.name = name or settings.effective_consumer_name
-        self.inbox = inbox or Inbox.for_settings(client, settings)
+        self.crash_points = crash_points or CrashPoints.for_settings(settings, "consumer")
+        self.inbox = inbox or Inbox.for_settings(client, settings, crash_points=self.crash_points)
         self._claim_cursor = "0-0"
 
     def ensure_group(self) -> None:
@@ -106,11 +116,20 @@ class Consumer:
         pipe.hincrby(COUNTERS, "messages_reclaimed", len(claimed))
         pending, _ = pipe.execute()
         counts = {item["message_id"]: int(item["times_delivered"]) for item in pending}
+        self.crash_points.reach("consumer.after_reclaim")
         return [(entry_id, fields, counts.get(entry_id, 1)) for entry_id, fields in claimed]
 
     def handle(self, entry_id: str, fields: dict[str, str], deliveries: int) -> int:
         """Apply one entry, or park it (see the module docstring); returns 1 when the
         entry is done with (acknowledged), 0 when it stays pending."""
+        try:
+            return self._handle(entry_id, fields, deliveries)
+        except CrashPointError as exc:
+            log.warning("entry %s left pending: %s", entry_id, exc)
+            return 0
+
+    def _handle(self, entry_id: str, fields: dict[str, str], deliveries: int) -> int:
+        self.crash_points.reach("consumer.after_read")
         message = PaymentMessage.from_fields(fields)
         eager = self.settings.unsafe("inbox-dead-letter")
         if not message.message_id:
@@ -119,6 +138,11 @@ class Consumer:
         if deliveries > (1 if eager else self.settings.dead_letter_cap):
             self.dead_letter(entry_id, fields, deliveries, f"delivered {deliveries} times")
             return 1
+        ack_early = self.settings.unsafe("consumer-ack-early")
+        if ack_early:
+            # The control: the broker is told "done" before the effect exists.
+            self._ack(entry_id)
+            self.crash_points.reach("consumer.after_ack")
         try:
             outcome = self.inbox.process(message)
         except HandlerFailed as exc:
@@ -139,11 +163,18 @@ class Consumer:
                     pass  # still down: the entry stays pending and its redelivery is parked
             raise  # transient: the entry stays pending, nothing is counted against it
         log.debug("entry %s message %s: %s", entry_id, message.message_id, outcome)
+        if self.crash_points.reach("consumer.after_inbox_mark") and not ack_early:
+            return 0  # drop-reply: the XACK is never sent; the entry is reclaimed later
+        if not ack_early:
+            self._ack(entry_id)
+            self.crash_points.reach("consumer.after_ack")
+        return 1
+
+    def _ack(self, entry_id: str) -> None:
         pipe = self.client.pipeline(transaction=False)
         pipe.xack(self.settings.stream, self.settings.group, entry_id)
         pipe.hdel(INBOX_FAILURES, entry_id)  # same round trip; a no-op on the usual path
         pipe.execute()
-        return 1
 
     def dead_letter(self, entry_id: str, fields: dict[str, str], deliveries: int, reason: str) -> None:
         pipe = self.client.pipeline(transaction=True)

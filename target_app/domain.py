@@ -9,7 +9,15 @@ mismatch (422); an unknown order, or an order of another tenant when the caller
 names a tenant (the API; webhooks and messages are tenant-less) → unknown (404).
 Negative controls: `domain` skips the state and ref check (every accepted payment
 writes a payment), `domain-amount` skips the amount check, `order-tenant` skips the
-tenant check on reads and payments.
+tenant check on reads and payments, `domain-nonatomic` marks the order PAID in the
+script and appends its payment in a second command (a crash between them leaves a
+PAID order without its payment), `recovery-nonatomic` writes the recovery point in a
+command after the order script (a failure between them leaves an order its key
+cannot find).
+
+Crash points (crashpoints.py): `domain.after_create` after the order script,
+`domain.after_guard` after the mark_paid script; under the two controls above, the
+second step comes after the point.
 
 Order creation also writes the API layer's recovery point, `(tenant, key) →
 order id + request fingerprint`, in the same script: a re-run with the same
@@ -28,6 +36,7 @@ from typing import Literal
 
 import redis
 
+from target_app.crashpoints import CrashPoints
 from target_app.idempotency.context import IdempotencyContext
 from target_app.keys import (
     COUNTERS,
@@ -49,9 +58,11 @@ MAX_STOCK = 10**12
 #   guard "1": the real state/ref check; "0": the `domain` mutant (no check)
 #   amount_check "1": the amount must be the order's; "0": the `domain-amount` mutant
 #   tenant: the caller's tenant, or "" when the caller is tenant-less (or `order-tenant`)
+#   record: "0" leaves the payment to the caller (`domain-nonatomic`); anything else
+#   (nil included) appends it here
 MARK_PAID_FUNCTION = """
 local function mark_paid(order_key, payments_key, counters_key, ref, amount, payment_json, now,
-                         guard, amount_check, tenant)
+                         guard, amount_check, tenant, record)
   local order = redis.call('HMGET', order_key, 'status', 'amount_cents', 'provider_ref', 'tenant')
   if not order[1] then
     return 'unknown_order'
@@ -73,7 +84,9 @@ local function mark_paid(order_key, payments_key, counters_key, ref, amount, pay
     return 'conflict'
   end
   redis.call('HSET', order_key, 'status', 'PAID', 'provider_ref', ref, 'paid_at', now)
-  redis.call('RPUSH', payments_key, payment_json)
+  if record ~= '0' then
+    redis.call('RPUSH', payments_key, payment_json)
+  end
   return 'paid'
 end
 """
@@ -81,16 +94,19 @@ end
 # KEYS[1] order hash, KEYS[2] the order's payments list, KEYS[3] counters hash
 # ARGV[1] provider_ref, ARGV[2] amount_cents, ARGV[3] payment JSON, ARGV[4] now,
 # ARGV[5] guard ("1" real, "0" domain mutant), ARGV[6] amount check ("1"/"0"),
-# ARGV[7] the caller's tenant ("" none)
+# ARGV[7] the caller's tenant ("" none), ARGV[8] record the payment ("1"; "0" the
+# `domain-nonatomic` control: the caller appends it in a second command)
 MARK_PAID_LUA = MARK_PAID_FUNCTION + """
 return mark_paid(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6],
-                 ARGV[7])
+                 ARGV[7], ARGV[8])
 """
 
 # KEYS[1] inventory hash of the SKU, KEYS[2] the new order's hash, KEYS[3] orders index,
 # KEYS[4] the API layer's recovery point for (tenant, Idempotency-Key), KEYS[5] counters
 # ARGV[1] quantity, ARGV[2] order id, ARGV[3] recovery point TTL in seconds ("0": none),
-# ARGV[4] the request fingerprint, ARGV[5..] the order's field/value pairs
+# ARGV[4] the request fingerprint, ARGV[5] write the recovery point here ("1"; "0" the
+# `recovery-nonatomic` control: the caller writes it afterwards), ARGV[6..] the
+# order's field/value pairs
 # The recovery point's value is "<order id> <fingerprint>" (order ids have no space;
 # a value without a space predates fingerprints and matches any request).
 # Returns {"created" | "recovered" | "mismatch" | "unknown_sku" | "out_of_stock", order id}
@@ -120,9 +136,9 @@ if tonumber(available) < tonumber(ARGV[1]) then
   return {'out_of_stock', ''}
 end
 redis.call('HINCRBY', KEYS[1], 'available', -tonumber(ARGV[1]))
-redis.call('HSET', KEYS[2], unpack(ARGV, 5))
+redis.call('HSET', KEYS[2], unpack(ARGV, 6))
 redis.call('SADD', KEYS[3], ARGV[2])
-if ARGV[3] ~= '0' then
+if ARGV[3] ~= '0' and ARGV[5] == '1' then
   redis.call('SET', KEYS[4], ARGV[2] .. ' ' .. ARGV[4], 'EX', tonumber(ARGV[3]))
 end
 return {'created', ARGV[2]}
@@ -200,11 +216,15 @@ class Domain:
     """Orders, payments and inventory in Redis (a text client, decode_responses=True)."""
 
     def __init__(self, client: redis.Redis, *, guard: bool = True, amount_check: bool = True,
-                 tenant_check: bool = True) -> None:
+                 tenant_check: bool = True, atomic_payment: bool = True,
+                 atomic_recovery: bool = True, crash_points: CrashPoints | None = None) -> None:
         self.client = client
         self.guard = guard
         self.amount_check = amount_check
         self.tenant_check = tenant_check
+        self.atomic_payment = atomic_payment  # False: the `domain-nonatomic` control
+        self.atomic_recovery = atomic_recovery  # False: the `recovery-nonatomic` control
+        self.crash_points = crash_points or CrashPoints(None, "app")
         self._create = client.register_script(CREATE_ORDER_LUA)
         self._mark_paid = client.register_script(MARK_PAID_LUA)
         self._seed = client.register_script(SEED_SKU_LUA)
@@ -260,8 +280,12 @@ class Domain:
             point, ttl, fingerprint = order_by_idempotency_key(tenant, ""), 0, ""
         outcome, found_id = self._create(
             keys=[inventory_key(sku), order_key(order_id), ORDERS_INDEX, point, COUNTERS],
-            args=[quantity, order_id, ttl, fingerprint, *flat],
+            args=[quantity, order_id, ttl, fingerprint, "1" if self.atomic_recovery else "0", *flat],
         )
+        self.crash_points.reach("domain.after_create")
+        if outcome == "created" and ttl and not self.atomic_recovery:
+            # The control: the recovery point is a second step, lost if this one fails.
+            self.client.set(point, f"{order_id} {fingerprint}", ex=ttl)
         if outcome == "recovered":
             return CreateResult("recovered", self.get_order(str(found_id)))
         if outcome in ("mismatch", "unknown_sku", "out_of_stock"):
@@ -293,13 +317,18 @@ class Domain:
         """One atomic script; returns the outcome (see OUTCOME_STATUS). `tenant`: the
         caller's tenant (API); None for tenant-less callers (webhooks, messages)."""
         now = time.time()
+        payment = payment_json(order_id, provider_ref, amount_cents, source, source_id, now)
         outcome = self._mark_paid(
             keys=[order_key(order_id), payments_key(order_id), COUNTERS],
-            args=[provider_ref, amount_cents,
-                  payment_json(order_id, provider_ref, amount_cents, source, source_id, now),
+            args=[provider_ref, amount_cents, payment,
                   repr(now), "1" if self.guard else "0", "1" if self.amount_check else "0",
-                  tenant if tenant is not None and self.tenant_check else ""],
+                  tenant if tenant is not None and self.tenant_check else "",
+                  "1" if self.atomic_payment else "0"],
         )
+        self.crash_points.reach("domain.after_guard")
+        if outcome == "paid" and not self.atomic_payment:
+            # The control: the payment is a second step, lost if this one fails.
+            self.client.rpush(payments_key(order_id), payment)
         return payment_outcome(outcome)
 
     def incr_counter(self, name: str, by: int = 1) -> None:

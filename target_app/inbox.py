@@ -13,6 +13,10 @@ field or with a bad amount is recorded as `invalid`. Either way it is handled (a
 acknowledged), never retried. `process` raises HandlerFailed only when the handler
 itself failed; a Redis error propagates as redis.RedisError, so the consumer can
 tell a transient store problem from a failing message.
+
+Crash point `consumer.after_effect` (crashpoints.py) comes right after the effect:
+with the atomic inbox the processed-mark is already written there, with
+`inbox-nonatomic` it is written after the point.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 import redis
 
+from target_app.crashpoints import CrashPoints
 from target_app.domain import MARK_PAID_FUNCTION, MAX_AMOUNT_CENTS, payment_json
 from target_app.errors import TargetAppError
 from target_app.keys import (
@@ -104,7 +109,8 @@ class PaymentMessage:
 class Inbox:
     def __init__(self, client: redis.Redis, *, mode: str = "atomic", domain_guard: bool = True,
                  amount_check: bool = True, handler_delay_ms: int = 0,
-                 before_apply: Callable[[PaymentMessage], None] | None = None) -> None:
+                 before_apply: Callable[[PaymentMessage], None] | None = None,
+                 crash_points: CrashPoints | None = None) -> None:
         if mode not in ("atomic", "none", "nonatomic"):
             raise ValueError(f"unknown inbox mode {mode!r}")
         self.client = client
@@ -113,6 +119,7 @@ class Inbox:
         self.amount_check = amount_check
         self.handler_delay = handler_delay_ms / 1000.0
         self.before_apply = before_apply
+        self.crash_points = crash_points or CrashPoints(None, "consumer")
         self._script = client.register_script(INBOX_LUA)
 
     @classmethod
@@ -130,7 +137,10 @@ class Inbox:
         if self.mode == "nonatomic":
             return self._process_nonatomic(message)
         self._prepare(message)
-        return self._run(message, dedup=self.mode == "atomic", mark=True)
+        outcome = self._run(message, dedup=self.mode == "atomic", mark=True)
+        if outcome != "duplicate":
+            self.crash_points.reach("consumer.after_effect")
+        return outcome
 
     def _prepare(self, message: PaymentMessage) -> None:
         if self.handler_delay:
@@ -148,6 +158,7 @@ class Inbox:
             return "duplicate"
         self._prepare(message)
         outcome = self._run(message, dedup=False, mark=False)
+        self.crash_points.reach("consumer.after_effect")
         self.client.sadd(INBOX_PROCESSED, message.message_id)
         return outcome
 

@@ -1,7 +1,7 @@
 """What the routes work with, built once per app by `create_app`.
 
-`Services` holds the settings, the text Redis client, the domain and the
-inventory seeder. `install(app, services)` stores it in `app.extensions`;
+`Services` holds the settings, the text Redis client, the domain, the
+inventory seeder and the process's crash points. `install(app, services)` stores it in `app.extensions`;
 `services()` returns it for the current app (inside a request or app context),
 `services_of(app)` for a given app. Nothing here is module-level state: two apps
 in one process have two independent Services.
@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import redis
 from flask import Flask, current_app
 
+from target_app.crashpoints import CrashPoints
 from target_app.domain import Domain
 from target_app.settings import Settings
 
@@ -45,6 +46,7 @@ class Services:
     redis: redis.Redis
     domain: Domain
     seeder: InventorySeeder
+    crash_points: CrashPoints
 
 
 def install(app: Flask, services: Services) -> None:

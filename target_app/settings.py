@@ -24,6 +24,9 @@ UNSAFE_LAYERS: Mapping[str, str] = MappingProxyType({
     "inbox": "no inbox dedup: every delivery of a message runs the handler",
     "inbox-nonatomic": "the inbox checks, handles and marks in separate steps (a race)",
     "inbox-dead-letter": "the consumer dead-letters on the first failed or repeated delivery",
+    "consumer-ack-early": "the consumer acknowledges an entry before it applies it",
+    "domain-nonatomic": "mark_paid marks the order PAID and records its payment in two steps",
+    "recovery-nonatomic": "order creation writes the recovery point in a step after the order's",
 })
 
 
@@ -107,6 +110,8 @@ class Settings:
     consumer_batch: int = 10
     # Bearer token of the internal endpoints; empty: they are disabled (404).
     internal_token: str = ""
+    # The crash points' shared folder (target_app/crashpoints.py); empty: all off.
+    crash_points_dir: str = ""
 
     def __post_init__(self) -> None:
         parse_unsafe_disable(",".join(self.unsafe_disable))
@@ -152,4 +157,5 @@ class Settings:
             consumer_block_ms=_int(env, "TARGET_APP_CONSUMER_BLOCK_MS", defaults.consumer_block_ms, minimum=1),
             consumer_batch=_int(env, "TARGET_APP_CONSUMER_BATCH", defaults.consumer_batch, minimum=1),
             internal_token=env.get("TARGET_APP_INTERNAL_TOKEN", "").strip(),
+            crash_points_dir=env.get("TARGET_APP_CRASH_POINTS_DIR", "").strip(),
         )

@@ -73,6 +73,10 @@ MUTANT_CASES = (
                HANDLER_DELAY_ENV, users=HANDLER_DELAY_USERS),
     MutantCase("inbox-dead-letter", "redelivered_messages", "consumer-crashes", "no_parked_payment",
                HANDLER_DELAY_ENV, users=HANDLER_DELAY_USERS),
+    # Caught only with their catalog.CONTROL_CRASH_POINTS armed (issue 18).
+    MutantCase("consumer-ack-early", "redelivered_messages", None, "no_lost_acknowledgement"),
+    MutantCase("domain-nonatomic", "duplicate_webhooks", None, "one_payment_per_order"),
+    MutantCase("recovery-nonatomic", "timeout_replay", None, "one_order_per_key"),
 )
 
 

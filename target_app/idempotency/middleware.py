@@ -24,6 +24,12 @@ Environ keys it writes, on guarded requests only, before calling the app:
 - `target_app.idempotency.context` (`CONTEXT_ENVIRON`): the request's
   `IdempotencyContext`, read by handlers with `context_of(environ)`.
 
+Crash points (`crash_points`, target_app/crashpoints.py): `api.after_claim` once the
+key is claimed, before the handler; `api.after_domain` once the handler answered,
+before the answer is stored; `api.after_store` once it is stored, before it is sent
+(`drop-reply` there closes the connection instead). An injected error is 503 like a
+store outage: before the answer is stored the key is released.
+
 Negative controls (flags): `ignore_fingerprint` (`api-fingerprint`),
 `tenant_scoped=False` (`api-tenant`: one scope for every tenant),
 `accept_incomplete` (`incomplete-body`).
@@ -38,6 +44,7 @@ from collections.abc import Callable, Iterable
 from http import HTTPStatus
 from typing import TYPE_CHECKING
 
+from target_app.crashpoints import CrashPointError, CrashPoints, drop_reply
 from target_app.errors import Problem, StoreUnavailable, problem_wsgi_response
 from target_app.idempotency.context import CONTEXT_ENVIRON, IdempotencyContext
 from target_app.idempotency.endpoints import requires_idempotency_key
@@ -89,8 +96,9 @@ class IdempotencyMiddleware:
                  lease_seconds: int, max_body_bytes: int,
                  applies: Callable[[str, str], bool] = requires_idempotency_key,
                  ignore_fingerprint: bool = False, tenant_scoped: bool = True,
-                 accept_incomplete: bool = False) -> None:
+                 accept_incomplete: bool = False, crash_points: CrashPoints | None = None) -> None:
         self.app = app
+        self.crash_points = crash_points or CrashPoints(None, "app")
         self.store = store
         self.applies = applies
         self.ttl_seconds = ttl_seconds
@@ -109,6 +117,10 @@ class IdempotencyMiddleware:
             return self._handle(environ, start_response, method, path)
         except Problem as problem:
             return problem_wsgi_response(problem, start_response)
+        except CrashPointError as exc:
+            return problem_wsgi_response(Problem(
+                503, "Service unavailable", str(exc), type_="/problems/transient-error",
+                headers={"Retry-After": "1"}), start_response)
 
     def _handle(self, environ: WSGIEnvironment, start_response: StartResponse, method: str,
                 path: str) -> Iterable[bytes]:
@@ -151,6 +163,7 @@ class IdempotencyMiddleware:
         environ[CONTEXT_ENVIRON] = context
         captured = _Captured()
         try:
+            self.crash_points.reach("api.after_claim")
             result = self.app(environ, captured.start_response)
             try:
                 chunks = [*captured.early, *result]
@@ -162,6 +175,11 @@ class IdempotencyMiddleware:
             self._release(tenant, key, token)
             raise
         response_body = b"".join(chunks)
+        try:
+            self.crash_points.reach("api.after_domain")
+        except CrashPointError:
+            self._release(tenant, key, token)
+            raise
         if context.release_requested:
             # The handler refused the request on behalf of this layer (a recovery
             # point of another fingerprint): answer, but leave the key free.
@@ -183,6 +201,8 @@ class IdempotencyMiddleware:
                           "the response could not be recorded; retry with the same key later",
                           type_="/problems/store-unavailable",
                           headers={"Retry-After": str(self.lease_seconds)}) from exc
+        if self.crash_points.reach("api.after_store"):
+            drop_reply(environ)
         start_response(captured.status, captured.headers)
         return [response_body]
 

@@ -5,6 +5,8 @@
   MAX_CONTENT_LENGTH, ...) becomes the problem `/problems/http-<status>`;
 - a Redis error or StoreUnavailable is 503 `/problems/store-unavailable` with
   `Retry-After: 1` (a Redis outage is never a 500);
+- an injected transient error (an armed crash point, CrashPointError) is 503
+  `/problems/transient-error` with `Retry-After: 1`;
 - anything else is logged and answered 500 `/problems/internal`, without details.
 """
 
@@ -16,6 +18,7 @@ import redis
 from flask import Flask, Response
 from werkzeug.exceptions import HTTPException, MethodNotAllowed
 
+from target_app.crashpoints import CrashPointError
 from target_app.errors import PROBLEM_CONTENT_TYPE, Problem, StoreUnavailable
 
 log = logging.getLogger(__name__)
@@ -40,6 +43,11 @@ def _on_store_unavailable(exc: Exception) -> Response:
                                     type_="/problems/store-unavailable", headers={"Retry-After": "1"}))
 
 
+def _on_injected_error(exc: Exception) -> Response:
+    return problem_response(Problem(503, "Service unavailable", str(exc),
+                                    type_="/problems/transient-error", headers={"Retry-After": "1"}))
+
+
 def _on_unexpected(exc: Exception) -> Response:
     log.exception("unexpected error")
     return problem_response(Problem(500, "Internal error", "an unexpected error occurred",
@@ -51,4 +59,5 @@ def register_error_handlers(app: Flask) -> None:
     app.register_error_handler(HTTPException, _on_http_error)
     app.register_error_handler(redis.RedisError, _on_store_unavailable)
     app.register_error_handler(StoreUnavailable, _on_store_unavailable)
+    app.register_error_handler(CrashPointError, _on_injected_error)
     app.register_error_handler(Exception, _on_unexpected)

@@ -47,4 +47,5 @@ def settings_env(settings: Settings) -> dict[str, str]:
         "TARGET_APP_STREAM": settings.stream,
         "TARGET_APP_GROUP": settings.group,
         "TARGET_APP_INTERNAL_TOKEN": settings.internal_token,
+        "TARGET_APP_CRASH_POINTS_DIR": settings.crash_points_dir,
     }

@@ -17,7 +17,8 @@ from target_app.settings import UNSAFE_LAYERS, Settings, parse_unsafe_disable
 from target_app.webhooks import sign_webhook
 
 CONTROLS = ("api", "api-fingerprint", "api-tenant", "incomplete-body", "order-tenant", "domain",
-            "domain-amount", "webhook-signature", "inbox", "inbox-nonatomic", "inbox-dead-letter")
+            "domain-amount", "webhook-signature", "inbox", "inbox-nonatomic", "inbox-dead-letter",
+            "consumer-ack-early", "domain-nonatomic", "recovery-nonatomic")
 
 
 def test_every_control_is_listed_with_a_description():
