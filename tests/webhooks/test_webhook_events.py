@@ -1,0 +1,93 @@
+"""Events from a template: each scheme's envelope, the fact read from the body as sent,
+the same object under a new id, one object's sequence, and the body generators."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+
+from harness.generators import is_generated, render_body
+from harness.webhooks.events import EventError, EventMaker, EventTemplate, resolve_pointer
+from harness.webhooks.schemes import scheme_named
+
+TEMPLATE = {"data": {"object": {"id": "pi_{uuid}", "amount": "{int:100-200}", "currency": "{choice:eur|usd}"}}}
+
+
+def maker(name: str, template: object = TEMPLATE, *, fact: str = "/data/object/id", seed: int = 1,
+          sequence: tuple[str, ...] = ()) -> EventMaker:
+    return EventMaker(scheme_named(name), EventTemplate(template, "payment_intent.succeeded", fact, sequence),
+                      random.Random(seed), clock=lambda: 1_700_000_000.0)
+
+
+def test_a_stripe_event_has_stripes_envelope_and_is_pretty_printed() -> None:
+    event = maker("stripe").event()
+    data = event.data()
+    assert event.id.startswith("evt_") and data["id"] == event.id and data["object"] == "event"
+    assert data["type"] == "payment_intent.succeeded" and data["created"] == 1_700_000_000 == event.created
+    assert data["livemode"] is False
+    obj = data["data"]["object"]
+    assert obj["id"].startswith("pi_") and 100 <= obj["amount"] <= 200 and obj["currency"] in ("eur", "usd")
+    assert event.fact == obj["id"]
+    assert event.body.startswith(b"{\n  ")  # as Stripe sends it: re-serializing gives other bytes
+    assert json.dumps(data, separators=(",", ":")).encode() != event.body
+
+
+def test_a_template_cannot_override_the_fields_stripe_owns() -> None:
+    event = maker("stripe", {"id": "evt_mine", "type": "x", "data": {"object": {"id": "o1"}}}).event()
+    assert event.data()["id"] == event.id != "evt_mine" and event.data()["type"] == "payment_intent.succeeded"
+
+
+def test_standard_github_and_shopify_envelopes() -> None:
+    standard = maker("standard").event().data()
+    assert standard["type"] == "payment_intent.succeeded" and standard["timestamp"] == "2023-11-14T22:13:20Z"
+    github = maker("github").event()
+    assert set(github.data()) == {"data"} and len(github.id) == 36
+    assert b" " not in github.body  # compact JSON
+
+
+def test_the_fact_must_be_in_the_body() -> None:
+    with pytest.raises(EventError, match="fact: /data/object/nope is not in the stripe event body"):
+        maker("stripe", fact="/data/object/nope").event()
+    assert maker("stripe", fact="").event().fact is None
+    assert maker("stripe", fact="/data/object/amount").event().fact.isdigit()  # type: ignore[union-attr]
+
+
+def test_events_are_reproducible_per_seed_and_fresh_per_call() -> None:
+    one, two = maker("stripe", seed=3), maker("stripe", seed=3)
+    first, again = one.event(), two.event()
+    assert first == again
+    assert one.event().fact != first.fact
+
+
+def test_the_same_object_under_a_new_event_id() -> None:
+    events = maker("stripe")
+    event = events.event()
+    copy = events.same_object(event)
+    assert copy.id != event.id and copy.fact == event.fact
+    assert copy.data()["data"] == event.data()["data"] and copy.data()["id"] == copy.id
+    assert events.same_object(event, "payment_intent.created").data()["type"] == "payment_intent.created"
+
+
+def test_a_sequence_is_one_object_in_its_true_order() -> None:
+    sequence = ("payment_intent.created", "payment_intent.succeeded")
+    events = maker("stripe", sequence=sequence).sequence()
+    assert [event.type for event in events] == list(sequence)
+    assert len({event.fact for event in events}) == 1 and len({event.id for event in events}) == 2
+    assert [event.type for event in maker("stripe").sequence()] == ["payment_intent.succeeded"]
+
+
+def test_json_pointers() -> None:
+    document = {"a": [{"b/c": 1, "d~e": 2}], "": 3}
+    assert resolve_pointer(document, "/a/0/b~1c") == 1 and resolve_pointer(document, "/a/0/d~0e") == 2
+    assert resolve_pointer(document, "/") == 3 and resolve_pointer(document, "") == document
+    missing = resolve_pointer(document, "/a/1")
+    assert missing is resolve_pointer(document, "a") is resolve_pointer(document, "/x/y")
+
+
+def test_the_body_generators_leaf() -> None:
+    assert is_generated({"a": ["{int:1-2}"]}) and is_generated("{choice:a|b}") and is_generated("{uuid}")
+    assert not is_generated({"a": "{key}", "b": "order-{uuid}", "c": 1})
+    rendered = render_body({"n": "{int:9-3}", "k": "{key}", "r": "r-{key}"}, random.Random(0), key=None)
+    assert 3 <= rendered["n"] <= 9 and rendered["k"] == "" and rendered["r"] == "r-"
