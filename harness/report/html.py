@@ -66,6 +66,10 @@ details.violation > summary { cursor:pointer; padding:8px 12px; font-weight:600;
 details.violation > div { padding:0 12px 10px; overflow-x:auto; }
 details.more > summary { cursor:pointer; color:var(--muted); padding:4px 0; }
 .note { color:var(--muted); }
+.timeline-card { margin:6px 0 10px; }
+svg.timeline { display:block; max-width:100%; height:auto; background:#fff; }
+section.warnings { border-color:#fde68a; background:var(--warn-bg); }
+section.warnings p { margin:4px 0; color:#713f12; }
 svg.plot { display:block; max-width:100%; height:auto; }
 """
 
@@ -217,8 +221,13 @@ def operations_table(operations: Sequence[Mapping[str, Any]], start: float | Non
 def faults_table(faults: Sequence[Mapping[str, Any]], start: float | None) -> str:
     """Fault windows: what was broken, where, and when relative to the run start."""
     rows = []
+    # Crash-point windows count their hits (harness.nemesis); other faults have none.
+    with_hits = any("hits" in fault for fault in faults)
     for fault in faults:
         what = [str(fault.get(k)) for k in ("type", "action", "stream") if fault.get(k)]
+        for key in ("probability", "count", "delay_ms"):
+            if fault.get("kind") == "crash_point" and fault.get(key) is not None:
+                what.append(f"{key} {fault[key]}")
         attributes = fault.get("attributes")
         if attributes:
             what.append(compact_json(attributes))
@@ -232,12 +241,29 @@ def faults_table(faults: Sequence[Mapping[str, Any]], start: float | None) -> st
         cells = [_code(fault.get("name")), escape(str(fault.get("kind") or "")),
                  _code(fault.get("target")), f"<code>{escape(' '.join(what))}</code>",
                  relative_time(begin, start), relative_time(end, start), length]
+        if with_hits:
+            cells.append(_hits(fault, start))
         error = fault.get("error")
         rows.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells)
                     + (f"<td class='wrap'>{badge(str(error), 'fail')}</td>" if error else "<td></td>")
                     + "</tr>")
-    header = ("name", "kind", "target", "what", "start", "end", "length", "error")
-    return _table(header, rows)
+    header = ("name", "kind", "target", "what", "start", "end", "length", *(("hits",) if with_hits else ()),
+              "error")
+    return _table(header, rows, numeric=("hits",))
+
+
+def _hits(fault: Mapping[str, Any], start: float | None) -> str:
+    """A crash-point window's hit count, with when each hit landed (the first 20)."""
+    hits = fault.get("hits")
+    if isinstance(hits, bool) or not isinstance(hits, int):
+        return "<span class='note'>–</span>"
+    times = fault.get("hit_times")
+    listed = ""
+    if isinstance(times, list) and times:
+        shown = ", ".join(relative_time(t, start) for t in times[:20])
+        more = f" (+{len(times) - 20})" if len(times) > 20 else ""
+        listed = f"<br><span class='note hit-times'>{shown}{more}</span>"
+    return f"<span class='hits' data-hits='{hits}'>{hits}</span>{listed}"
 
 
 class ViolationView(Protocol):
@@ -300,8 +326,11 @@ def _mapping(value: Any) -> Mapping[str, Any]:
     return value if isinstance(value, Mapping) else {}
 
 
-def invariant_violations(invariants: Sequence[InvariantView], start: float, *, open_first: int = 3) -> str:
-    """Each failed invariant's violations with their evidence; the first few unfolded."""
+def invariant_violations(invariants: Sequence[InvariantView], start: float, *, open_first: int = 3,
+                         timeline: Callable[[str, int], str] | None = None) -> str:
+    """Each failed invariant's violations with their evidence; the first few unfolded.
+    `timeline(invariant, index)` gives the HTML drawn above a violation's evidence
+    (its timeline, harness.report.timeline), '' for none."""
     failed = [inv for inv in invariants if not inv.passed]
     if not failed:
         return "<h2>Violations</h2><p class='note'>No violations: every invariant held.</p>"
@@ -313,16 +342,17 @@ def invariant_violations(invariants: Sequence[InvariantView], start: float, *, o
                      f"<span class='mono note'>{escape(inv.name)}</span> · "
                      f"{escape(plural(total, 'violation'))}</h3>")
         for index, violation in enumerate(violations):
-            parts.append(_violation(violation, start, open_=index < open_first))
+            drawn = timeline(inv.name, index) if timeline is not None else ""
+            parts.append(_violation(violation, start, open_=index < open_first, drawn=drawn))
         if total > len(violations):
             parts.append(f"<p class='note'>{total - len(violations)} more not listed "
                          "(the checker keeps the first ones).</p>")
     return "".join(parts)
 
 
-def _violation(violation: ViolationView, start: float, *, open_: bool) -> str:
+def _violation(violation: ViolationView, start: float, *, open_: bool, drawn: str = "") -> str:
     evidence = violation.evidence
-    sections = []
+    sections = [f"<div class='timeline-card'>{drawn}</div>"] if drawn else []
     details = violation.details
     if details:
         pairs = " · ".join(f"<span class='note'>{escape(str(k))}</span> "

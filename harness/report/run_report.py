@@ -2,16 +2,18 @@
 
 The typed check result (harness.check.checker.CheckResult; its JSON in
 docs/internals.md, "Check result") says what held; the run directory's histories,
-fault log and settings (read through the `RunFiles` it is given) say what the run looked
-like. Invariant titles come from the result, which takes them from the registry. The
-history is streamed once into per-second buckets (`harness.report.series`), so a
+fault log and settings (read through the `ReportFiles` it is given) say what the run looked
+like, its load window and Redis readings (harness.report.run_facts) when and on what
+it ran. Invariant titles come from the result, which takes them from the registry. The
+history is streamed once, into per-second buckets (`harness.report.series`) and the
+bounded operations of each violation's timeline (`harness.report.timeline`), so a
 long run costs memory per second of run time, not per operation.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from html import escape
 from pathlib import Path
@@ -19,7 +21,7 @@ from typing import Any
 
 from harness.check.checker import CheckResult
 from harness.check.invariants import invariant_title
-from harness.check.run_files import RunFileError, RunFiles, RunSettings
+from harness.check.run_files import RunFileError, RunSettings
 from harness.history import HistoryError, iter_operations
 from harness.report.html import (
     badge,
@@ -39,7 +41,9 @@ from harness.report.plots import (
     line_chart,
     stacked_bar_chart,
 )
-from harness.report.series import RunSeries, build_series, percentile
+from harness.report.run_facts import LoadWindow, RedisCapture, RedisSettings, ReportFiles, redis_warnings
+from harness.report.series import RunSeries, percentile
+from harness.report.timeline import MAX_TIMELINES, TimelineCollector, render_timeline, subject_of
 
 __all__ = [
     "MatrixCell",
@@ -69,7 +73,7 @@ class ReportPaths:
     report_html: Path
 
 
-def write_reports(run: RunFiles, result: CheckResult) -> ReportPaths:
+def write_reports(run: ReportFiles, result: CheckResult) -> ReportPaths:
     """Write result.json, junit.xml and report.html into the run directory (a
     `harness.run.rundir.RunDir`); their paths."""
     run.path.mkdir(parents=True, exist_ok=True)
@@ -82,11 +86,24 @@ def write_reports(run: RunFiles, result: CheckResult) -> ReportPaths:
     except RunFileError:
         settings = None  # the report is best effort; the checker said what was wrong
     history_error = None
+    timelines = timeline_collector(result)
+    series = RunSeries()
     try:
-        series = build_series(iter_operations(run.history_files()))
+        # One pass: the per-second series and the timelines' operations together.
+        add = series.add
+        if timelines.wants_history():
+            offer = timelines.offer
+            for operation in iter_operations(run.history_files()):
+                add(operation)
+                offer(operation)
+        else:
+            for operation in iter_operations(run.history_files()):
+                add(operation)
     except (HistoryError, OSError) as error:
         series, history_error = RunSeries(), str(error)
-    html = render_report(result, series, faults, settings=settings, history_error=history_error)
+        timelines = timeline_collector(result)  # the evidence alone
+    html = render_report(result, series, faults, settings=settings, history_error=history_error,
+                         timelines=timelines, load=run.read_load_window(), redis=run.read_redis_capture())
     run.write_text(paths.report_html, html)
     return paths
 
@@ -118,6 +135,19 @@ def summary_line(result: CheckResult, report_html: Path) -> str:
     return f"FAIL: {detail} — report: {report_html}"
 
 
+def timeline_collector(result: CheckResult) -> TimelineCollector:
+    """The subjects of the first MAX_TIMELINES violations (in the registry's order),
+    each with its evidence operations, ready to be offered the history."""
+    collector = TimelineCollector()
+    for inv in result.invariants:
+        for violation in inv.violations if not inv.passed else ():
+            if len(collector) >= MAX_TIMELINES:
+                return collector
+            collector.add(subject_of(violation.order_id, violation.details),
+                          violation.evidence.get("operations") or ())
+    return collector
+
+
 def render_report(
     result: CheckResult,
     series: RunSeries,
@@ -125,8 +155,12 @@ def render_report(
     *,
     settings: RunSettings | None = None,
     history_error: str | None = None,
+    timelines: TimelineCollector | None = None,
+    load: LoadWindow | None = None,
+    redis: RedisCapture | None = None,
 ) -> str:
-    """The whole report page as one HTML string."""
+    """The whole report page as one HTML string. Without `timelines` each violation's
+    timeline is drawn from its evidence alone."""
     starts = [t for t in (series.first_time, *(_num(f.get("start")) for f in faults)) if t is not None]
     ends = [t for t in (series.last_time, *(_num(f.get("end")) for f in faults)) if t is not None]
     start = math.floor(min(starts)) if starts else 0
@@ -135,7 +169,8 @@ def render_report(
     run_id = result.run_id or "run"
     body = [
         f"<h1>Idempotency chaos report · <span class='mono'>{escape(run_id)}</span></h1>",
-        _verdict(result, settings, duration, len(faults)),
+        _verdict(result, settings, duration, len(faults), load),
+        _warnings(redis),
         _invariants(result),
     ]
     if history_error:
@@ -151,11 +186,83 @@ def render_report(
     body.append(_dead_letters(result))
     body.append(_jepsen(result))
     body.append(_duplicates(result))
-    body.append(invariant_violations(result.invariants, start))
+    body.append(_redis_settings(redis))
+    body.append(invariant_violations(result.invariants, start,
+                                     timeline=_timelines(result, timelines, faults, start)))
     return page(f"{result.verdict.upper()} · {run_id}", "".join(body))
 
 
-def _verdict(result: CheckResult, settings: RunSettings | None, duration: float, fault_count: int) -> str:
+def _timelines(result: CheckResult, timelines: TimelineCollector | None,
+               faults: Sequence[Mapping[str, Any]], start: float) -> Callable[[str, int], str]:
+    """(invariant, violation index) -> that violation's timeline SVG ('' past the bound)."""
+    collector = timelines if timelines is not None else timeline_collector(result)
+    slots: dict[tuple[str, int], tuple[int, Mapping[str, Any]]] = {}
+    for inv in result.invariants:
+        for index, violation in enumerate(inv.violations if not inv.passed else ()):
+            if len(slots) >= len(collector):
+                break
+            slots[(inv.name, index)] = (len(slots), violation.evidence)
+
+    def draw(name: str, index: int) -> str:
+        slot = slots.get((name, index))
+        if slot is None:
+            return ""
+        number, evidence = slot
+        return render_timeline(collector.subject(number), collector.operations(number), faults, start,
+                               payments=_records(evidence.get("payments")), effects=_records(evidence.get("effects")),
+                               evidence_ids=collector.evidence_ids(number))
+    return draw
+
+
+def _records(value: Any) -> list[Mapping[str, Any]]:
+    return [item for item in value if isinstance(item, Mapping)] if isinstance(value, list) else []
+
+
+def _warnings(redis: RedisCapture | None) -> str:
+    """Why the stack may have failed the run: Redis settings that make idempotency
+    records disposable (harness.report.run_facts.redis_warnings)."""
+    warnings = redis_warnings(redis) if redis is not None else []
+    if not warnings:
+        return ""
+    items = "".join(f"<p class='warning' data-warning='redis'>{badge('WARNING', 'warn')} {escape(text)}</p>"
+                    for text in warnings)
+    return (f"<section id='warnings' class='card warnings'><h3>The stack may have caused this verdict</h3>"
+            f"{items}</section>")
+
+
+def _redis_settings(redis: RedisCapture | None) -> str:
+    title = "<h2>Stack: Redis settings</h2>"
+    if redis is None or (redis.before is None and redis.after is None):
+        return title + "<p class='note'>not recorded for this run</p>"
+    readings = [("before the load", redis.before), ("after the run", redis.after)]
+
+    def cell(reading: RedisSettings | None, key: str) -> str:
+        if reading is None:
+            return "<span class='note'>not read</span>"
+        if reading.error is not None:
+            return f"<span class='note'>unreadable: {escape(reading.error)}</span>" if key == "maxmemory" else ""
+        value = getattr(reading, key)
+        if value is None:
+            return "<span class='note'>–</span>"
+        if isinstance(value, bool):
+            return "yes" if value else "no"
+        if key == "save" and value == "":
+            return "<code>\"\"</code> <span class='note'>(no RDB snapshots)</span>"
+        if key == "maxmemory" and value == 0:
+            return "0 <span class='note'>(no limit)</span>"
+        return f"<code>{escape(str(value))}</code>"
+
+    rows = "".join(
+        f"<tr data-setting='{key}'><th>{label}</th>" + "".join(f"<td>{cell(r, key)}</td>" for _, r in readings)
+        + "</tr>"
+        for key, label in (("maxmemory", "maxmemory"), ("maxmemory_policy", "maxmemory-policy"),
+                           ("appendonly", "appendonly"), ("save", "save"), ("evicted_keys", "evicted_keys")))
+    head = "<th></th>" + "".join(f"<th>{label}</th>" for label, _ in readings)
+    return title + card_table(head, rows)
+
+
+def _verdict(result: CheckResult, settings: RunSettings | None, duration: float, fault_count: int,
+             load: LoadWindow | None = None) -> str:
     verdict = result.verdict
     invariants = result.invariants
     failed = [inv for inv in invariants if not inv.passed]
@@ -179,6 +286,12 @@ def _verdict(result: CheckResult, settings: RunSettings | None, duration: float,
         facts.append(("unsafe_disable (mutant)", ", ".join(result.unsafe_disable)))
     facts.append(("duration", f"{duration:.1f} s"))
     facts.append(("operations", _count(counts.get("operations", 0))))
+    if "acknowledged" in counts:
+        facts.append(("acknowledged", _count(counts["acknowledged"])))
+    if load is not None and load.started is not None and load.stopped is not None:
+        facts.append(("load window", f"{load.stopped - load.started:.1f} s"))
+        if load.healed is not None:
+            facts.append(("healed after the load", f"+{load.healed - load.stopped:.1f} s"))
     facts.append(("faults", str(counts.get("faults", fault_count))))
     for key in ("orders", "payments"):
         if key in counts:
@@ -367,6 +480,9 @@ def _window(fault: Mapping[str, Any], start: float, duration: float) -> FaultWin
     name = str(fault.get("name") or fault.get("type") or "fault")
     target = fault.get("target")
     label = f"{name} @ {target}" if target else name
+    hits = fault.get("hits")
+    if isinstance(hits, int) and not isinstance(hits, bool):
+        label += f" ({plural(hits, 'hit')})"
     detail = " ".join(str(fault[k]) for k in ("kind", "type", "action") if fault.get(k))
     return FaultWindow(begin, max(finish, begin), label, detail)
 

@@ -39,12 +39,22 @@ class Probe(HTMLParser):
 
 
 def svgs(document: str) -> dict[str, ET.Element]:
-    """Every inline <svg>, parsed as XML (which also proves its escaping is sound)."""
+    """Every inline plot <svg> by its data-plot, parsed as XML (which also proves its
+    escaping is sound)."""
     plots: dict[str, ET.Element] = {}
-    for match in re.finditer(r"<svg\b.*?</svg>", document, flags=re.S):
-        element = ET.fromstring(match.group(0))
-        plots[element.get("data-plot", "")] = element
+    for element in _all_svgs(document):
+        if element.get("data-plot") is not None:
+            plots[element.get("data-plot", "")] = element
     return plots
+
+
+def timelines(document: str) -> list[ET.Element]:
+    """Every violation's timeline <svg data-timeline>, in page order, parsed as XML."""
+    return [element for element in _all_svgs(document) if element.get("data-timeline") is not None]
+
+
+def _all_svgs(document: str) -> list[ET.Element]:
+    return [ET.fromstring(match.group(0)) for match in re.finditer(r"<svg\b.*?</svg>", document, flags=re.S)]
 
 
 SVG = "{http://www.w3.org/2000/svg}"
