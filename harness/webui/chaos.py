@@ -22,6 +22,13 @@ Locust's supported extension points, and what each carries:
   index page; it mounts the same panel as `/chaos/` above the tab's table while the
   tab is open. Should a Locust release change its page, the table and `/chaos/` work.
 
+Safe by default (harness.webui.guard, docs/security.md): with the tab loaded and no
+`--web-host`, the web UI listens on 127.0.0.1 only (a warning names the risk of any
+other address); every state-changing route wants JSON, this process's token (written
+into the tab's own pages, sent by their script as `X-Chaos-Token`) and the web UI's own
+Origin, and a refusal is a 403 before anything is done; `--web-login` works with the
+harness's locustfiles (basic auth, HARNESS_WEB_PASSWORD) and covers every route.
+
 The run: each test start (the Start button, or any start on the master) gets a new
 run directory under `--chaos-runs-dir` (default `runs/`), begun by
 `harness.webui.session.begin_swarm` (settings.json, the baseline export, histories/)
@@ -35,8 +42,10 @@ checks and reports; the tab shows the invariants and links report.html.
 
 from __future__ import annotations
 
+import html
 import json
 import logging
+import os
 import re
 import threading
 import time
@@ -77,6 +86,14 @@ from harness.run.rundir import JUNIT_FILE, REPORT_FILE, RESULT_FILE, SETTINGS_FI
 from harness.run.runner import heal_everything
 from harness.stack.local import Stack, StackError, open_stack
 from harness.toxiproxy.toxics import TOXIC_ATTRIBUTES
+from harness.webui.guard import (
+    ChaosGuard,
+    Refused,
+    bind_host,
+    exposure_warning,
+    install_basic_auth,
+    is_loopback,
+)
 from harness.webui.session import begin_swarm, finish_swarm
 
 TAB_KEY = "chaos"
@@ -181,10 +198,12 @@ class PlanFault:
 class ChaosTab:
     """The state of one Locust master's Chaos tab: its current run, faults and verdict."""
 
-    def __init__(self, environment: Environment, options: ChaosOptions, base_path: str = "") -> None:
+    def __init__(self, environment: Environment, options: ChaosOptions, base_path: str = "",
+                 guard: ChaosGuard | None = None) -> None:
         self.environment = environment
         self.options = options
         self.base_path = base_path  # Locust's --web-base-path, without a trailing slash
+        self.guard = guard if guard is not None else ChaosGuard(loopback_only=True)
         self._lock = threading.Lock()  # gevent's lock under Locust's monkey patching
         self.run_dir: Path | None = None
         self.prepared: Path | None = None  # begun by the start request, not yet started
@@ -582,12 +601,16 @@ def _settle(histories: Path) -> None:
 
 # --- Flask ------------------------------------------------------------------------------
 
-def _api(handler: Callable[..., Any]) -> Callable[..., Response]:
-    """Answers JSON; a Problem (or a harness failure) as application/problem+json."""
+def _api(handler: Callable[..., Any], guard: ChaosGuard) -> Callable[..., Response]:
+    """Answers JSON; a Problem (or a harness failure) as application/problem+json. The
+    guard's checks come first: a refused request (403) reaches no handler."""
 
     def view(*args: Any, **kwargs: Any) -> Response:
         try:
+            guard.check(request)
             result = handler(*args, **kwargs)
+        except Refused as refused:
+            return Problem(403, refused.title, refused.detail).response()
         except Problem as problem:
             return problem.response()
         except HarnessError as error:
@@ -604,9 +627,7 @@ def _api(handler: Callable[..., Any]) -> Callable[..., Response]:
 
 
 def _body() -> dict[str, Any]:
-    data = request.get_json(silent=True)
-    if data is None and request.form:
-        data = request.form.to_dict()
+    data = request.get_json(silent=True)  # JSON only: the guard refused anything else
     if data is None:
         return {}
     if not isinstance(data, dict):
@@ -621,7 +642,7 @@ def blueprint(tab: ChaosTab, auth: Callable[[Callable[..., Any]], Callable[..., 
 
     def route(rule: str, methods: tuple[str, ...] = ("GET",)) -> Callable[[Callable[..., Any]], Any]:
         def register(handler: Callable[..., Any]) -> Any:
-            bp.add_url_rule(rule, handler.__name__, auth(_api(handler)), methods=list(methods))
+            bp.add_url_rule(rule, handler.__name__, auth(_api(handler, tab.guard)), methods=list(methods))
             return handler
         return register
 
@@ -695,10 +716,30 @@ def blueprint(tab: ChaosTab, auth: Callable[[Callable[..., Any]], Callable[..., 
 
     @route("/")
     def page() -> Any:
-        html = (ASSETS / "chaos.html").read_text(encoding="utf-8")
-        return Response(html, mimetype="text/html")
+        text = (ASSETS / "chaos.html").read_text(encoding="utf-8")
+        text = text.replace('data-harness-chaos="page"', f'data-harness-chaos="page" {_token_attribute(tab)}', 1)
+        return Response(text, mimetype="text/html", headers={"Cache-Control": "no-store"})
+
+    @bp.after_request
+    def own_origin_only(response: Response) -> Response:
+        return _same_origin(response)
 
     return bp
+
+
+def _token_attribute(tab: ChaosTab) -> str:
+    """The attribute that hands the page's script the token (chaos.js reads it)."""
+    return f'data-chaos-token="{html.escape(tab.guard.token)}"'
+
+
+def _same_origin(response: Response) -> Response:
+    # Locust's web UI allows every origin to read every answer (flask_cors, "*"), which
+    # would let any page read the token out of the tab's pages; naming our own origin
+    # first makes flask_cors leave the answer alone, and a browser then shows it (and
+    # answers a preflight) for this origin only.
+    response.headers["Access-Control-Allow-Origin"] = f"{request.scheme}://{request.host}"
+    response.vary.add("Origin")
+    return response
 
 
 def _parse_attributes(text: str) -> dict[str, int]:
@@ -719,8 +760,18 @@ def attach(environment: Environment) -> ChaosTab | None:
     web_ui = environment.web_ui
     if web_ui is None or isinstance(environment.runner, WorkerRunner) or web_ui.app is None:
         return None
-    base = str(getattr(environment.parsed_options, "web_base_path", "") or "").rstrip("/")
-    tab = ChaosTab(environment, ChaosOptions.from_environment(environment), base)
+    options = environment.parsed_options
+    base = str(getattr(options, "web_base_path", "") or "").rstrip("/")
+    web_host = str(getattr(options, "web_host", "") or "")
+    # No --web-host: loopback only. Locust binds at web_ui.start(), after the init event.
+    web_ui.host = bind_host(web_host) or web_ui.host
+    warning = exposure_warning(web_ui.host, int(getattr(options, "web_port", 0) or web_ui.port),
+                               bool(web_ui.web_login))
+    if warning:
+        logger.warning(warning)
+    install_basic_auth(web_ui, os.environ)
+    guard = ChaosGuard(loopback_only=is_loopback(web_ui.host))
+    tab = ChaosTab(environment, ChaosOptions.from_environment(environment), base, guard)
     setattr(environment, _ATTRIBUTE, tab)
     web_ui.app.register_blueprint(blueprint(tab, web_ui.auth_required_if_enabled, f"{base}/chaos"))
     web_ui.template_args["extended_tabs"] = [
@@ -733,6 +784,13 @@ def attach(environment: Environment) -> ChaosTab | None:
 
     @web_ui.app.before_request
     def begin_on_start() -> Response | None:
+        # While the tab is loaded no page of another origin changes anything in the web
+        # UI (Locust's own /swarm and /stop included); the tab's routes check more.
+        try:
+            guard.check_host(request)
+            guard.check_origin(request)
+        except Refused as refused:
+            return Problem(403, refused.title, refused.detail).response()
         # The start form posts to /swarm; the run directory and its baseline come first.
         if request.method == "POST" and request.path == f"{base}/swarm":
             try:
@@ -750,10 +808,13 @@ def attach(environment: Environment) -> ChaosTab | None:
             response.set_data(json.dumps({**data, "extended_stats": extended}))
         elif (request.endpoint == "locust.index" and response.status_code == 200
               and response.mimetype == "text/html" and not response.direct_passthrough):
-            html = response.get_data(as_text=True)
-            tag = '<script src="./chaos/assets/chaos.js" data-harness-chaos="tab" defer></script>'
-            if "data-harness-chaos" not in html:
-                response.set_data(html.replace("</body>", f"{tag}\n</body>", 1))
+            page = response.get_data(as_text=True)
+            tag = (f'<script src="./chaos/assets/chaos.js" data-harness-chaos="tab" {_token_attribute(tab)} '
+                   'defer></script>')
+            if "data-harness-chaos" not in page:
+                response.set_data(page.replace("</body>", f"{tag}\n</body>", 1))
+                response.headers["Cache-Control"] = "no-store"
+                _same_origin(response)
         return response
 
     return tab

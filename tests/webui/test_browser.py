@@ -3,6 +3,9 @@
 
 Start a swarm from Locust's own form, open the Chaos tab, add a toxic with the tab's
 form and see it listed, stop, and see the verdict (PASS) with a working report link.
+The standalone page /chaos/ pauses and resumes a consumer (its script sends the
+page's token). A page of another origin posting a form (or a JSON fetch) to the kill
+route is refused and kills nothing (docs/security.md).
 Without Chromium the test fails and says how to install it (scripts/setup.sh does).
 """
 
@@ -108,6 +111,47 @@ def run(web: LocustWebUI, stack: Stack, page: object) -> None:
         assert (web.runs / run_id / name).is_file(), name
 
 
+def service_status(web: LocustWebUI, name: str) -> str:
+    services = web.get("/chaos/api/state", params={"fresh": "1"}).json()["services"]
+    return str({row["name"]: row["status"] for row in services}[name])
+
+
+def test_the_standalone_page_drives_the_processes(web: LocustWebUI, page: object) -> None:
+    """/chaos/ on its own: its script sends the page's token, as JSON, from this origin."""
+    page.goto(web.url + "/chaos/")
+    row = page.locator('#chaos-services tr[data-service="consumer-1"]')
+    row.locator('button[data-action="pause"]').click()
+    row.locator("td", has_text="paused").wait_for()
+    assert service_status(web, "consumer-1") == "paused"
+    row.locator('button[data-action="resume"]').click()
+    row.locator("td", has_text="running").wait_for()
+    assert service_status(web, "consumer-1") == "running"
+    assert page.locator(".chaos-message").inner_text() == ""
+
+
+def test_a_page_of_another_origin_cannot_drive_the_tab(web: LocustWebUI, page: object) -> None:
+    """The attack of issue 19 in a real browser: a page of another origin (served by
+    Playwright itself, no network) posts a plain form to the kill route, and tries a
+    JSON fetch with the token it cannot read. The tab refuses both; consumer-1 lives."""
+    kill = web.url + "/chaos/api/services/consumer-1/kill"
+    evil = ("<!doctype html><html><body><form id='f' method='post' action='" + kill + "'>"
+            "<input name='x' value='1'></form><script>"
+            "fetch('" + kill + "', {method: 'POST', headers: {'Content-Type': 'application/json',"
+            " 'X-Chaos-Token': 'guessed'}, body: '{}'}).then(r => document.title = 'fetch ' + r.status,"
+            " e => document.title = 'fetch blocked');"
+            "</script></body></html>")
+    page.route("http://evil.example/", lambda route: route.fulfill(body=evil, content_type="text/html"))
+    page.goto("http://evil.example/")
+    page.wait_for_function("document.title.startsWith('fetch')")
+    assert page.title() == "fetch blocked"  # the preflight is not answered for evil.example
+    assert service_status(web, "consumer-1") == "running"
+    page.evaluate("document.getElementById('f').submit()")
+    page.wait_for_url(kill)
+    body = page.locator("body").inner_text()
+    assert "Cross-site request refused" in body and "403" in body, body
+    assert service_status(web, "consumer-1") == "running"
+
+
 def test_missing_chromium_fails_with_the_install_command(monkeypatch: pytest.MonkeyPatch) -> None:
     import webui_helpers
 
@@ -122,6 +166,8 @@ def test_setup_installs_chromium_and_playwright() -> None:
     from webui_helpers import REPO
 
     setup = (REPO / "scripts" / "setup.sh").read_text()
-    assert "command -v chromium" in setup and "apt-get install -y -qq chromium" in setup
+    # install_missing PACKAGE COMMAND: apt-get installs the package when the command is missing.
+    assert "\ninstall_missing chromium chromium\n" in setup
+    assert 'command -v "$command"' in setup and 'apt-get install -y -qq "$package"' in setup
     assert "playwright install" not in setup
     assert '"playwright>=' in (REPO / "pyproject.toml").read_text()

@@ -9,7 +9,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import requests
 from webui_helpers import LocustWebUI, start_locust_web
 
 from harness.stack.local import Stack
@@ -27,7 +26,7 @@ def web(stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Locu
 @pytest.fixture(autouse=True)
 def healed(web: LocustWebUI) -> Iterator[None]:
     yield
-    assert web.post("/chaos/api/heal").status_code == 200
+    assert web.act("POST", "/chaos/api/heal").status_code == 200
 
 
 def state(web: LocustWebUI) -> dict:
@@ -49,7 +48,7 @@ def test_the_tab_is_in_locusts_page(web: LocustWebUI) -> None:
 
 
 def test_toxics_are_added_listed_and_removed(web: LocustWebUI) -> None:
-    added = web.post("/chaos/api/toxics", json={"proxy": "app", "type": "latency", "attributes": "latency=250 jitter=10",
+    added = web.act("POST", "/chaos/api/toxics", {"proxy": "app", "type": "latency", "attributes": "latency=250 jitter=10",
                                                  "toxicity": "0.5", "name": "slow"})
     assert added.status_code == 200, added.text
     assert added.json()["attributes"] == {"latency": 250, "jitter": 10}
@@ -60,9 +59,9 @@ def test_toxics_are_added_listed_and_removed(web: LocustWebUI) -> None:
     assert any(row["what"] == "toxic" and row["target"] == "app" for row in rows)
 
 
-    removed = requests.delete(web.url + "/chaos/api/toxics/app/slow", timeout=10)
+    removed = web.act("DELETE", "/chaos/api/toxics/app/slow")
     assert removed.status_code == 200, removed.text
-    again = requests.delete(web.url + "/chaos/api/toxics/app/slow", timeout=10)
+    again = web.act("DELETE", "/chaos/api/toxics/app/slow")
     assert again.status_code == 404 and again.headers["Content-Type"] == "application/problem+json"
     assert toxics_of(state(web), "app") == []
 
@@ -75,7 +74,7 @@ def test_toxics_are_added_listed_and_removed(web: LocustWebUI) -> None:
     ({"proxy": "../x", "type": "latency"}, 400),
 ])
 def test_bad_requests_are_problems(web: LocustWebUI, body: dict, status: int) -> None:
-    response = web.post("/chaos/api/toxics", json=body)
+    response = web.act("POST", "/chaos/api/toxics", body)
     assert response.status_code == status
     assert response.headers["Content-Type"] == "application/problem+json"
     problem = response.json()
@@ -83,27 +82,27 @@ def test_bad_requests_are_problems(web: LocustWebUI, body: dict, status: int) ->
 
 
 def test_proxy_and_process_faults(web: LocustWebUI) -> None:
-    assert web.post("/chaos/api/proxies/redis/disable").status_code == 200
+    assert web.act("POST", "/chaos/api/proxies/redis/disable").status_code == 200
     assert [row["enabled"] for row in state(web)["proxies"] if row["name"] == "redis"] == [False]
-    assert web.post("/chaos/api/proxies/redis/enable").status_code == 200
-    assert web.post("/chaos/api/services/consumer-1/pause").status_code == 200
+    assert web.act("POST", "/chaos/api/proxies/redis/enable").status_code == 200
+    assert web.act("POST", "/chaos/api/services/consumer-1/pause").status_code == 200
     services = {row["name"]: row["status"] for row in state(web)["services"]}
     assert services["consumer-1"] == "paused"
-    assert web.post("/chaos/api/services/consumer-1/resume").status_code == 200
+    assert web.act("POST", "/chaos/api/services/consumer-1/resume").status_code == 200
     assert {row["name"]: row["status"] for row in state(web)["services"]}["consumer-1"] == "running"
-    bad = web.post("/chaos/api/services/consumer-1/explode")
+    bad = web.act("POST", "/chaos/api/services/consumer-1/explode")
     assert bad.status_code == 400 and bad.headers["Content-Type"] == "application/problem+json"
 
 
 def test_plan_faults(web: LocustWebUI) -> None:
     faults = web.get("/chaos/api/plans/flaky-network").json()
     assert faults and faults[0]["kind"] == "toxic" and "latency" in faults[0]["describe"]
-    assert web.post("/chaos/api/plans/flaky-network/faults/0").status_code == 200
+    assert web.act("POST", "/chaos/api/plans/flaky-network/faults/0").status_code == 200
     assert toxics_of(state(web), "app") == ["plan_flaky_network_0"]
-    again = web.post("/chaos/api/plans/flaky-network/faults/0")
+    again = web.act("POST", "/chaos/api/plans/flaky-network/faults/0")
     assert again.status_code == 409 and again.headers["Content-Type"] == "application/problem+json"
-    assert web.post("/chaos/api/heal").status_code == 200
-    applied = web.post("/chaos/api/plans/flaky-network/toxics").json()["applied"]
+    assert web.act("POST", "/chaos/api/heal").status_code == 200
+    applied = web.act("POST", "/chaos/api/plans/flaky-network/toxics").json()["applied"]
     toxic_faults = [fault for fault in faults if fault["kind"] == "toxic"]
     assert len(applied) == len(toxic_faults)
     document = state(web)
@@ -119,7 +118,7 @@ def test_reports_are_served_only_from_run_directories(web: LocustWebUI) -> None:
 
 def test_each_start_gets_a_run_directory_and_stop_a_verdict(web: LocustWebUI, stack: Stack) -> None:
     if state(web)["run"] is None:
-        refused = web.post("/chaos/api/check")
+        refused = web.act("POST", "/chaos/api/check")
         assert refused.status_code == 409 and refused.headers["Content-Type"] == "application/problem+json"
     run_ids = []
     for _ in range(2):
@@ -128,10 +127,10 @@ def test_each_start_gets_a_run_directory_and_stop_a_verdict(web: LocustWebUI, st
         run = state(web)["run"]
         run_ids.append(run["id"])
         time.sleep(2)
-        assert web.post("/chaos/api/toxics", json={"proxy": "app", "type": "latency",
+        assert web.act("POST", "/chaos/api/toxics", {"proxy": "app", "type": "latency",
                                                    "attributes": {"latency": 100}, "toxicity": 0.3}).status_code == 200
         time.sleep(3)
-        busy = web.post("/chaos/api/check")
+        busy = web.act("POST", "/chaos/api/check")
         assert busy.status_code == 409  # the test is running
         assert web.post("/stop").json()["success"]
         verdict = web.wait_verdict()
@@ -148,6 +147,12 @@ def test_each_start_gets_a_run_directory_and_stop_a_verdict(web: LocustWebUI, st
         faults = [json.loads(line) for line in (run_dir / "faults.jsonl").read_text().splitlines()]
         assert [(fault["kind"], fault["target"]) for fault in faults] == [("toxic", "app")]
         assert faults[0]["end"] >= faults[0]["start"]
+        # A run directory holds neither of the stack's secrets (docs/security.md).
+        secrets = (stack.info.webhook_secret.encode(), stack.info.internal_token.encode())
+        assert all(secrets)
+        leaks = [path.name for path in run_dir.rglob("*") if path.is_file()
+                 and any(secret in path.read_bytes() for secret in secrets)]
+        assert leaks == [], leaks
     assert state(web)["faults"] == []
 
 

@@ -4,11 +4,13 @@ test stack, the harness CLI, and Debian's Chromium for the browser test."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,19 +34,35 @@ def harness(*args: str, cwd: Path, timeout: float = 180) -> subprocess.Completed
 
 @dataclass
 class LocustWebUI:
-    """`locust -f harness/locustfiles/SCENARIO.py` with its web UI, standalone, on loopback."""
+    """`locust -f harness/locustfiles/SCENARIO.py` with its web UI, standalone, on loopback.
+
+    `get` and `post` send what they are given (Locust's own form posts included);
+    `act` is a call of the tab's own page: JSON, with the page's token (`token`)."""
 
     process: subprocess.Popen[bytes]
     url: str
     log: Path
     runs: Path
     workers: tuple[subprocess.Popen[bytes], ...] = ()
+    auth: tuple[str, str] | None = None
+    token: str = ""
 
     def get(self, path: str, **kwargs: Any) -> requests.Response:
-        return requests.get(self.url + path, timeout=10, **kwargs)
+        return requests.get(self.url + path, timeout=10, **{"auth": self.auth, **kwargs})
 
     def post(self, path: str, **kwargs: Any) -> requests.Response:
-        return requests.post(self.url + path, timeout=10, **kwargs)
+        return requests.post(self.url + path, timeout=10, **{"auth": self.auth, **kwargs})
+
+    def act(self, method: str, path: str, body: Mapping[str, Any] | None = None) -> requests.Response:
+        """A state-changing call as the tab's script makes it."""
+        return requests.request(method, self.url + path, json=dict(body or {}), auth=self.auth, timeout=10,
+                                headers={"X-Chaos-Token": self.token})
+
+    def page_token(self) -> str:
+        """The token the tab's standalone page hands its script."""
+        found = re.search(r'data-chaos-token="([^"]+)"', self.get("/chaos/").text)
+        assert found, "the tab's page carries no token"
+        return found.group(1)
 
     def stop(self) -> None:
         for process in (self.process, *self.workers):
@@ -69,29 +87,34 @@ class LocustWebUI:
         raise AssertionError(f"no verdict within {timeout:.0f}s: {verdict}\n{self.log.read_text()[-3000:]}")
 
 
-def start_locust_web(scenario: str, stack_root: Path, workdir: Path, *, workers: int = 0) -> LocustWebUI:
+def start_locust_web(scenario: str, stack_root: Path, workdir: Path, *, workers: int = 0,
+                     web_host: str | None = "127.0.0.1", extra: Sequence[str] = (),
+                     env: Mapping[str, str] | None = None, auth: tuple[str, str] | None = None) -> LocustWebUI:
     """Standalone, or with `workers` > 0 a master and that many `locust --worker`
-    processes talking over TCP on loopback (as workers on other machines would)."""
+    processes talking over TCP on loopback (as workers on other machines would).
+    `web_host=None` gives no --web-host (the tab's default bind); `env` is added to the
+    clean environment; `auth` is sent with every request (for --web-login)."""
     port, master_port = free_ports(2)
     log = workdir / f"locust-{port}.log"
     runs = workdir / "runs"
     locustfile = str(REPO / "harness" / "locustfiles" / f"{scenario}.py")
-    argv = [str(LOCUST), "-f", locustfile, "--web-host", "127.0.0.1",
+    argv = [str(LOCUST), "-f", locustfile, *(["--web-host", web_host] if web_host is not None else []),
             "--web-port", str(port), "--harness-root", str(stack_root), "--chaos-runs-dir", str(runs),
-            "--chaos-plans-dir", str(REPO / "harness" / "plans"), "--chaos-drain-timeout", "20"]
+            "--chaos-plans-dir", str(REPO / "harness" / "plans"), "--chaos-drain-timeout", "20", *extra]
     if workers:
         argv += ["--master", "--master-bind-host", "127.0.0.1", "--master-bind-port", str(master_port)]
 
     def spawn(command: list[str], path: Path) -> subprocess.Popen[bytes]:
         with open(path, "wb") as out:
-            return subprocess.Popen(command, cwd=workdir, env=clean_env(), stdout=out, stderr=subprocess.STDOUT,
+            return subprocess.Popen(command, cwd=workdir, env=clean_env(**dict(env or {})), stdout=out,
+                                    stderr=subprocess.STDOUT,
                                     stdin=subprocess.DEVNULL, start_new_session=True)
 
     process = spawn(argv, log)
     started = tuple(spawn([str(LOCUST), "-f", locustfile, "--worker", "--master-host", "127.0.0.1",
                            "--master-port", str(master_port)], workdir / f"worker-{index}.log")
                     for index in range(workers))
-    web = LocustWebUI(process, f"http://127.0.0.1:{port}", log, runs, started)
+    web = LocustWebUI(process, f"http://127.0.0.1:{port}", log, runs, started, auth)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         if process.poll() is not None:
@@ -99,6 +122,7 @@ def start_locust_web(scenario: str, stack_root: Path, workdir: Path, *, workers:
         try:
             if web.get("/chaos/api/state").status_code == 200 and \
                     (not workers or web.get("/worker-count").json().get("worker_count") == workers):
+                web.token = web.page_token()
                 return web
         except requests.RequestException:
             pass

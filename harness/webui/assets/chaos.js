@@ -10,6 +10,10 @@
   if (window.harnessChaosLoaded) return;  // one panel logic per page
   window.harnessChaosLoaded = true;
 
+  // The page that loaded this script carries this Locust process's token; every call
+  // that changes something sends it, as JSON, from this origin (harness/webui/guard.py).
+  const script = document.currentScript || document.querySelector("script[data-chaos-token]");
+  const TOKEN = (script && script.dataset.chaosToken) || "";
   const page = document.getElementById("harness-chaos-page");
   const base = page ? new URL("./", location.href) : new URL("./chaos/", document.baseURI);
   const url = (path) => new URL(path, base).toString();
@@ -41,10 +45,11 @@
   let plansLoaded = null;
 
   async function call(method, path, body) {
-    const options = { method, headers: { Accept: "application/json" } };
-    if (body !== undefined) {
+    const options = { method, headers: { Accept: "application/json" }, credentials: "same-origin" };
+    if (method !== "GET") {
       options.headers["Content-Type"] = "application/json";
-      options.body = JSON.stringify(body);
+      options.headers["X-Chaos-Token"] = TOKEN;
+      options.body = JSON.stringify(body === undefined ? {} : body);
     }
     const response = await fetch(url(path), options);
     let data = null;

@@ -1,0 +1,184 @@
+"""The Chaos tab is safe by default, on a real Locust web UI and stack
+(harness.webui.guard, docs/security.md):
+
+- the forged requests of issue 19 (a form post with a browser's User-Agent from
+  another origin, no token; and each defence alone: other Origin or Referer, form
+  encoding, missing or wrong token, a foreign Host) get 403 problem+json and change
+  nothing: the consumer is not killed, no toxic is added, no test is started;
+- the tab's own page, same origin, JSON, token: the same calls work;
+- with no --web-host the web UI listens on 127.0.0.1 only;
+- with --web-login the tab's routes refuse a request without the login.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import requests
+from webui_helpers import LocustWebUI, start_locust_web
+
+from harness.stack.local import Stack
+
+BROWSER = "Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/120.0 Safari/537.36"
+EVIL = "http://evil.example"
+KILL = "/chaos/api/services/consumer-1/kill"
+
+
+@pytest.fixture(scope="module")
+def web(stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocustWebUI]:
+    ui = start_locust_web("mixed", stack.root, tmp_path_factory.mktemp("web"))
+    try:
+        yield ui
+    finally:
+        ui.stop()
+
+
+def consumer_status(web: LocustWebUI) -> str:
+    services = web.get("/chaos/api/state", params={"fresh": "1"}).json()["services"]
+    return str({row["name"]: row["status"] for row in services}["consumer-1"])
+
+
+def forged(web: LocustWebUI, case: str) -> requests.Response:
+    """One forged request: `case` names which defence it meets (the others it passes)."""
+    token = {"X-Chaos-Token": web.token}
+    as_json = {"Content-Type": "application/json"}
+    if case == "the issue's form post":  # curl -X POST -H 'Origin: http://evil.example' ... --data x=1
+        return requests.post(web.url + KILL, data={"x": "1"}, timeout=10,
+                             headers={"Origin": EVIL, "User-Agent": BROWSER})
+    headers = {"User-Agent": BROWSER, **as_json, **token}
+    body: bytes | str = b"{}"
+    if case == "other origin":
+        headers["Origin"] = EVIL
+    elif case == "other referer":
+        headers["Referer"] = f"{EVIL}/page.html"
+    elif case == "null origin":  # a sandboxed frame, a file:// page
+        headers["Origin"] = "null"
+    elif case == "same origin, form-encoded":
+        headers.update(Origin=web.url, **{"Content-Type": "application/x-www-form-urlencoded"})
+        body = "x=1"
+    elif case == "same origin, text/plain":  # what a form with enctype=text/plain sends
+        headers.update(Origin=web.url, **{"Content-Type": "text/plain"})
+    elif case == "same origin, no token":
+        headers["Origin"] = web.url
+        del headers["X-Chaos-Token"]
+    elif case == "same origin, wrong token":
+        headers.update(Origin=web.url, **{"X-Chaos-Token": web.token + "x"})
+    elif case == "foreign host (DNS rebinding)":
+        headers.update(Host=f"evil.example:{web.url.rsplit(':', 1)[1]}", Origin=f"{EVIL}:{web.url.rsplit(':', 1)[1]}")
+    else:
+        raise AssertionError(case)
+    return requests.post(web.url + KILL, data=body, headers=headers, timeout=10)
+
+
+CASES = ("the issue's form post", "other origin", "other referer", "null origin", "same origin, form-encoded",
+         "same origin, text/plain", "same origin, no token", "same origin, wrong token",
+         "foreign host (DNS rebinding)")
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_a_forged_request_is_refused_and_kills_nothing(web: LocustWebUI, case: str) -> None:
+    assert consumer_status(web) == "running"
+    response = forged(web, case)
+    assert response.status_code == 403, response.text
+    assert response.headers["Content-Type"] == "application/problem+json"
+    problem = response.json()
+    assert problem["status"] == 403 and problem["type"] and problem["title"] and problem["detail"]
+    assert consumer_status(web) == "running"
+
+
+def test_a_forged_toxic_and_a_forged_start_change_nothing(web: LocustWebUI, stack: Stack) -> None:
+    toxic = {"proxy": "app", "type": "latency", "attributes": {"latency": 500}, "name": "forged"}
+    added = requests.post(web.url + "/chaos/api/toxics", json=toxic, timeout=10, headers={"Origin": EVIL,
+                                                                                          "X-Chaos-Token": web.token})
+    assert added.status_code == 403
+    assert stack.nemesis().list_toxics() == []
+    # Locust's own start form too: a page of another origin starts no swarm.
+    before = web.get("/chaos/api/state", params={"fresh": "1"}).json()
+    started = requests.post(web.url + "/swarm", data={"user_count": "2", "spawn_rate": "2",
+                                                       "host": stack.info.app_url},
+                            headers={"Origin": EVIL, "User-Agent": BROWSER}, timeout=10)
+    assert started.status_code == 403 and started.json()["success"] is False
+    after = web.get("/chaos/api/state", params={"fresh": "1"}).json()
+    assert after["runner_state"] == before["runner_state"] != "running"
+    assert after["run"] == before["run"]
+
+
+def test_the_tabs_own_calls_work(web: LocustWebUI, stack: Stack) -> None:
+    """Same origin (as the browser sends it), JSON and the page's token: done."""
+    headers = {"Origin": web.url, "Referer": web.url + "/chaos/", "X-Chaos-Token": web.token, "User-Agent": BROWSER}
+    paused = requests.post(web.url + "/chaos/api/services/consumer-1/pause", json={}, headers=headers, timeout=10)
+    assert paused.status_code == 200, paused.text
+    assert consumer_status(web) == "paused"
+    assert web.act("POST", "/chaos/api/services/consumer-1/resume").status_code == 200
+    assert consumer_status(web) == "running"
+    added = requests.post(web.url + "/chaos/api/toxics", headers=headers, timeout=10,
+                          json={"proxy": "app", "type": "latency", "attributes": {"latency": 10}, "name": "own"})
+    assert added.status_code == 200, added.text
+    assert [t.name for t in stack.nemesis().list_toxics()] == ["own"]
+    assert web.act("POST", "/chaos/api/heal").status_code == 200
+    assert stack.nemesis().list_toxics() == []
+
+
+def test_get_changes_nothing_and_other_origins_cannot_read(web: LocustWebUI) -> None:
+    killed = web.get(KILL)  # a link or an <img> is a GET
+    assert killed.status_code == 405
+    assert consumer_status(web) == "running"
+    for path in ("/", "/chaos/", "/chaos/api/state"):
+        answer = web.get(path, headers={"Origin": EVIL})
+        assert answer.status_code == 200
+        assert answer.headers.get("Access-Control-Allow-Origin") == web.url, path  # not "*", not evil
+    page = web.get("/chaos/")
+    assert page.headers["Cache-Control"] == "no-store" and f'data-chaos-token="{web.token}"' in page.text
+    assert f'data-chaos-token="{web.token}"' in web.get("/").text
+    preflight = requests.options(web.url + KILL, timeout=10, headers={
+        "Origin": EVIL, "Access-Control-Request-Method": "POST",
+        "Access-Control-Request-Headers": "content-type,x-chaos-token"})
+    assert preflight.headers.get("Access-Control-Allow-Origin") != EVIL
+
+
+def listening_addresses(port: int) -> set[str]:
+    """The local addresses that listen on TCP `port`, from /proc/net/tcp and tcp6."""
+    found = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            local, state = line.split()[1], line.split()[3]
+            address, hex_port = local.split(":")
+            if state == "0A" and int(hex_port, 16) == port:  # 0A: LISTEN
+                found.add(address)
+    return found
+
+
+def test_without_web_host_the_web_ui_listens_on_loopback_only(stack: Stack, tmp_path: Path) -> None:
+    ui = start_locust_web("timeout_replay", stack.root, tmp_path, web_host=None)
+    try:
+        port = int(ui.url.rsplit(":", 1)[1])
+        assert listening_addresses(port) == {"0100007F"}, listening_addresses(port)  # 127.0.0.1, little-endian
+        assert "WARNING: the Chaos tab is served on" not in ui.log.read_text()
+    finally:
+        ui.stop()
+
+
+def test_web_login_covers_the_tab(stack: Stack, tmp_path: Path) -> None:
+    password = "correct horse battery staple"
+    ui = start_locust_web("timeout_replay", stack.root, tmp_path, extra=["--web-login"],
+                          env={"HARNESS_WEB_PASSWORD": password}, auth=("harness", password))
+    try:
+        for path in ("/", "/chaos/", "/chaos/api/state", "/chaos/api/plans/flaky-network"):
+            refused = requests.get(ui.url + path, timeout=10)
+            assert refused.status_code == 401, path
+            assert "data-chaos-token" not in refused.text
+            assert requests.get(ui.url + path, auth=("harness", "wrong"), timeout=10).status_code == 401
+        killed = requests.post(ui.url + KILL, json={}, headers={"X-Chaos-Token": ui.token}, timeout=10)
+        assert killed.status_code == 401
+        assert consumer_status(ui) == "running"
+        assert ui.get("/chaos/api/state").status_code == 200  # logged in
+        assert ui.act("POST", "/chaos/api/heal").status_code == 200
+    finally:
+        ui.stop()
+
+
+def test_web_login_without_a_password_stops_locust(stack: Stack, tmp_path: Path) -> None:
+    with pytest.raises(AssertionError, match="HARNESS_WEB_PASSWORD"):
+        start_locust_web("timeout_replay", stack.root, tmp_path, extra=["--web-login"])
