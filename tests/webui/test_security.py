@@ -182,3 +182,47 @@ def test_web_login_covers_the_tab(stack: Stack, tmp_path: Path) -> None:
 def test_web_login_without_a_password_stops_locust(stack: Stack, tmp_path: Path) -> None:
     with pytest.raises(AssertionError, match="HARNESS_WEB_PASSWORD"):
         start_locust_web("timeout_replay", stack.root, tmp_path, extra=["--web-login"])
+
+
+ATTACH = """
+import json, logging, sys
+from locust.argument_parser import parse_options
+from locust.env import Environment
+from harness.webui.chaos import attach
+
+logging.basicConfig(stream=sys.stderr, level=logging.WARNING, format="%(levelname)s %(message)s")
+results = []
+for web_host in json.loads(sys.argv[1]):
+    options = parse_options(args=["-f", "harness/locustfiles/mixed.py", *(["--web-host", web_host] if web_host else [])])
+    environment = Environment(user_classes=[], parsed_options=options)
+    environment.create_local_runner()
+    # delayed_start: nothing is bound; Locust binds web_ui.host at start(), after the init event.
+    web_ui = environment.create_web_ui(host=web_host, port=8089, delayed_start=True)
+    tab = attach(environment)
+    print(f"-- {web_host!r}", file=sys.stderr, flush=True)
+    results.append({"bind": web_ui.host, "loopback_only": tab.guard.loopback_only})
+print(json.dumps(results))
+"""
+
+
+def test_the_bind_address_and_the_warning_when_the_tab_is_attached() -> None:
+    """attach() on a web UI Locust has made but not started (no socket is bound here):
+    no --web-host becomes 127.0.0.1; every interface or another address is kept, with a warning."""
+    import json
+    import subprocess
+    import sys
+
+    from webui_helpers import REPO, clean_env
+
+    hosts = ["", "127.0.0.1", "0.0.0.0", "192.0.2.10"]
+    completed = subprocess.run([sys.executable, "-c", ATTACH, json.dumps(hosts)], cwd=REPO, env=clean_env(),
+                               capture_output=True, text=True, timeout=120)
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    results = json.loads(completed.stdout.splitlines()[-1])  # parse_options prints a deprecation line
+    assert results == [{"bind": "127.0.0.1", "loopback_only": True}, {"bind": "127.0.0.1", "loopback_only": True},
+                       {"bind": "0.0.0.0", "loopback_only": False}, {"bind": "192.0.2.10", "loopback_only": False}]
+    sections = completed.stderr.split("-- ")
+    warned = [("WARNING: the Chaos tab is served on" in section) for section in sections[:4]]
+    assert warned == [False, False, True, True], completed.stderr
+    assert "every interface" in sections[2] and "kill the stack's processes" in sections[2]
+    assert "192.0.2.10" in sections[3]
