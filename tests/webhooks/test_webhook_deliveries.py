@@ -11,8 +11,10 @@ import time
 from collections.abc import Callable
 
 import pytest
+import requests
 
 from harness.ports import free_port
+from harness.toxiproxy.server import EmbeddedToxiproxy
 from harness.webhooks import deliveries as kinds
 from harness.webhooks.deliveries import DeliveryError, DeliveryPlanner
 from harness.webhooks.events import EventMaker, EventTemplate
@@ -211,3 +213,32 @@ def test_sender_defaults_and_outcome_summary() -> None:
     assert summary["kind"] == "first" and summary["status"] == 200 and summary["must_refuse"] is False
     assert summary["event_id"] == outcome.delivery.event_id and str(summary["event_id"]).startswith("evt_")
     assert receiver.arrivals[0].headers["User-Agent"].startswith("Stripe/1.0")
+
+
+def test_through_toxiproxy_a_delayed_answer_times_out_and_the_retry_lands(
+        embedded_toxiproxy: EmbeddedToxiproxy) -> None:
+    # The probe sends through its Toxiproxy proxy: a latency toxic on the answers makes the
+    # first try time out; it is removed during the backoff, so the retry is answered.
+    api = embedded_toxiproxy.url
+    with running(Receiver("stripe", SECRETS["stripe"])) as receiver:
+        port = free_port()
+        upstream = receiver.url.removeprefix("http://")
+        created = requests.post(f"{api}/proxies", json={"name": "receiver", "listen": f"127.0.0.1:{port}",
+                                                        "upstream": upstream, "enabled": True}, timeout=5)
+        assert created.status_code in (200, 201), created.text
+        toxic = requests.post(f"{api}/proxies/receiver/toxics", timeout=5, json={
+            "name": "slow", "type": "latency", "stream": "downstream", "attributes": {"latency": 1000}})
+        assert toxic.status_code == 200, toxic.text
+
+        def heal_then_sleep(seconds: float) -> None:
+            requests.delete(f"{api}/proxies/receiver/toxics/slow", timeout=5).raise_for_status()
+            time.sleep(seconds)
+
+        player = provider("stripe", f"http://127.0.0.1:{port}", timeout=0.3)
+        player.sleep = heal_then_sleep
+        outcomes = player.play(kinds.FIRST)
+        time.sleep(0.8)  # the delayed first answer drains before the receiver stops
+    assert [(o.delivery.kind, o.error, o.status) for o in outcomes] == [("first", "timeout", None),
+                                                                     ("retry", None, 200)]
+    assert [a.event_id for a in receiver.arrivals] == [outcomes[0].delivery.event_id] * 2
+    assert len(receiver.applied) == 1
