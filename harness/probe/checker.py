@@ -21,6 +21,19 @@ Invariants (each with its evidence when violated):
 - `expected_codes`: each misuse is refused with the status the config expects
   (its profile's, or the endpoint's own `expect`).
 
+With `identities:` (harness.probe.identities), answers are grouped per key *and*
+identity (a key is the client's, not the service's), and:
+- `identities_isolated`: no 2xx answer, replay or read-back gives one identity what
+  another identity created.
+
+With `effects:` on an endpoint (the oracles, harness.probe.effect_checks), the
+service's own count of effects is judged, not only the answers:
+- `one_effect_per_key`: at most one effect per key and identity;
+- `acknowledged_effect_present`: every acknowledged request's effect is there;
+- `refused_no_effect`: a request that must be refused (another payload under a used
+  key, no key where one is required) left no effect.
+These invariants appear in a run only when the config has what they judge.
+
 A run that acknowledged fewer than `min_acknowledged` creates, exercised no
 duplicate at all, or whose 2xx answers never carried an id where the config looks,
 is inconclusive: nothing failed, but it proved too little.
@@ -34,6 +47,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from harness.probe.config import Endpoint, ProbeConfig
+from harness.probe.effect_checks import EffectRecord, check_effects
+from harness.probe.identities import check_isolation
 
 MAX_EVIDENCE = 25
 DEFAULT_MIN_ACKNOWLEDGED = 10
@@ -45,7 +60,13 @@ INVARIANTS: dict[str, str] = {
     "missing_key_refused": "a request without the key is refused where the endpoint requires one",
     "acknowledged_not_lost": "every resource a 2xx answer named is found by the final reads",
     "expected_codes": "each misuse is refused with the status the config expects",
+    "identities_isolated": "no 2xx answer, replay or read-back gives one identity what another identity created",
+    "one_effect_per_key": "the service holds at most one effect per key and identity (oracle)",
+    "acknowledged_effect_present": "every acknowledged request's effect is in the service (oracle)",
+    "refused_no_effect": "a request that must be refused (payload mismatch, missing key) left no effect (oracle)",
 }
+IDENTITY_INVARIANTS = ("identities_isolated",)
+EFFECT_INVARIANTS = ("one_effect_per_key", "acknowledged_effect_present", "refused_no_effect")
 DUPLICATE_KINDS = ("double_click", "retry_after_timeout", "retry_after_inflight", "replay")
 
 
@@ -86,18 +107,26 @@ class ProbeCheck:
 
 def _evidence(op: Mapping[str, Any]) -> dict[str, Any]:
     """The fields of one operation a reader needs to see what happened."""
-    keys = ("op_id", "process", "expect", "endpoint", "idempotency_key", "fingerprint", "type", "status",
+    keys = ("op_id", "process", "expect", "endpoint", "idempotency_key", "identity", "fingerprint", "type",
+            "status",
             "resource_id", "replayed", "error", "evidence", "invoke_time", "complete_time")
     return {key: op.get(key) for key in keys if op.get(key) is not None}
 
 
 def check(operations: Iterable[Mapping[str, Any]], config: ProbeConfig, *,
           reads: Sequence[Mapping[str, Any]] = (),
-          min_acknowledged: int = DEFAULT_MIN_ACKNOWLEDGED) -> ProbeCheck:
-    """Judge a probe's history (`create_order` operations) and its final reads."""
+          min_acknowledged: int = DEFAULT_MIN_ACKNOWLEDGED,
+          effects: Sequence[EffectRecord] = ()) -> ProbeCheck:
+    """Judge a probe's history (`create_order` operations), its final reads and the
+    oracles' effects."""
     endpoints = {endpoint.name: endpoint for endpoint in config.endpoints}
-    results = {name: InvariantResult(name, description) for name, description in INVARIANTS.items()}
-    by_key: dict[tuple[str, str], list[Mapping[str, Any]]] = defaultdict(list)
+    skipped = (() if config.identities else IDENTITY_INVARIANTS) + (
+        () if any(e.effects for e in config.endpoints) else EFFECT_INVARIANTS)
+    results = {name: InvariantResult(name, description) for name, description in INVARIANTS.items()
+               if name not in skipped}
+    # Per key and identity: one key of two clients is two keys to a correct service.
+    by_key: dict[tuple[str, str, Any], list[Mapping[str, Any]]] = defaultdict(list)
+    judged: list[Mapping[str, Any]] = []
     kinds: Counter[str] = Counter()
     completions: Counter[str] = Counter()
     statuses: dict[str, Counter[str]] = defaultdict(Counter)
@@ -109,6 +138,7 @@ def check(operations: Iterable[Mapping[str, Any]], config: ProbeConfig, *,
         endpoint = endpoints.get(str(op.get("endpoint")))
         if endpoint is None:
             continue
+        judged.append(op)
         kind = str(op.get("expect") or "first")
         kinds[kind] += 1
         completions[op["type"]] += 1
@@ -121,14 +151,18 @@ def check(operations: Iterable[Mapping[str, Any]], config: ProbeConfig, *,
         if key is None:
             _check_missing_key(op, endpoint, results)
             continue
-        by_key[(endpoint.name, str(key))].append(op)
+        by_key[(endpoint.name, str(key), op.get("identity"))].append(op)
     duplicated_keys = 0
-    for (name, key), ops in by_key.items():
+    for (name, key, _), ops in by_key.items():
         endpoint = endpoints[name]
         if len([op for op in ops if op.get("expect") != "payload_mismatch"]) > 1:
             duplicated_keys += 1
         _check_key(key, ops, endpoint, results)
     _check_reads(reads, by_key, endpoints, results)
+    if "identities_isolated" in results:
+        check_isolation(judged, reads, results["identities_isolated"], _evidence)
+    if "one_effect_per_key" in results:
+        check_effects(effects, judged, endpoints, results, _evidence)
     counts = {
         "operations": sum(completions.values()),
         "acknowledged": acknowledged,
@@ -139,6 +173,7 @@ def check(operations: Iterable[Mapping[str, Any]], config: ProbeConfig, *,
         "duplicated_keys": duplicated_keys,
         "final_reads": len(reads),
         "ok_without_id": ok_without_id,
+        **({"effect_queries": len(effects)} if "one_effect_per_key" in results else {}),
     }
     reasons = []
     if acknowledged < min_acknowledged:
@@ -241,7 +276,7 @@ def _check_key(key: str, ops: list[Mapping[str, Any]], endpoint: Endpoint,
 
 
 def _check_reads(reads: Sequence[Mapping[str, Any]],
-                 by_key: Mapping[tuple[str, str], list[Mapping[str, Any]]],
+                 by_key: Mapping[tuple[str, str, Any], list[Mapping[str, Any]]],
                  endpoints: Mapping[str, Endpoint], results: dict[str, InvariantResult]) -> None:
     lost, one = results["acknowledged_not_lost"], results["one_resource_per_key"]
     for read in reads:
@@ -256,7 +291,8 @@ def _check_reads(reads: Sequence[Mapping[str, Any]],
                 lost.violate(f"{endpoint.name}: resource {read.get('resource_id')!r} was acknowledged but the "
                              f"final read answered {read.get('status')}", read=dict(read),
                              acknowledged=[_evidence(op) for op in by_key.get(
-                                 (endpoint.name, str(read.get("idempotency_key"))), []) if op["type"] == "ok"][:3])
+                                 (endpoint.name, str(read.get("idempotency_key")), read.get("identity")), [])
+                                 if op["type"] == "ok"][:3])
         elif read.get("read") == "by_key":
             key = str(read.get("idempotency_key"))
             found = read.get("found")
@@ -266,7 +302,8 @@ def _check_reads(reads: Sequence[Mapping[str, Any]],
             if len(found) > 1:
                 one.violate(f"{endpoint.name}: the final search for key {key!r} found {len(found)} resources",
                             key=key, found=found[:10], read=dict(read))
-            acknowledged = [op for op in by_key.get((endpoint.name, key), []) if op["type"] == "ok"]
+            acknowledged = [op for op in by_key.get((endpoint.name, key, read.get("identity")), [])
+                            if op["type"] == "ok"]
             if acknowledged:
                 lost.checked += 1
                 if not found:

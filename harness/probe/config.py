@@ -54,9 +54,9 @@ PROFILES: dict[str, dict[str, int]] = {
     "ietf": {"missing_key": 400, "payload_mismatch": 422, "in_flight": 409},
     "conflict-409": {"missing_key": 400, "payload_mismatch": 409, "in_flight": 409},
 }
-MIX_KINDS = ("double_click", "replay", "payload_mismatch", "missing_key", "impatient")
+MIX_KINDS = ("double_click", "replay", "payload_mismatch", "missing_key", "impatient", "cross_identity")
 DEFAULT_MIX = {"double_click": 0.35, "replay": 0.3, "payload_mismatch": 0.3, "missing_key": 0.1,
-               "impatient": 0.15}
+               "impatient": 0.15, "cross_identity": 0.35}  # cross_identity: only with `identities:`
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 _HOST_PORT = re.compile(r"^(?P<host>[A-Za-z0-9.-]+|\[[0-9a-fA-F:]+\]):(?P<port>\d{1,5})$")
 
@@ -92,6 +92,26 @@ class Expectations:
 
 
 @dataclass(frozen=True)
+class EffectsSpec:
+    """How the effects of a request are counted after the load (harness.probe.oracles):
+    over HTTP (`path` with placeholders, then `count` or `items`, JSON pointers) or by
+    SQL on the service's database (`dsn`, `query`). `params` are the placeholders the
+    path or query uses: `key`, `id`, or a top-level field of the body."""
+
+    path: str | None = None
+    count: str | None = None
+    items: str | None = None
+    dsn: str | None = None
+    query: str | None = None
+    timeout: float = 5.0
+    params: tuple[str, ...] = ()
+
+    @property
+    def kind(self) -> str:
+        return "sql" if self.dsn is not None else "http"
+
+
+@dataclass(frozen=True)
 class Endpoint:
     name: str
     method: str
@@ -104,6 +124,7 @@ class Endpoint:
     headers: Mapping[str, str] = field(default_factory=dict)
     read: ReadBack | None = None
     search: ReadBack | None = None
+    effects: EffectsSpec | None = None
 
 
 @dataclass(frozen=True)
@@ -127,6 +148,7 @@ class ProbeConfig:
     load: LoadSpec = field(default_factory=LoadSpec)
     plan: Path | None = None
     source: str = "<config>"
+    identities: tuple[Mapping[str, str], ...] = ()  # header maps, one per client identity
 
     def to_dict(self) -> dict[str, Any]:
         """A plain form that `parse_config` reads back (the Locust processes get it)."""
@@ -143,6 +165,14 @@ class ProbeConfig:
                     endpoint[name]["expect"] = list(endpoint[name]["expect"])
             if endpoint["mutate"] is None:
                 del endpoint["mutate"]
+            if endpoint["effects"] is None:
+                del endpoint["effects"]
+            else:
+                endpoint["effects"] = {k: v for k, v in endpoint["effects"].items()
+                                       if v is not None and k != "params"}
+        raw["identities"] = [dict(identity) for identity in self.identities]
+        if not raw["identities"]:
+            del raw["identities"]
         raw.pop("source")
         return raw
 
@@ -177,7 +207,8 @@ def _resolve_plan(plan: Path, *, beside: Path) -> Path:
 def parse_config(raw: Any, *, source: str = "<config>") -> ProbeConfig:
     where = _Where(source)
     top = where.mapping(raw, "config", required=("endpoints",),
-                        optional=("upstream", "profile", "key_header", "headers", "load", "plan"))
+                        optional=("upstream", "profile", "key_header", "headers", "load", "plan",
+                                  "identities"))
     profile = top.get("profile", "ietf")
     if profile not in PROFILES:
         raise where.error("profile", f"must be one of {', '.join(PROFILES)}, not {profile!r}")
@@ -199,8 +230,10 @@ def parse_config(raw: Any, *, source: str = "<config>") -> ProbeConfig:
     plan = top.get("plan")
     if plan is not None and not isinstance(plan, str):
         raise where.error("plan", "must be the path of a fault plan file")
+    identities = _parse_identities(where, top.get("identities"))
     return ProbeConfig(endpoints=endpoints, upstream=upstream, profile=profile, key_header=key_header,
-                       headers=headers, load=load, plan=Path(plan) if plan else None, source=source)
+                       headers=headers, load=load, plan=Path(plan) if plan else None, source=source,
+                       identities=identities)
 
 
 def parse_upstream(raw: Any, *, where: _Where | None = None, path: str = "upstream") -> str:
@@ -236,7 +269,7 @@ def simple_config(*, upstream: str, path: str, body: Any, method: str = "POST",
 def _parse_endpoint(where: _Where, raw: Any, path: str, defaults: Mapping[str, int]) -> Endpoint:
     item = where.mapping(raw, path, required=("path", "body", "id"),
                          optional=("name", "method", "mutate", "requires_key", "headers", "read",
-                                   "search", "expect"))
+                                   "search", "expect", "effects"))
     name = item.get("name", f"endpoint-{path.split('[')[1].rstrip(']')}")
     if not isinstance(name, str) or not _NAME.match(name):
         raise where.error(f"{path}.name", f"must be letters, digits, '.', '_' or '-', not {name!r}")
@@ -272,7 +305,8 @@ def _parse_endpoint(where: _Where, raw: Any, path: str, defaults: Mapping[str, i
     search = _parse_read(where, item.get("search"), f"{path}.search", "{key}")
     return Endpoint(name=name, method=method, path=url_path, body=body, id=id_location, expect=expect,
                     mutate=mutate, requires_key=requires_key,
-                    headers=where.headers(item.get("headers"), f"{path}.headers"), read=read, search=search)
+                    headers=where.headers(item.get("headers"), f"{path}.headers"), read=read, search=search,
+                    effects=_parse_effects(where, item.get("effects"), f"{path}.effects", body))
 
 
 def _parse_expect(where: _Where, raw: Any, path: str, defaults: Mapping[str, int]) -> Expectations:
@@ -333,6 +367,68 @@ def _parse_load(where: _Where, raw: Any) -> LoadSpec:
                     client_timeout=timeout,
                     max_attempts=where.integer(spec.get("max_attempts", 4), "load.max_attempts", minimum=1),
                     spawn_rate=float(spawn_rate), mix=mix)
+
+
+# --- identities and effects (harness.probe.identities, harness.probe.oracles) ------------
+
+_PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
+_SQL_PARAM = re.compile(r"(?<![:\w]):([A-Za-z_][A-Za-z0-9_]*)")
+
+
+def _parse_identities(where: _Where, raw: Any) -> tuple[dict[str, str], ...]:
+    if raw is None:
+        return ()
+    if not isinstance(raw, list) or len(raw) < 2:
+        raise where.error("identities", "must be a list of at least two header maps, "
+                          "e.g. [{Authorization: Bearer alice}, {Authorization: Bearer bob}]")
+    identities = tuple(where.headers(item, f"identities[{i}]") for i, item in enumerate(raw))
+    for i, identity in enumerate(identities):
+        if not identity:
+            raise where.error(f"identities[{i}]", "must name at least one header")
+        if identity in identities[:i]:
+            raise where.error(f"identities[{i}]", "is the same as an earlier identity")
+    return identities
+
+
+def _parse_effects(where: _Where, raw: Any, path: str, body: Any) -> EffectsSpec | None:
+    if raw is None:
+        return None
+    spec = where.mapping(raw, path, optional=("path", "count", "items", "dsn", "query", "timeout"))
+    fields = set(body) if isinstance(body, dict) else set()
+    if "dsn" in spec or "query" in spec:
+        if "path" in spec or "count" in spec or "items" in spec:
+            raise where.error(path, "is either SQL (dsn, query) or HTTP (path, count or items), not both")
+        dsn, query = spec.get("dsn"), spec.get("query")
+        if not isinstance(dsn, str) or not dsn.startswith(("postgresql://", "postgres://", "sqlite:///")):
+            raise where.error(f"{path}.dsn", f"must be a postgresql://... or sqlite:///path URL, not {dsn!r}")
+        if not isinstance(query, str) or not query.strip():
+            raise where.error(f"{path}.query", "must be an SQL query with :key, :id or a body field as parameter")
+        params = tuple(dict.fromkeys(_SQL_PARAM.findall(query)))
+        where_params = f"{path}.query"
+        timeout = where.duration(spec.get("timeout", "5s"), f"{path}.timeout")
+        if timeout <= 0:
+            raise where.error(f"{path}.timeout", "must be longer than 0s")
+        effects = EffectsSpec(dsn=dsn, query=query, timeout=timeout, params=params)
+    else:
+        if "path" not in spec:
+            raise where.error(path, "needs path (HTTP) or dsn and query (SQL)")
+        url_path = where.url_path(spec["path"], f"{path}.path")
+        params = tuple(dict.fromkeys(_PLACEHOLDER.findall(url_path)))
+        where_params = f"{path}.path"
+        if ("count" in spec) == ("items" in spec):
+            raise where.error(path, "needs exactly one of count, items (JSON pointers)")
+        name = "count" if "count" in spec else "items"
+        pointer = spec[name]
+        if not isinstance(pointer, str) or (pointer and not pointer.startswith("/")):
+            raise where.error(f"{path}.{name}", f"must be a JSON pointer like /{name}, not {pointer!r}")
+        effects = EffectsSpec(path=url_path, count=pointer if name == "count" else None,
+                              items=pointer if name == "items" else None, params=params)
+    if not params:
+        raise where.error(where_params, "needs a parameter: :key / {key}, :id / {id} or a body field")
+    unknown = [name for name in params if name not in ("key", "id") and name not in fields]
+    if unknown:
+        raise where.error(where_params, f"parameter {unknown[0]!r} is neither key, id nor a top-level field of body")
+    return effects
 
 
 class _Where(FieldChecker):

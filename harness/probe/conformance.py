@@ -7,7 +7,16 @@ that tests it) or `not checkable` (a client cannot see it: it concerns the clien
 own duties or the server's documentation). The draft's codes are judged here as the
 draft states them, whatever profile the run used: a service that answers a payload
 mismatch with 409 on purpose fails that row and may still pass every invariant.
-The requirements are paraphrased; the section names are the draft's.
+The requirements are paraphrased; the section names and the levels (BCP 14 keywords)
+are those of -06's text: nearly every status-code rule is a SHOULD, the MUSTs are
+the client's unique keys, the resource's published policy and that an uncorrected
+request is failed again. Its Security Considerations recommend (no keyword) a cache
+key composed of the key and client-specific attributes: judged by
+`identities_isolated` when the config has `identities:`.
+
+The latest revision is draft-ietf-httpapi-idempotency-key-header-09 (2026-11-21); its
+text was not available to this project when the table was last revised, so the table
+still cites -06, whose text it was checked against.
 """
 
 from __future__ import annotations
@@ -26,7 +35,7 @@ DRAFT = "draft-ietf-httpapi-idempotency-key-header-06"
 class Requirement:
     id: str
     section: str
-    level: str  # MUST | SHOULD | MAY | practice (not in the draft; common practice)
+    level: str  # MUST | SHOULD | MAY | recommended (no keyword) | practice (not in the draft)
     text: str
 
 
@@ -41,26 +50,34 @@ class ConformanceRow:
 
 
 REQUIREMENTS: tuple[Requirement, ...] = (
-    Requirement("enforce-once", "Idempotency Enforcement Scenarios", "SHOULD",
+    Requirement("enforce-once", "Idempotency Enforcement", "SHOULD",
                 "a retry of a completed request is not executed again: it gets the stored result "
                 "(one resource per key)"),
-    Requirement("replay-same", "Idempotency Enforcement Scenarios", "SHOULD",
+    Requirement("replay-same", "Idempotency Enforcement", "SHOULD",
                 "every retry with the same key and payload gets the same response (status and body)"),
     Requirement("fingerprint", "Idempotency Fingerprint", "MAY",
                 "the key is bound to its request payload: a reuse with another payload is not executed"),
-    Requirement("missing-400", "Error Scenarios", "SHOULD",
+    Requirement("refuse-uncorrected", "Error Handling", "MUST",
+                "a request that repeats an error without correcting it (here: a key reused with "
+                "another payload) is failed with one of the draft's errors, never executed"),
+    Requirement("missing-400", "Error Handling", "SHOULD",
                 "a request without the key on an endpoint that requires it is answered 400"),
-    Requirement("mismatch-422", "Error Scenarios", "SHOULD",
+    Requirement("mismatch-422", "Error Handling", "SHOULD",
                 "a key reused with a different payload is answered 422"),
-    Requirement("inflight-409", "Error Scenarios", "SHOULD",
+    Requirement("inflight-409", "Error Handling", "SHOULD",
                 "a retry while the original request is still being processed is answered 409"),
-    Requirement("error-doc", "Error Scenarios", "SHOULD",
+    Requirement("error-doc", "Error Handling", "SHOULD",
                 "error answers describe the problem with a link to documentation "
                 "(the draft's examples use problem details, application/problem+json)"),
     Requirement("key-unique", "Uniqueness of Idempotency Key", "MUST",
                 "the client generates a unique key per distinct request (the client's duty)"),
     Requirement("expiry", "Idempotency Key Validity and Expiry", "SHOULD",
                 "the server documents how long a key is kept (the server's documentation)"),
+    Requirement("publish-spec", "Responsibilities", "MUST",
+                "the resource publishes its idempotency specification, with its expiry policy"),
+    Requirement("identity-scoped", "Security Considerations", "recommended",
+                "the stored answer is looked up by a composite key: the idempotency key with the "
+                "client's identity, so one client never gets another's stored result"),
     Requirement("no-5xx-replay", "practice", "practice",
                 "a 5xx answer is not stored and replayed: the retry runs again"),
     Requirement("read-back", "practice", "practice",
@@ -114,6 +131,19 @@ def _judge(rid: str, check: ProbeCheck, by_name: Mapping[str, Any], ops: list[Ma
         return _invariant(by_name, "replay_fidelity")
     if rid == "fingerprint":
         return _invariant(by_name, "payload_mismatch_refused")
+    if rid == "refuse-uncorrected":
+        status, evidence = _invariant(by_name, "payload_mismatch_refused")
+        seen = statuses("payload_mismatch", completion="fail")
+        wrong = {code for code in seen if code not in (400, 409, 422)}
+        if status == "pass" and wrong:
+            return "fail", f"reuses with another payload refused with {_seen(seen)} (not 400, 409 or 422)"
+        return status, evidence
+    if rid == "publish-spec":
+        return "not checkable", "a client cannot see the server's documentation"
+    if rid == "identity-scoped":
+        if "identities_isolated" not in by_name:
+            return "not checkable", "the config gives one identity (add `identities:` to check it)"
+        return _invariant(by_name, "identities_isolated")
     if rid == "missing-400":
         if not requires_key:
             return "not checkable", "the config says no endpoint requires the key"

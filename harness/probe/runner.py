@@ -9,7 +9,9 @@
    probe's proxy as `app`, so the project's own network plans work unchanged;
    process faults are refused (the probe does not own the service's processes);
 3. after the load and the healing, reads back (directly from the upstream) every
-   acknowledged resource and searches every key, when the config gives the URLs;
+   acknowledged resource and searches every key, when the config gives the URLs
+   (as the identity that sent it, and each resource also as another identity, with
+   `identities:`), and asks each endpoint's oracle about the effects (`effects:`);
 4. judges (harness.probe.checker), fills the conformance table and writes the run
    directory: config.json, plan, history/, faults.jsonl, final-reads.jsonl,
    locust/, result.json, junit.xml, report.html.
@@ -54,6 +56,9 @@ from harness.probe.answers import CONFIG_ENV, HISTORY_ENV, json_pointer
 from harness.probe.checker import DEFAULT_MIN_ACKNOWLEDGED, ProbeCheck, check
 from harness.probe.config import ProbeConfig
 from harness.probe.conformance import DRAFT, ConformanceRow, conformance, rows_to_dicts
+from harness.probe.effect_checks import EffectRecord
+from harness.probe.effects import EFFECTS_FILE, collect_effects
+from harness.probe.identities import READ_AS_OTHER, other_identity, request_headers
 from harness.report.junit import write_junit
 
 PLAN_PROXY = "app"  # how a plan names the probe's proxy
@@ -188,9 +193,11 @@ def run_probe(spec: ProbeSpec) -> ProbeResult:
             embedded.stop()
     operations = list(iter_operations(history_files(run_dir / "history")))
     reads = final_reads(config, upstream, operations, run_dir / "final-reads.jsonl")
+    effects = (collect_effects(config, upstream, operations, run_dir / EFFECTS_FILE)
+               if any(endpoint.effects for endpoint in config.endpoints) else [])
     return judge(config, operations, reads, run_dir, upstream=upstream, plan_path=plan_path,
                  started=started, min_acknowledged=spec.min_acknowledged,
-                 toxiproxy="embedded" if embedded is not None else toxiproxy_url)
+                 toxiproxy="embedded" if embedded is not None else toxiproxy_url, effects=effects)
 
 
 def _load(spec: ProbeSpec, run_dir: Path, proxy_url: str, nemesis: Nemesis,
@@ -241,34 +248,45 @@ def final_reads(config: ProbeConfig, upstream: str, operations: Sequence[Mapping
     with HistoryWriter(path) as writer:
         client = Client(writer, worker="final", user=0)
         for endpoint in config.endpoints:
-            headers = {**config.headers, **endpoint.headers}
             ops = [op for op in operations if op.get("endpoint") == endpoint.name]
             if endpoint.read is not None:
-                ids: dict[str, str | None] = {}
+                # Each resource as its owner (the identity whose answer named it first) and,
+                # with identities, as another one, which must not get it.
+                ids: dict[str, tuple[str | None, int | None]] = {}
                 for op in ops:
                     if op.get("type") == "ok" and op.get("resource_id") is not None:
-                        ids.setdefault(str(op["resource_id"]), op.get("idempotency_key"))
-                for resource_id, key in list(ids.items())[:MAX_FINAL_READS]:
+                        ids.setdefault(str(op["resource_id"]), (op.get("idempotency_key"), op.get("identity")))
+                for resource_id, (key, owner) in list(ids.items())[:MAX_FINAL_READS]:
                     if time.monotonic() > deadline:
                         break
                     url = base + endpoint.read.path.replace("{id}", quote(resource_id, safe=""))
-                    _read(client, url, headers, endpoint=endpoint.name, kind="by_id",
-                          resource_id=resource_id, key=key, items=None)
+                    _read(client, url, request_headers(config, endpoint, owner), endpoint=endpoint.name,
+                          kind="by_id", resource_id=resource_id, key=key, items=None, identity=owner)
+                    stranger = other_identity(config, owner)
+                    if stranger is not None:
+                        _read(client, url, request_headers(config, endpoint, stranger), endpoint=endpoint.name,
+                              kind=READ_AS_OTHER, resource_id=resource_id, key=key, items=None,
+                              identity=stranger, owner=owner)
             if endpoint.search is not None:
-                keys = sorted({str(op["idempotency_key"]) for op in ops if op.get("idempotency_key")})
-                for key in keys[:MAX_FINAL_READS]:
+                senders = sorted({(str(op["idempotency_key"]), op.get("identity") or 0) for op in ops
+                                  if op.get("idempotency_key")})
+                for key, identity in senders[:MAX_FINAL_READS]:
                     if time.monotonic() > deadline:
                         break
+                    who = identity if config.identities else None
                     url = base + endpoint.search.path.replace("{key}", quote(key, safe=""))
-                    _read(client, url, headers, endpoint=endpoint.name, kind="by_key", resource_id=None,
-                          key=key, items=endpoint.search.items)
+                    _read(client, url, request_headers(config, endpoint, who), endpoint=endpoint.name,
+                          kind="by_key", resource_id=None, key=key, items=endpoint.search.items, identity=who)
     return [op for op in iter_operations([path]) if op.get("op") == "read_order"]
 
 
 def _read(client: Client, url: str, headers: Mapping[str, str], *, endpoint: str, kind: str,
-          resource_id: str | None, key: str | None, items: str | None) -> None:
+          resource_id: str | None, key: str | None, items: str | None, identity: int | None = None,
+          owner: int | None = None) -> None:
+    who: dict[str, Any] = {name: value for name, value in (("identity", identity), ("owner", owner))
+                           if value is not None}
     operation = client.invoke("read_order", endpoint=endpoint, read=kind, resource_id=resource_id,
-                              idempotency_key=key, url=url)
+                              idempotency_key=key, url=url, **who)
     try:
         response = requests.get(url, headers=dict(headers), timeout=FINAL_READ_TIMEOUT)
     except requests.RequestException as error:
@@ -295,11 +313,11 @@ def _identity(item: Any) -> Any:
 
 def judge(config: ProbeConfig, operations: Sequence[Mapping[str, Any]], reads: Sequence[Mapping[str, Any]],
           run_dir: Path, *, upstream: str, plan_path: Path | None, started: float,
-          min_acknowledged: int, toxiproxy: str) -> ProbeResult:
+          min_acknowledged: int, toxiproxy: str, effects: Sequence[EffectRecord] = ()) -> ProbeResult:
     """Check, build the conformance table and write result.json, junit.xml, report.html."""
     from harness.probe.report import write_report
 
-    result = check(operations, config, reads=reads, min_acknowledged=min_acknowledged)
+    result = check(operations, config, reads=reads, min_acknowledged=min_acknowledged, effects=effects)
     rows = conformance(result, operations, requires_key=any(e.requires_key for e in config.endpoints),
                        read_back=any(e.read or e.search for e in config.endpoints))
     faults = _fault_log(run_dir / FAULT_LOG)
@@ -316,6 +334,7 @@ def judge(config: ProbeConfig, operations: Sequence[Mapping[str, Any]], reads: S
         "load": {"users": config.load.users, "duration": config.load.duration, "seed": config.load.seed,
                  "client_timeout": config.load.client_timeout},
         "endpoints": [{"name": e.name, "method": e.method, "path": e.path} for e in config.endpoints],
+        **({"identities": len(config.identities)} if config.identities else {}),
         **result.to_dict(),
         "draft": DRAFT,
         "conformance": rows_to_dicts(rows),

@@ -12,7 +12,10 @@ plays one client:
   connections (each branch is its own Jepsen process and retries on its own);
 - `replay`: the same key and body again after a success;
 - `payload_mismatch`: the key reused with another body (one field changed);
-- `missing_key`: a fresh body without the key header.
+- `missing_key`: a fresh body without the key header;
+- with `identities:`, each user speaks as one identity (its headers on every request)
+  and with share `cross_identity` reuses its key and body as another identity, one
+  after the other (`other_identity`) or at once (`other_identity_concurrent`).
 
 Every request is one invoke and one completion (harness.history): `ok` for 2xx,
 `fail` for 4xx, `info` for anything else (timeout, reset, 5xx, unparsable answer).
@@ -45,6 +48,7 @@ from harness.load.recording import Completion, listen, recorded_operation
 from harness.load.signing import fingerprint
 from harness.probe.answers import CONFIG_ENV, HISTORY_ENV, answer_digest, json_pointer
 from harness.probe.config import Endpoint, ProbeConfig, mutate_body, parse_config, render_body
+from harness.probe.identities import other_identity, request_headers
 
 EVIDENCE_BYTES = 400
 # The impatient client sends the whole request, then waits this long for the answer:
@@ -126,16 +130,18 @@ def find_id(endpoint: Endpoint, response: requests.Response, data: Any) -> str |
 class Sender:
     """One Jepsen process's requests: one invoke and one completion each."""
 
-    def __init__(self, client: Client, config: ProbeConfig, host: str, events: Events) -> None:
+    def __init__(self, client: Client, config: ProbeConfig, host: str, events: Events,
+                 identity: int | None = None) -> None:
         self.client = client
         self.config = config
         self.host = host.rstrip("/")
         self.events = events
+        self.identity = identity  # index into config.identities; None without identities
 
     def send(self, endpoint: Endpoint, body: Any, *, key: str | None, kind: str, round_id: str,
              impatient: bool = False) -> Reply:
         raw_body = orjson.dumps(body)
-        headers = {"Content-Type": "application/json", **self.config.headers, **endpoint.headers}
+        headers = {"Content-Type": "application/json", **request_headers(self.config, endpoint, self.identity)}
         if key is not None:
             headers[self.config.key_header] = key
         timeout = self.config.load.client_timeout
@@ -157,7 +163,9 @@ class Sender:
             self.client, self.events, call, op=OPERATION, request_type=endpoint.method,
             name=f"{endpoint.name} [{kind}]", expect=kind,
             fields={"endpoint": endpoint.name, "idempotency_key": key, "round": round_id,
-                    "fingerprint": fingerprint(endpoint.method, endpoint.path, raw_body)},
+                    "fingerprint": fingerprint(endpoint.method, endpoint.path, raw_body),
+                    **({"identity": self.identity} if self.identity is not None else {}),
+                    **({"body": body} if endpoint.effects is not None else {})},
             unanswered={"status": None})
         return recorded.value if recorded.value is not None else Reply("info", None, None, False)
 
@@ -212,8 +220,14 @@ class ProbeUser(User):
         self.config = process.config
         client = process.new_client()
         self.rng = random.Random(f"{self.config.load.seed}:{client.user}")
-        self.sender = Sender(client, self.config, self.host or "", self.environment.events)
-        self.twin = Sender(process.new_client(), self.config, self.host or "", self.environment.events)
+        count = len(self.config.identities)
+        identity = (client.user - 1) % count if count else None
+        self.sender = Sender(client, self.config, self.host or "", self.environment.events, identity)
+        self.twin = Sender(process.new_client(), self.config, self.host or "", self.environment.events, identity)
+        # Another identity reusing this user's keys (None without identities).
+        stranger = other_identity(self.config, identity)
+        self.stranger = (Sender(process.new_client(), self.config, self.host or "", self.environment.events,
+                                stranger) if stranger is not None else None)
         self.rounds = itertools.count(1)
 
     @task
@@ -223,7 +237,15 @@ class ProbeUser(User):
         round_id = f"{self.process.token}-{self.sender.client.user}-{next(self.rounds)}"
         key = f"probe-{round_id}"
         body = render_body(endpoint.body, self.rng, key=key)
-        if self.rng.random() < mix["double_click"]:
+        stranger = self.stranger if self.stranger is not None and self.rng.random() < mix["cross_identity"] else None
+        concurrent_stranger = stranger is not None and self.rng.random() < 0.5
+        if stranger is not None and concurrent_stranger:
+            replies = self._concurrently([
+                (self.sender, lambda s: self._with_retries(s, endpoint, body, key, "first", round_id)),
+                (stranger, lambda s: self._with_retries(s, endpoint, body, key, "other_identity_concurrent",
+                                                         round_id)),
+            ])[:1]
+        elif self.rng.random() < mix["double_click"]:
             replies = self._concurrently([
                 (self.sender, lambda s: self._with_retries(s, endpoint, body, key, "double_click", round_id)),
                 (self.twin, lambda s: self._with_retries(s, endpoint, body, key, "double_click", round_id)),
@@ -232,6 +254,8 @@ class ProbeUser(User):
             impatient = self.rng.random() < mix["impatient"]
             replies = [self._with_retries(self.sender, endpoint, body, key, "first", round_id,
                                           impatient=impatient)]
+        if stranger is not None and not concurrent_stranger:
+            self._with_retries(stranger, endpoint, body, key, "other_identity", round_id)
         if any(isinstance(r, Reply) and r.completion == "ok" for r in replies):
             if self.rng.random() < mix["replay"]:
                 self.sender.send(endpoint, body, key=key, kind="replay", round_id=round_id)

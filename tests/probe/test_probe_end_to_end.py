@@ -56,7 +56,7 @@ def test_fixed_example_passes_and_writes_the_report(example_service, tmp_path: P
     rows = {row["id"]: row["status"] for row in document["conformance"]}
     assert rows["mismatch-422"] == rows["missing-400"] == rows["enforce-once"] == "pass"
     html = (result.run_dir / "report.html").read_text()
-    assert "Conformance" in html and "Error Scenarios" in html and "PASS" in html
+    assert "Conformance" in html and "Error Handling" in html and "PASS" in html
     assert 'failures="0"' in (result.run_dir / "junit.xml").read_text()
 
 

@@ -1,0 +1,327 @@
+"""A payments API on aiohttp and PostgreSQL (psycopg 3), independent of the harness,
+with an Idempotency-Key layer done right and documented buggy modes to probe.
+
+    python examples/pg_payments_service.py --dsn postgresql://postgres@127.0.0.1:5432/payments \\
+        --port 8090 --mode correct
+    harness probe --config examples/pg_payments_service.yaml --upstream 127.0.0.1:8090
+
+The port and the database also come from the environment (PORT, PAYMENTS_DSN), so a
+probe that starts the service can hand it `{port}` and the address of a proxy in front
+of the database.
+
+API (every request needs `Authorization: Bearer <user>`, 401 without; errors are
+application/problem+json):
+- POST /payments {"amount_cents": int, "currency": str, "reference": str} with an
+  `Idempotency-Key` header (400 without): 201 with the payment; the same key and body
+  again: the stored answer, marked `Idempotent-Replayed: true`; the key with another
+  body: 422; while the first request with the key is still running: 409 with
+  Retry-After; the database failing: 503 (never stored, so the retry runs again).
+- GET /payments/{id}: the payment, to its owner only (404 to anyone else).
+- GET /payments?idempotency_key=K: the caller's payments made under K.
+- GET /healthz.
+
+Each request opens its own connection (no pool), so a fault on the database's link
+hits requests one by one, as a flaky network does. The provider call (`--work-ms`,
+30 ms) runs inside the payment's transaction.
+
+Modes (`--mode`):
+- `correct`: in one transaction, take a transaction-scoped advisory lock on (user,
+  key) (`pg_try_advisory_xact_lock`: not taken means a request with this key is in
+  flight: 409), look the key up (stored: 422 on another payload, else the replay),
+  charge, insert the payment and the stored answer, commit. The effect and the answer
+  commit together; a failure rolls both back and answers 503, stored nowhere.
+- `unscoped-keys`: as correct, but keys are not scoped per user: user B sending a key
+  user A used gets A's stored answer (A's payment) and B's own payment is never made.
+- `store-after-commit`: the payment commits in one transaction and the answer is
+  stored in a second one, after the payment event is published (another `--work-ms`);
+  a retry between the two finds no stored answer and charges again.
+- `store-5xx`: as correct, but when the payment's transaction fails the 503 is stored
+  under the key (on a fresh connection) and replayed to every retry.
+- `check-then-insert`: the key is looked up, and if unknown the payment is made and
+  the answer stored, without a lock: two requests with one key that arrive within the
+  provider call both miss the lookup and both charge.
+- `effect-before-check`: the payment is inserted (committed) before the key and the
+  payload are checked: a request without the key, or a key reused with another body,
+  is refused (400, 422) after its charge was made.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import hashlib
+import json
+import os
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import psycopg
+from aiohttp import web
+
+MODES = ("correct", "unscoped-keys", "store-after-commit", "store-5xx", "check-then-insert",
+         "effect-before-check")
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS payments (
+    id text PRIMARY KEY, owner text NOT NULL, idempotency_key text, amount_cents integer NOT NULL,
+    currency text NOT NULL, reference text NOT NULL, created_at timestamptz NOT NULL DEFAULT now());
+CREATE TABLE IF NOT EXISTS idempotency_keys (
+    scope text NOT NULL, key text NOT NULL, fingerprint text NOT NULL, status integer NOT NULL,
+    body text NOT NULL, PRIMARY KEY (scope, key));
+"""
+PROBLEM = "application/problem+json"
+CONNECT_TIMEOUT = 3
+
+
+def problem(status: int, title: str, detail: str) -> web.Response:
+    body = {"type": f"https://example.invalid/problems/{status}", "title": title, "status": status,
+            "detail": detail}
+    return web.Response(status=status, text=json.dumps(body), content_type=PROBLEM)
+
+
+class Refusal(Exception):
+    """An answer decided inside a transaction (409, 422, a replay), returned after it ends."""
+
+    def __init__(self, response: web.Response) -> None:
+        super().__init__(response.status)
+        self.response = response
+
+
+def replay(status: int, body: str) -> web.Response:
+    response = web.Response(status=status, text=body, content_type=PROBLEM if status >= 400 else "application/json")
+    response.headers["Idempotent-Replayed"] = "true"
+    return response
+
+
+class PaymentsService:
+    def __init__(self, *, mode: str, dsn: str, work_ms: int) -> None:
+        if mode not in MODES:
+            raise ValueError(f"mode must be one of {', '.join(MODES)}, not {mode!r}")
+        self.mode = mode
+        self.dsn = dsn
+        self.work = work_ms / 1000.0
+
+    def app(self) -> web.Application:
+        app = web.Application()
+        app.router.add_post("/payments", self.create)
+        app.router.add_get("/payments/{id}", self.read)
+        app.router.add_get("/payments", self.search)
+        app.router.add_get("/healthz", self.health)
+        app.on_startup.append(self._create_schema)
+        return app
+
+    async def _connect(self) -> psycopg.AsyncConnection[Any]:
+        return await psycopg.AsyncConnection.connect(self.dsn, connect_timeout=CONNECT_TIMEOUT)
+
+    async def _create_schema(self, _: web.Application) -> None:
+        async with await self._connect() as connection:
+            await connection.execute(SCHEMA)
+
+    # --- requests ---------------------------------------------------------------------
+    @staticmethod
+    def _user(request: web.Request) -> str | None:
+        scheme, _, token = request.headers.get("Authorization", "").partition(" ")
+        return token.strip() or None if scheme.lower() == "bearer" else None
+
+    async def _database(self, call: Callable[[], Awaitable[web.Response]]) -> web.Response:
+        """Run `call`; a database failure is a 503 (the transaction rolled back)."""
+        try:
+            return await call()
+        except Refusal as refusal:
+            return refusal.response
+        except (psycopg.Error, OSError) as error:
+            return problem(503, "Database unavailable", f"{type(error).__name__}; retry later")
+
+    async def health(self, _: web.Request) -> web.Response:
+        return web.json_response({"status": "ok", "mode": self.mode})
+
+    async def create(self, request: web.Request) -> web.Response:
+        user = self._user(request)
+        if user is None:
+            return problem(401, "Unauthorized", "send Authorization: Bearer <user>")
+        key = request.headers.get("Idempotency-Key")
+        raw = await request.read()
+        try:
+            body = json.loads(raw)
+            amount, currency, reference = body["amount_cents"], body["currency"], body["reference"]
+            if not isinstance(amount, int) or isinstance(amount, bool) or amount <= 0:
+                raise ValueError
+            if not isinstance(currency, str) or not isinstance(reference, str):
+                raise ValueError
+        except (ValueError, KeyError, TypeError):
+            return problem(422, "Invalid payment", "amount_cents, currency and reference are required")
+        payment = {"id": f"pay_{uuid.uuid4().hex[:16]}", "owner": user, "idempotency_key": key,
+                   "amount_cents": amount, "currency": currency, "reference": reference}
+        fingerprint = hashlib.sha256(raw).hexdigest()
+        if self.mode == "effect-before-check":
+            return await self._database(lambda: self._effect_before_check(user, key, fingerprint, payment))
+        if not key:
+            return problem(400, "Idempotency-Key required", "POST /payments needs an Idempotency-Key header")
+        # The scope of a key: its user (keys of two users are two keys), but not in the bug.
+        scope = "*" if self.mode == "unscoped-keys" else user
+        if self.mode == "check-then-insert":
+            return await self._database(lambda: self._check_then_insert(scope, key, fingerprint, payment))
+        if self.mode == "store-after-commit":
+            return await self._database(lambda: self._store_after_commit(scope, key, fingerprint, payment))
+        response = await self._database(lambda: self._claimed(scope, key, fingerprint, payment))
+        if self.mode == "store-5xx" and response.status >= 500:
+            await self._store_failure(scope, key, fingerprint, response)
+        return response
+
+    async def _charge(self) -> None:
+        # The payment provider: slow, and the moment a race opens.
+        await asyncio.sleep(self.work)
+
+    @staticmethod
+    async def _lookup(connection: psycopg.AsyncConnection[Any], scope: str, key: str, fingerprint: str) -> None:
+        """Raise the answer a stored key gives (422 or the replay); return when the key is new."""
+        cursor = await connection.execute(
+            "SELECT fingerprint, status, body FROM idempotency_keys WHERE scope = %s AND key = %s", (scope, key))
+        row = await cursor.fetchone()
+        if row is None:
+            return
+        if row[0] != fingerprint:
+            raise Refusal(problem(422, "Idempotency-Key reused", "the key was used with another payload"))
+        raise Refusal(replay(row[1], row[2]))
+
+    @staticmethod
+    async def _insert_payment(connection: psycopg.AsyncConnection[Any], payment: dict[str, Any]) -> str:
+        await connection.execute(
+            "INSERT INTO payments (id, owner, idempotency_key, amount_cents, currency, reference) "
+            "VALUES (%(id)s, %(owner)s, %(idempotency_key)s, %(amount_cents)s, %(currency)s, %(reference)s)",
+            payment)
+        return json.dumps({name: value for name, value in payment.items() if name != "owner"})
+
+    @staticmethod
+    async def _store(connection: psycopg.AsyncConnection[Any], scope: str, key: str, fingerprint: str,
+                     status: int, text: str) -> None:
+        await connection.execute(
+            "INSERT INTO idempotency_keys (scope, key, fingerprint, status, body) VALUES (%s, %s, %s, %s, %s) "
+            "ON CONFLICT (scope, key) DO UPDATE SET fingerprint = EXCLUDED.fingerprint, "
+            "status = EXCLUDED.status, body = EXCLUDED.body", (scope, key, fingerprint, status, text))
+
+    # --- correct (and unscoped-keys, store-5xx): claim, charge, commit together ----------
+    async def _claimed(self, scope: str, key: str, fingerprint: str, payment: dict[str, Any]) -> web.Response:
+        async with await self._connect() as connection, connection.transaction():
+            cursor = await connection.execute("SELECT pg_try_advisory_xact_lock(hashtextextended(%s, 0))",
+                                              (f"{scope}\x1f{key}",))
+            locked = await cursor.fetchone()
+            if not locked or not locked[0]:
+                response = problem(409, "Request in progress", "a request with this key is still running")
+                response.headers["Retry-After"] = "1"
+                raise Refusal(response)
+            await self._lookup(connection, scope, key, fingerprint)
+            await self._charge()
+            text = await self._insert_payment(connection, payment)
+            await self._store(connection, scope, key, fingerprint, 201, text)
+        return web.Response(status=201, text=text, content_type="application/json")
+
+    async def _store_failure(self, scope: str, key: str, fingerprint: str, response: web.Response) -> None:
+        """The store-5xx bug: the failure is kept as the key's answer."""
+        try:
+            async with await self._connect() as connection, connection.transaction():
+                assert isinstance(response.text, str)
+                await self._store(connection, scope, key, fingerprint, response.status, response.text)
+        except (psycopg.Error, OSError):
+            pass  # the database is still away: nothing stored this time
+
+    # --- store-after-commit: the answer in a second transaction ----------------------------
+    async def _store_after_commit(self, scope: str, key: str, fingerprint: str,
+                                  payment: dict[str, Any]) -> web.Response:
+        async with await self._connect() as connection:
+            async with connection.transaction():
+                cursor = await connection.execute("SELECT pg_try_advisory_xact_lock(hashtextextended(%s, 0))",
+                                                  (f"{scope}\x1f{key}",))
+                locked = await cursor.fetchone()
+                if not locked or not locked[0]:
+                    raise Refusal(problem(409, "Request in progress", "a request with this key is still running"))
+                await self._lookup(connection, scope, key, fingerprint)
+                await self._charge()
+                text = await self._insert_payment(connection, payment)
+            await asyncio.sleep(self.work)  # publish the payment event, then remember the answer
+            async with connection.transaction():
+                await self._store(connection, scope, key, fingerprint, 201, text)
+        return web.Response(status=201, text=text, content_type="application/json")
+
+    # --- check-then-insert: no lock --------------------------------------------------------
+    async def _check_then_insert(self, scope: str, key: str, fingerprint: str,
+                                 payment: dict[str, Any]) -> web.Response:
+        async with await self._connect() as connection, connection.transaction():
+            await self._lookup(connection, scope, key, fingerprint)
+            await self._charge()
+            text = await self._insert_payment(connection, payment)
+            await self._store(connection, scope, key, fingerprint, 201, text)
+        return web.Response(status=201, text=text, content_type="application/json")
+
+    # --- effect-before-check: the charge, then the checks ----------------------------------
+    async def _effect_before_check(self, user: str, key: str | None, fingerprint: str,
+                                   payment: dict[str, Any]) -> web.Response:
+        async with await self._connect() as connection:
+            async with connection.transaction():
+                await self._charge()
+                text = await self._insert_payment(connection, payment)
+            if not key:
+                return problem(400, "Idempotency-Key required", "POST /payments needs an Idempotency-Key header")
+            async with connection.transaction():
+                cursor = await connection.execute("SELECT pg_try_advisory_xact_lock(hashtextextended(%s, 0))",
+                                                  (f"{user}\x1f{key}",))
+                locked = await cursor.fetchone()
+                if not locked or not locked[0]:
+                    raise Refusal(problem(409, "Request in progress", "a request with this key is still running"))
+                await self._lookup(connection, user, key, fingerprint)
+                await self._store(connection, user, key, fingerprint, 201, text)
+        return web.Response(status=201, text=text, content_type="application/json")
+
+    # --- reads: a user sees only their own payments ---------------------------------------
+    async def read(self, request: web.Request) -> web.Response:
+        user = self._user(request)
+        if user is None:
+            return problem(401, "Unauthorized", "send Authorization: Bearer <user>")
+
+        async def fetch() -> web.Response:
+            async with await self._connect() as connection:
+                cursor = await connection.execute(
+                    "SELECT id, idempotency_key, amount_cents, currency, reference FROM payments "
+                    "WHERE id = %s AND owner = %s", (request.match_info["id"], user))
+                row = await cursor.fetchone()
+            if row is None:
+                return problem(404, "Not found", "no such payment")
+            names = ("id", "idempotency_key", "amount_cents", "currency", "reference")
+            return web.json_response(dict(zip(names, row, strict=True)))
+
+        return await self._database(fetch)
+
+    async def search(self, request: web.Request) -> web.Response:
+        user = self._user(request)
+        if user is None:
+            return problem(401, "Unauthorized", "send Authorization: Bearer <user>")
+
+        async def fetch() -> web.Response:
+            async with await self._connect() as connection:
+                cursor = await connection.execute(
+                    "SELECT id FROM payments WHERE idempotency_key = %s AND owner = %s ORDER BY created_at",
+                    (request.query.get("idempotency_key", ""), user))
+                rows = await cursor.fetchall()
+            return web.json_response({"items": [{"id": row[0]} for row in rows]})
+
+        return await self._database(fetch)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--mode", choices=MODES, default="correct")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=int(os.environ.get("PORT", "8090")))
+    parser.add_argument("--dsn", default=os.environ.get("PAYMENTS_DSN", ""),
+                        help="postgresql://user@host:port/db (default: $PAYMENTS_DSN)")
+    parser.add_argument("--work-ms", type=int, default=30, help="how long the provider call takes")
+    args = parser.parse_args(argv)
+    if not args.dsn:
+        parser.error("--dsn (or PAYMENTS_DSN) is required")
+    service = PaymentsService(mode=args.mode, dsn=args.dsn, work_ms=args.work_ms)
+    web.run_app(service.app(), host=args.host, port=args.port, print=lambda *_: print(
+        f"payments service ({args.mode}) on http://{args.host}:{args.port}", flush=True))
+
+
+if __name__ == "__main__":
+    main()
