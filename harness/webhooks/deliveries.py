@@ -77,12 +77,13 @@ class Delivery:
     attempt: int = 1  # 1 for the first try of this delivery, 2.. for its retries
     timestamp: int | None = None  # the signed timestamp (None: the scheme signs none)
     order: int | None = None  # for out_of_order: the event's place in the true sequence
+    retry_of: str | None = None  # for a retry: the kind its first try played
 
     def summary(self) -> dict[str, object]:
         """The fields a history record keeps (not the headers and body)."""
         return {"kind": self.kind, "event_id": self.event_id, "event_type": self.event_type, "fact": self.fact,
                 "must_refuse": self.must_refuse, "attempt": self.attempt, "timestamp": self.timestamp,
-                "order": self.order}
+                "order": self.order, "retry_of": self.retry_of}
 
 
 class DeliveryPlanner:
@@ -99,20 +100,22 @@ class DeliveryPlanner:
 
     # --- deliveries a receiver must take (and apply at most once) ---------------------
 
-    def signed(self, event: Event, kind: str, *, attempt: int = 1, order: int | None = None) -> Delivery:
+    def signed(self, event: Event, kind: str, *, attempt: int = 1, order: int | None = None,
+               retry_of: str | None = None) -> Delivery:
         """`event` correctly signed now, playing `kind` (one of APPLIED_KINDS)."""
         if kind not in APPLIED_KINDS:
             raise DeliveryError(f"{kind!r} is not a delivery a receiver takes (one of {', '.join(APPLIED_KINDS)})")
         timestamp = int(self.clock())
         return self._delivery(event, kind, self._sign(event, event.body, timestamp), event.body,
-                              timestamp=timestamp, attempt=attempt, order=order)
+                              timestamp=timestamp, attempt=attempt, order=order, retry_of=retry_of)
 
     def first(self, event: Event) -> Delivery:
         return self.signed(event, FIRST)
 
-    def retry(self, event: Event, attempt: int) -> Delivery:
-        """The `attempt`-th try (2, 3, ...) of `event`: the same id, a fresh timestamp and signature."""
-        return self.signed(event, RETRY, attempt=attempt)
+    def retry(self, first: Delivery, event: Event, attempt: int) -> Delivery:
+        """The `attempt`-th try (2, 3, ...) of the delivery `first` of `event`: the same id and body,
+        a fresh timestamp and signature; it keeps the first try's `order` and names its kind."""
+        return self.signed(event, RETRY, attempt=attempt, order=first.order, retry_of=first.kind)
 
     def copies(self, event: Event, count: int) -> list[Delivery]:
         """`count` deliveries of one event to send at once: the first and its concurrent copies."""
@@ -195,7 +198,8 @@ class DeliveryPlanner:
 
     def _delivery(self, event: Event, kind: str, headers: Mapping[str, str], body: bytes, *,
                   timestamp: int | None, attempt: int = 1, order: int | None = None,
-                  must_refuse: bool = False) -> Delivery:
+                  retry_of: str | None = None, must_refuse: bool = False) -> Delivery:
         return Delivery(kind=kind, event_id=event.id, event_type=event.type, fact=event.fact,
                         headers={**headers}, body=body, must_refuse=must_refuse, attempt=attempt,
-                        timestamp=timestamp if self.scheme.timestamped else None, order=order)
+                        timestamp=timestamp if self.scheme.timestamped else None, order=order,
+                        retry_of=retry_of)

@@ -208,7 +208,7 @@ class WebhookProvider:
             if outcomes[-1].acknowledged:
                 break
             self.sleep(delay)
-            outcomes.append(self.sender.send(self.planner.retry(event, attempt)))
+            outcomes.append(self.sender.send(self.planner.retry(delivery, event, attempt)))
         return outcomes
 
     def deliver_concurrently(self, event: Event) -> list[Outcome]:

@@ -73,7 +73,7 @@ def test_a_non_2xx_is_retried_with_the_same_id_and_a_fresh_signature(name: str) 
         outcomes = provider(name, receiver.url, clock=stepping_clock(1.0)).play(kinds.FIRST)
     assert [(o.delivery.kind, o.delivery.attempt, o.status) for o in outcomes] == [("first", 1, 500), ("retry", 2, 200)]
     first, retry = (o.delivery for o in outcomes)
-    assert first.event_id == retry.event_id and first.body == retry.body
+    assert first.event_id == retry.event_id and first.body == retry.body and retry.retry_of == "first"
     assert retry.timestamp is not None and first.timestamp is not None and retry.timestamp > first.timestamp
     signature_header = scheme_named(name).signature_header
     assert first.headers[signature_header] != retry.headers[signature_header]
@@ -242,3 +242,14 @@ def test_through_toxiproxy_a_delayed_answer_times_out_and_the_retry_lands(
                                                                      ("retry", None, 200)]
     assert [a.event_id for a in receiver.arrivals] == [outcomes[0].delivery.event_id] * 2
     assert len(receiver.applied) == 1
+
+
+def test_a_retry_keeps_the_true_order_and_names_what_it_retries() -> None:
+    sequence = ("payment_intent.created", "payment_intent.succeeded")
+    with running(Receiver("stripe", SECRETS["stripe"], fail_first=True)) as receiver:
+        outcomes = provider("stripe", receiver.url, sequence=sequence).play(kinds.OUT_OF_ORDER)
+    assert [(o.delivery.kind, o.delivery.retry_of, o.delivery.order, o.status) for o in outcomes] == [
+        ("out_of_order", None, 1, 500), ("retry", "out_of_order", 1, 200),
+        ("out_of_order", None, 0, 500), ("retry", "out_of_order", 0, 200)]
+    assert outcomes[1].summary()["retry_of"] == "out_of_order"
+    assert len(receiver.applied) == 2
