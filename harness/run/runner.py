@@ -56,6 +56,7 @@ from harness.run.redis_capture import read_redis_settings
 from harness.run.rundir import RunDir, RunScope, RunSettings
 from harness.stack.info import StackInfo
 from harness.stack.lifeline import RunGuard
+from harness.stack.liveness import require_services_back
 from harness.stack.local import (
     StackError,
     StackSettings,
@@ -246,8 +247,14 @@ def _run_in(spec: RunSpec, run_dir: RunDir, plan: Plan | None, guard: RunGuard, 
                       f"(listening on {host}:{port})", file=out)
                 _wait_for_load(locust, run_dir.histories, spec.workers_wait + 5.0)
 
+        def heal() -> None:
+            try:  # before the heal's `start` could hide it: a crashed service came back by itself
+                require_services_back(stack)
+            finally:
+                heal_everything(nemesis, stack)
+
         load_window = drive_load(locust, runner, windows, duration=spec.duration, cleanup=cleanup,
-                                 heal=lambda: heal_everything(nemesis, stack), progress=progress,
+                                 heal=heal, progress=progress,
                                  before_faults=wait_for_workers)
         run_dir.write_load_window(load_window)
         nemesis_report = runner.report()

@@ -215,18 +215,24 @@ class ComposeStack:
     def services(self) -> list[ServiceStatus]:
         rows: list[ServiceStatus] = []
         containers = {service.name: self.container(service.name) for service in self._info.services}
+        # RestartCount: how often docker's `restart:` policy brought the container back.
         output = docker(["inspect", "--format",
-                         "{{.Name}} {{.State.Status}} {{if .State.Health}}{{.State.Health.Status}}{{end}}",
+                         "{{.Name}} {{.State.Status}} {{.RestartCount}} "
+                         "{{if .State.Health}}{{.State.Health.Status}}{{end}}",
                          *containers.values()])
-        found: dict[str, tuple[str, str]] = {}
+        found: dict[str, tuple[str, int | None, str]] = {}
         for line in output.splitlines():
             parts = line.strip().lstrip("/").split()
-            if parts:
-                found[parts[0]] = (parts[1] if len(parts) > 1 else "unknown", parts[2] if len(parts) > 2 else "")
+            if not parts:
+                continue
+            rest = parts[2:]
+            restarts = int(rest.pop(0)) if rest and rest[0].isdigit() else None
+            found[parts[0]] = (parts[1] if len(parts) > 1 else "unknown", restarts, rest[0] if rest else "")
         for service in self._info.services:
-            status, health = found.get(containers[service.name], ("missing", ""))
+            status, restarts, health = found.get(containers[service.name], ("missing", None, ""))
             rows.append(ServiceStatus(name=service.name, pid=None, port=service.port, log=None, status=status,
-                                      healthy=status == "running" and health in ("healthy", "")))
+                                      healthy=status == "running" and health in ("healthy", ""),
+                                      restarts=restarts))
         return rows
 
     def health(self) -> dict[str, bool]:

@@ -136,11 +136,11 @@ class RunningStack:
         for row in self._request("status")["services"]:
             rows.append(ServiceStatus(name=str(row["name"]), pid=row.get("pid"), port=row.get("port"),
                                       log=row.get("log"), status=str(row.get("status")),
-                                      healthy=bool(row.get("healthy"))))
+                                      healthy=bool(row.get("healthy")), restarts=row.get("restarts")))
         if not any(row["name"] == "toxiproxy" for row in rows):
             url = self.info.toxiproxy_url
             rows.append(ServiceStatus(name="toxiproxy", pid=None, port=None, log=None, status="external",
-                                      healthy=svc.http_healthy(f"{url}/version")))
+                                      healthy=svc.http_healthy(f"{url}/version"), restarts=None))
         return rows
 
     def health(self) -> dict[str, bool]:

@@ -29,8 +29,11 @@ class ServiceStatus(TypedDict):
     pid: int | None
     port: int | None
     log: str | None
-    status: str  # running, paused, killed, stopped, exited; docker's words under compose
+    status: str  # running, paused, killed, stopped, exited, restarting; docker's words under compose
     healthy: bool
+    # Automatic restarts of a service that died on its own (the local supervisor's;
+    # docker's RestartCount under compose, None when docker does not say).
+    restarts: int | None
 
 
 class ServiceActions(Protocol):

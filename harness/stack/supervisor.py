@@ -19,6 +19,17 @@ only if the name is free, are recorded in a registry lease before they are creat
 (so a supervisor killed with SIGKILL leaves a record the next `up`/`run`/`down`
 reclaims) and are the only ones deleted at the end.
 
+Like a production process manager, the supervisor brings back the app and the
+consumers when they die on their own (a crash point's SIGKILL, a bug): `reap`, on
+every pass of the control loop, notices the exit, logs it (supervisor.log and the
+service's own log), marks the service `restarting` and starts it again after a
+backoff (0.2 s, doubling for each quick death in a row, at most 2 s; a service that
+stayed up 10 s starts over at 0.2 s), counting `restarts` in its status. What the
+supervisor was asked to do is never fought: a service killed, stopped or paused
+through the control socket (a process fault of the nemesis, healed by `start`) is
+not restarted; Redis and Toxiproxy are not restarted either (a death of theirs stays
+`exited` until a `start`). Gunicorn's own master replaces a crashed worker.
+
 Everything runs on the main thread: a parent-death signal fires when the *thread*
 that forked a child exits, so children must never be spawned from a helper thread.
 """
@@ -62,6 +73,32 @@ from harness.stack.settings import DEFAULT_APP_ENV, SECRETS_VAR, StackSettings, 
 ACTIONS = ("kill", "start", "pause", "resume", "restart", "status")
 PROXIES = ("app", "redis")
 CONSUMER_MIN_UPTIME = 0.5
+# The automatic restart of a service that died on its own (see the module docstring).
+RESTART_BACKOFF_FIRST = 0.2
+RESTART_BACKOFF_MAX = 2.0
+RESTART_STABLE_UPTIME = 10.0
+# The app's crash-point folder, shared by its workers and consumers (docs/target-app.md).
+CRASH_POINTS_DIR = "crash-points"
+ENV_CRASH_POINTS_DIR = "TARGET_APP_CRASH_POINTS_DIR"
+
+
+def restarted_automatically(name: str) -> bool:
+    """The app and the consumers come back on their own; the infrastructure does not."""
+    return name == "app" or name.startswith("consumer-")
+
+
+def restart_backoff(previous: float | None, uptime: float) -> float:
+    """How long to wait before restarting a service that just died after `uptime`
+    seconds, `previous` being the wait before its last restart (None: never)."""
+    if previous is None or uptime >= RESTART_STABLE_UPTIME:
+        return RESTART_BACKOFF_FIRST
+    return min(RESTART_BACKOFF_MAX, previous * 2)
+
+
+def log_line(message: str) -> None:
+    """One line in supervisor.log (the supervisor's stderr), with the time."""
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime())
+    print(f"{stamp} supervisor: {message}", file=sys.stderr, flush=True)
 
 
 class Shutdown(BaseException):
@@ -111,6 +148,9 @@ class Supervisor:
             self.toxiproxy_url = f"http://{svc.HOST}:{self.ports['toxiproxy']}"
             self.toxiproxy_kind = "server" if shutil.which("toxiproxy-server") else "embedded"
         self.phase = "starting"
+        self.restarts: dict[str, int] = {}  # automatic restarts so far, by service
+        self._backoff: dict[str, float] = {}  # the wait before each one's last restart
+        self._restart_at: dict[str, float] = {}  # when a `restarting` service starts again
 
     # --- building the services -------------------------------------------------
 
@@ -127,6 +167,10 @@ class Supervisor:
         env[ENV_APP_REDIS_URL] = f"redis://{svc.HOST}:{self.ports['redis_proxy']}/0"
         env[ENV_APP_WEBHOOK_SECRET] = self.secret
         env[ENV_APP_INTERNAL_TOKEN] = self.internal_token
+        if not env.get(ENV_CRASH_POINTS_DIR):
+            folder = self.root / CRASH_POINTS_DIR
+            folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+            env[ENV_CRASH_POINTS_DIR] = str(folder)
         return env
 
     def build(self) -> None:
@@ -347,19 +391,49 @@ class Supervisor:
         for service in self.services.values():
             info = service.describe()
             rows.append(ServiceStatus(name=info.name, pid=info.pid, port=info.port, log=info.log,
-                                      status=service.status, healthy=service.healthy()))
+                                      status=service.status, healthy=service.healthy(),
+                                      restarts=self.restarts.get(info.name, 0)))
         return rows
 
     def reap(self) -> None:
-        """Notice services that died on their own (and collect their exit status)."""
+        """Notice services that died on their own (and collect their exit status);
+        restart the app and the consumers after their backoff (module docstring)."""
         changed = False
-        for service in self.services.values():
+        now = time.monotonic()
+        for name, service in self.services.items():
             if service.process is not None and service.status in ("running", "paused") \
                     and service.process.poll() is not None:
-                service.status = "exited"
                 changed = True
+                code, uptime = service.process.returncode, now - service.started_at
+                if not restarted_automatically(name):
+                    service.status = "exited"
+                    log_line(f"{name} (pid {service.pid}) exited with code {code}; not restarted")
+                    continue
+                wait = restart_backoff(self._backoff.get(name), uptime)
+                self._backoff[name] = wait
+                self._restart_at[name] = now + wait
+                service.status = "restarting"
+                log_line(f"{name} (pid {service.pid}) exited with code {code} after {uptime:.1f} s "
+                         f"without being asked to; restarting it in {wait:.1f} s")
+            elif service.status == "restarting" and now >= self._restart_at.get(name, 0.0):
+                changed = True
+                self._restart(name, service, now)
         if changed:
             self.write_state()
+
+    def _restart(self, name: str, service: svc.Service, now: float) -> None:
+        try:
+            service.start()
+        except svc.ServiceError as error:
+            wait = restart_backoff(self._backoff.get(name), 0.0)
+            self._backoff[name] = wait
+            self._restart_at[name] = now + wait
+            log_line(f"{name} could not be restarted ({error}); trying again in {wait:.1f} s")
+            return
+        self.restarts[name] = self.restarts.get(name, 0) + 1
+        log_line(f"{name} restarted (pid {service.pid}, restart {self.restarts[name]})")
+        with open(service.spec.log_path, "a") as log:
+            log.write(f"--- restarted by the supervisor (restart {self.restarts[name]}) ---\n")
 
 
 def _report(message: dict[str, object]) -> bool:

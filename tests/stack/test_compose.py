@@ -134,7 +134,7 @@ with open(os.environ["FAKE_DOCKER_LOG"], "a") as log:
 if sys.argv[1] == "inspect":
     for name in sys.argv[4:]:
         state = "paused" if name.endswith("consumer-2") and os.path.exists(os.environ["FAKE_DOCKER_LOG"] + ".paused") else "running"
-        print("/" + name + " " + state + " healthy")
+        print("/" + name + " " + state + " 0 healthy")
 """
 
 
@@ -169,6 +169,7 @@ def test_compose_stack_through_a_stand_in_docker(tmp_path: Path, monkeypatch: py
     assert attached is not None and type(attached).__name__ == "ComposeStack"
     assert attached.health() == {name: True for name in
                                  ("redis", "toxiproxy", "app", "consumer-1", "consumer-2", "consumer-3")}
+    assert {row["restarts"] for row in attached.services()} == {0}  # docker's RestartCount
     assert main(["fault", "kill", "consumer-2", "--root", str(root)]) == 0
     assert main(["fault", "pause", "app", "--root", str(root)]) == 0
     assert main(["fault", "restart", "redis", "--root", str(root)]) == 0

@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = ROOT / "docker-compose.yml"
 WORKFLOWS = sorted((ROOT / ".github" / "workflows").glob("*.y*ml"))
 # Set by this file's topology, not forwarded from the caller (see docker-compose.yml).
-NOT_FORWARDED = {"TARGET_APP_REDIS_URL", "TARGET_APP_CONSUMER_NAME"}
+NOT_FORWARDED = {"TARGET_APP_REDIS_URL", "TARGET_APP_CONSUMER_NAME", "TARGET_APP_CRASH_POINTS_DIR"}
 
 
 @pytest.fixture(scope="module")
@@ -247,3 +247,18 @@ def test_hadolint_finds_nothing_in_the_dockerfile() -> None:
     result = subprocess.run([_tool("hadolint"), "--no-color", str(ROOT / "Dockerfile")], cwd=ROOT,
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_consumers_and_the_app_come_back_and_share_one_crash_point_folder(compose: dict) -> None:
+    # A crashed consumer must come back as under a process manager (issue 18), and a
+    # crash point armed through the app must reach every consumer's processes.
+    services = compose["services"]
+    folder = services["app"]["environment"]["TARGET_APP_CRASH_POINTS_DIR"]
+    for name in ("app", "consumer"):
+        assert services[name]["restart"] in ("unless-stopped", "on-failure"), name
+        assert services[name]["environment"]["TARGET_APP_CRASH_POINTS_DIR"] == folder
+        assert f"crash-points:{folder}" in services[name]["volumes"], name
+    volume = compose["volumes"]["crash-points"]
+    assert volume["driver_opts"]["type"] == "tmpfs" and "uid=10001" in volume["driver_opts"]["o"]
+    # the image's user is the one the tmpfs belongs to
+    assert "--uid 10001" in (ROOT / "Dockerfile").read_text()
