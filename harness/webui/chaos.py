@@ -764,7 +764,11 @@ def attach(environment: Environment) -> ChaosTab | None:
     base = str(getattr(options, "web_base_path", "") or "").rstrip("/")
     web_host = str(getattr(options, "web_host", "") or "")
     # No --web-host: loopback only. Locust binds at web_ui.start(), after the init event.
-    web_ui.host = bind_host(web_host) or web_ui.host
+    loopback = bind_host(web_host)
+    if loopback is not None:
+        web_ui.host = loopback
+        logger.info("Chaos tab: the web UI listens on %s only (pass --web-host to choose; docs/security.md)",
+                    loopback)
     warning = exposure_warning(web_ui.host, int(getattr(options, "web_port", 0) or web_ui.port),
                                bool(web_ui.web_login))
     if warning:
