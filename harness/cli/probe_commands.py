@@ -16,8 +16,9 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+from harness.bundled import plan_path
 from harness.cli.argtypes import Subparsers, non_negative_int, positive_duration, positive_int
-from harness.cli.argtypes import plan as plan_argument
+from harness.errors import HarnessError
 from harness.probe.checker import DEFAULT_MIN_ACKNOWLEDGED
 from harness.probe.config import PROFILES, ProbeConfig, ProbeConfigError, load_config, parse_upstream, simple_config
 from harness.probe.runner import ProbeSpec, run_probe
@@ -31,8 +32,9 @@ def add_probe(subparsers: Subparsers) -> None:
     parser.add_argument("--config", type=Path, metavar="FILE", help="probe config (YAML); see docs/probe.md")
     parser.add_argument("--upstream", metavar="HOST:PORT", help="the service, host:port (overrides the config's)")
     parser.add_argument("--toxiproxy-url", metavar="URL", help="a running Toxiproxy to use instead of the embedded one")
-    parser.add_argument("--plan", type=plan_argument, metavar="NAME|FILE",
-                        help="fault plan; its windows act on proxy `app` (the probe's) (default: no faults)")
+    parser.add_argument("--plan", type=probe_plan, metavar="NAME|FILE",
+                        help="fault plan; its windows act on proxy `app` (the probe's), the dependencies by "
+                             "name and the process `service` (default: no faults)")
     parser.add_argument("--out", type=Path, metavar="DIR", help="run directory (default runs/probe-<time>)")
     parser.add_argument("--users", type=positive_int, metavar="N", help="Locust users (overrides load.users)")
     parser.add_argument("--duration", type=positive_duration, help="load duration (overrides load.duration)")
@@ -51,6 +53,16 @@ def add_probe(subparsers: Subparsers) -> None:
     simple.add_argument("--header", action="append", default=[], metavar="NAME:VALUE",
                         help="extra header for every request (repeatable), e.g. 'Authorization: Bearer x'")
     parser.set_defaults(handler=handle_probe)
+
+
+def probe_plan(text: str) -> Path:
+    """A bundled plan's name or a plan file. Its targets depend on the config (its
+    dependencies, its service), so the probe checks the plan itself, before any run
+    directory exists (harness.probe.plan_targets)."""
+    try:
+        return plan_path(text)
+    except HarnessError as error:
+        raise argparse.ArgumentTypeError(str(error).splitlines()[0]) from None
 
 
 def handle_probe(args: argparse.Namespace) -> int:

@@ -13,7 +13,9 @@ Fixtures:
   runs `harness probe` against `host:port` (or `http://host:port`) through the
   session's Toxiproxy and returns the `ProbeResult` (verdict, violations, run_dir,
   summary()). `@pytest.mark.probe_config("probe.yaml", duration=3, plan=...)` gives
-  the defaults.
+  the defaults. `probe(config=..., service={"command": [...], "ready": "/healthz"},
+  dependencies={"db": "127.0.0.1:5432"})` (no upstream) has the probe run the
+  service itself, as a config's `service:` and `dependencies:` do.
 
 Markers: `chaos` (a test that injects faults; deselect with `-m "not chaos"`),
 `chaos_stack(...)`, `probe_config(...)`.
@@ -96,9 +98,10 @@ def chaos_stack(request: pytest.FixtureRequest,
 @pytest.fixture
 def idempotency_probe(request: pytest.FixtureRequest, toxiproxy: ToxiproxyHandle,
                       tmp_path: Path) -> Callable[..., Any]:
-    """`probe(upstream, config=None, *, plan=None, duration=None, users=None, seed=None,
-    min_acknowledged=None, **simple)` → ProbeResult. `config` is a YAML path, a dict in
-    the config's format, or None with `path=`/`body=` (the flags of `harness probe`)."""
+    """`probe(upstream=None, config=None, *, plan=None, duration=None, users=None, seed=None,
+    min_acknowledged=None, service=None, dependencies=None, **simple)` → ProbeResult.
+    `config` is a YAML path, a dict in the config's format, or None with `path=`/`body=`
+    (the flags of `harness probe`); with `service=` there is no upstream to give."""
     from harness.probe.checker import DEFAULT_MIN_ACKNOWLEDGED
     from harness.probe.config import load_config, parse_config, parse_upstream, simple_config
     from harness.probe.runner import ProbeSpec, run_probe
@@ -109,11 +112,16 @@ def idempotency_probe(request: pytest.FixtureRequest, toxiproxy: ToxiproxyHandle
         defaults.setdefault("config", marker.args[0])
     runs = iter(range(1, 1000))
 
-    def probe(upstream: str, config: Any = None, **options: Any) -> Any:
+    def probe(upstream: str | None = None, config: Any = None, **options: Any) -> Any:
         merged = {**defaults, **options}
         config = config if config is not None else merged.pop("config", None)
         merged.pop("config", None)
-        address = parse_upstream(upstream.split("://", 1)[-1].rstrip("/"))
+        address = parse_upstream(upstream.split("://", 1)[-1].rstrip("/")) if upstream else None
+        # `service=` (the config's `service:`, or just its command as a list) and
+        # `dependencies=`: the probe runs the service itself (harness.probe.service).
+        service = merged.pop("service", None)
+        service = {"command": service} if isinstance(service, (list, tuple)) else service
+        dependencies = merged.pop("dependencies", None)
         plan = merged.pop("plan", None)
         overrides = {name: merged.pop(name) for name in ("duration", "users", "seed") if name in merged}
         min_acknowledged = merged.pop("min_acknowledged", DEFAULT_MIN_ACKNOWLEDGED)
@@ -123,6 +131,10 @@ def idempotency_probe(request: pytest.FixtureRequest, toxiproxy: ToxiproxyHandle
             parsed = parse_config(config, source="idempotency_probe")
         else:
             parsed = simple_config(upstream=address, **merged)
+        if service is not None or dependencies is not None:
+            # Checked as a config file's sections are (one error naming the field).
+            parsed = parse_config({**parsed.to_dict(), "service": service, "dependencies": dependencies},
+                                  source="idempotency_probe")
         parsed = replace(parsed, load=replace(parsed.load, **overrides))
         spec = ProbeSpec(config=parsed, out_dir=tmp_path / f"probe-{next(runs)}", upstream=address,
                          toxiproxy_url=toxiproxy.url, plan=Path(plan) if plan else None,

@@ -250,6 +250,16 @@ class RunGuard:
             lease.toxiproxy_local = local
         self._update(use)
 
+    def proxy_created(self, claim: registry.ProxyClaim) -> None:
+        """A proxy the run creates on a Toxiproxy (recorded before it is created): the
+        janitor deletes it if the harness dies (the probe's proxies, for one)."""
+        self._update(lambda lease: lease.proxies.append(claim))
+
+    def proxy_deleted(self, name: str) -> None:
+        def remove(lease: registry.Lease) -> None:
+            lease.proxies = [proxy for proxy in lease.proxies if proxy.name != name]
+        self._update(remove)
+
     def toxic_added(self, proxy: str, name: str) -> None:
         self._update(lambda lease: lease.toxics.append(registry.ToxicClaim(proxy, name)))
 

@@ -135,6 +135,7 @@ class ServiceSpec:
     # A service without a port of its own (a consumer) counts as healthy once it has
     # stayed up this long: long enough for a bad configuration to crash it.
     min_uptime: float = 0.0
+    cwd: Path | None = None  # None: the starter's working directory
 
 
 @dataclass
@@ -160,7 +161,7 @@ class Service:
             raise ServiceError(f"{self.spec.name} is already running (pid {self.pid})")
         if self.spec.port is not None and port_listening(self.spec.port):
             raise ServiceError(f"{self.spec.name}: port {self.spec.port} is already in use")
-        self.process = spawn(self.spec.argv, env=self.spec.env, log_path=self.spec.log_path)
+        self.process = spawn(self.spec.argv, env=self.spec.env, log_path=self.spec.log_path, cwd=self.spec.cwd)
         self.started_at = time.monotonic()
         self.status = "running"
 

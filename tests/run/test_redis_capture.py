@@ -13,9 +13,11 @@ import redis
 
 from harness.ports import free_port
 from harness.report.run_facts import RedisCapture, redis_warnings
+from harness.report.run_report import write_reports
 from harness.run.redis_capture import read_redis_settings
 from harness.run.rundir import RunDir
 from harness.stack.redis_server import INSTALL_HINT, RedisServer
+from tests.report.report_sample import build_run, typed
 
 
 @pytest.fixture
@@ -64,6 +66,11 @@ def test_an_evicting_redis_is_recorded_with_the_keys_it_evicted(own_redis: Redis
     assert len(warnings) == 2
     assert "allkeys-lru" in warnings[0] and "noeviction" in warnings[0]
     assert f"evicted {after.evicted_keys - (before.evicted_keys or 0)} key(s)" in warnings[1]
+
+    # And the report built from that run directory shows the warning.
+    result = build_run(run_dir.path, failing=False)
+    html = write_reports(run_dir, typed(result)).report_html.read_text()
+    assert "id='warnings'" in html and "maxmemory-policy is allkeys-lru" in html
 
 
 def test_a_redis_that_cannot_be_read_is_recorded_with_its_error() -> None:

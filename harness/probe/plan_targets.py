@@ -1,0 +1,136 @@
+"""What a probe's fault plan may name, and its windows aimed at the real proxies.
+
+A probe plan is an ordinary plan (docs/nemesis.md) whose targets are the probe's:
+
+- proxy `app`: the probe's proxy in front of the service (always there);
+- proxy NAME for each of the config's `dependencies:` (the proxy between the service
+  and that dependency), and `dependencies`, which stands for every one of them: a
+  window on `dependencies` becomes one window per dependency, at the same time, named
+  `<window>-<NAME>`. That is how a bundled plan (harness/plans/probe-dependencies.yaml)
+  faults dependencies whose names only the config knows;
+- service `service`: the process of `service:` (kill, pause, restart), only when the
+  config has one.
+
+`ProbeTargets` holds a run's names (plan name → the proxy's real name on the
+Toxiproxy). `load_probe_plan(path, targets)` (or `parse_probe_plan(raw, source=...,
+targets=...)`) reads a plan and checks every target
+against them, each problem one line naming the file and the field (PlanError, exit 2),
+before anything starts; `probe_windows(plan, duration, targets)` is the schedule with
+`dependencies` expanded and every proxy renamed to its real name.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from harness.nemesis.faults import Fault, FaultWindow, ProcessFault, ProxyDownFault, TargetType, ToxicFault
+from harness.nemesis.plans import Plan, PlanError, PlanTargets, parse_plan, schedule
+
+APP = "app"  # how a plan names the probe's proxy in front of the service
+SERVICE = "service"  # how a plan names the service's process
+DEPENDENCIES = "dependencies"  # every dependency proxy at once
+
+
+@dataclass(frozen=True)
+class ProbeTargets:
+    """A probe run's plan names: `proxies` maps each plan name (app and every
+    dependency) to the proxy's name on the Toxiproxy; `service` says whether the probe
+    runs the service's process."""
+
+    proxies: Mapping[str, str]
+    service: bool = False
+
+    @classmethod
+    def plain(cls, dependencies: tuple[str, ...] = (), *, service: bool = False) -> ProbeTargets:
+        """Real names equal to the plan names (an embedded Toxiproxy of the probe's own)."""
+        return cls(proxies={name: name for name in (APP, *dependencies)}, service=service)
+
+    @property
+    def dependencies(self) -> tuple[str, ...]:
+        return tuple(name for name in self.proxies if name != APP)
+
+
+class _AnyTarget(PlanTargets):
+    """Admits every name while a plan is parsed; `check_probe_plan` then checks them
+    with the probe's own wording."""
+
+    def knows(self, target_type: TargetType, name: str) -> bool:
+        return True
+
+
+def load_probe_plan(path: Path, targets: ProbeTargets) -> Plan:
+    """Read a plan file and check its targets against a probe's (PlanError)."""
+    path = Path(path)
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except OSError as error:
+        raise PlanError(f"{path}: cannot read the plan: {error}") from error
+    except yaml.YAMLError as error:
+        raise PlanError(f"{path}: not valid YAML: {str(error).splitlines()[0]}") from error
+    return parse_probe_plan(raw, source=str(path), targets=targets)
+
+
+def parse_probe_plan(raw: Any, *, source: str, targets: ProbeTargets) -> Plan:
+    """Check a plan already parsed from YAML against a probe's targets (PlanError)."""
+    plan = parse_plan(raw, source=source, targets=_AnyTarget(proxies=(), services=()))
+    check_probe_plan(plan, targets)
+    return plan
+
+
+def check_probe_plan(plan: Plan, targets: ProbeTargets) -> None:
+    """PlanError naming the file and the field for the first target the probe lacks."""
+    located: list[tuple[str, Fault]] = [(f"windows[{i}]", window.fault) for i, window in enumerate(plan.windows)]
+    if plan.random is not None:
+        located += [(f"random.faults[{i}]", fault) for i, fault in enumerate(plan.random.faults)]
+    for path, fault in located:
+        problem = _problem(fault, targets)
+        if problem is not None:
+            raise PlanError(f"{plan.source}: {path}.{fault.target_field}: {problem}")
+
+
+def _problem(fault: Fault, targets: ProbeTargets) -> str | None:
+    if isinstance(fault, ProcessFault):
+        if not targets.service:
+            return (f"the probe cannot {fault.action} {fault.service!r}: it runs no process of the service "
+                    "(give `service:` in the probe config to fault it as 'service')")
+        if fault.service != SERVICE:
+            return f"the probe cannot {fault.action} {fault.service!r}; the process it runs is called {SERVICE!r}"
+        return None
+    if not isinstance(fault, (ToxicFault, ProxyDownFault)):
+        return f"the probe cannot apply a {type(fault).__name__}"
+    if fault.proxy == DEPENDENCIES:
+        if not targets.dependencies:
+            return (f"{DEPENDENCIES!r} stands for every dependency proxy, and the probe config has no "
+                    "`dependencies:`")
+        return None
+    if fault.proxy not in targets.proxies:
+        known = ", ".join([*targets.proxies, *([DEPENDENCIES] if targets.dependencies else [])])
+        return f"proxy {fault.proxy!r} does not exist in a probe (its proxies: {known})"
+    return None
+
+
+def probe_windows(plan: Plan, duration: float, targets: ProbeTargets, *,
+                  run_seed: int | None = None) -> list[FaultWindow]:
+    """The plan's windows for a run of `duration` seconds: checked, `dependencies`
+    expanded to one window per dependency, proxies under their real names."""
+    check_probe_plan(plan, targets)
+    windows: list[FaultWindow] = []
+    for window in schedule(plan, duration, run_seed=run_seed):
+        fault = window.fault
+        if isinstance(fault, (ToxicFault, ProxyDownFault)):
+            if fault.proxy == DEPENDENCIES:
+                windows.extend(replace(window, name=f"{window.name}-{name}", fault=_aimed(fault, real))
+                               for name, real in targets.proxies.items() if name != APP)
+                continue
+            window = replace(window, fault=_aimed(fault, targets.proxies[fault.proxy]))
+        windows.append(window)
+    return sorted(windows, key=lambda w: (w.at, w.name))
+
+
+def _aimed(fault: ToxicFault | ProxyDownFault, proxy: str) -> Any:
+    return replace(fault, proxy=proxy)

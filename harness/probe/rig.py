@@ -1,0 +1,201 @@
+"""Everything one probe run sets up around the service, and its undoing.
+
+`ProbeRig(config, run_dir, upstream=..., toxiproxy_url=...)` is a context manager.
+Entering it, in this order:
+
+1. a `RunGuard` (harness.stack.lifeline: the run's lease and its janitor) when the
+   probe starts something that could outlive it: the service's process, or proxies on
+   a Toxiproxy it does not own. The janitor stops the service's process group and
+   deletes those proxies if the probe dies, however it dies;
+2. the Toxiproxy: the embedded one, started here (its proxies die with it), or the one
+   at `toxiproxy_url`, where every proxy is named `probe_<pid>_<token>[_NAME]`;
+3. one proxy per dependency (harness.probe.service.DependencyProxies);
+4. the service (`service:`), started with its placeholders filled and ready;
+5. the proxy `app` in front of the upstream (the service's 127.0.0.1:{port}, or the
+   address given), which must accept connections.
+
+Leaving it undoes all of it in reverse: the service stopped (its whole group), the
+toxics healed, the proxies deleted from a shared Toxiproxy, the embedded one stopped,
+the guard left (lease removed; on an interrupt the run directory is marked). A failure
+half-way through entering undoes what was done so far.
+
+The rig's `targets` are the plan names of the run (harness.probe.plan_targets),
+`processes` the plan's process faults (the service, or a refusal when there is none)
+and `check()` raises when the service ended on its own (harness.probe.service).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from contextlib import ExitStack
+from pathlib import Path
+from types import TracebackType
+from urllib.parse import quote
+
+import requests
+
+from harness.errors import HarnessError
+from harness.nemesis.toxiproxy_client import Nemesis, NemesisError
+from harness.ports import free_ports
+from harness.probe.config import ProbeConfig
+from harness.probe.plan_targets import APP, ProbeTargets
+from harness.probe.service import LOG_NAME, DependencyProxies, ProbedService
+from harness.stack.lifeline import RunGuard
+from harness.stack.registry import ProxyClaim, refusal
+
+HOST = "127.0.0.1"
+
+
+class RigError(HarnessError):
+    """The probe could not set up or tear down what surrounds the service."""
+
+
+class NoProcess:
+    """The plan's process faults when the probe runs no service: refused before the
+    run (harness.probe.plan_targets), so these are never reached."""
+
+    def _refuse(self, service: str) -> None:
+        raise RigError(f"the probe runs no process to act on ({service!r}); give `service:` in the config")
+
+    kill = start = pause = resume = restart = _refuse
+
+
+def check_upstream(upstream: str, *, timeout: float = 3.0) -> None:
+    host, _, port = upstream.rpartition(":")
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout):
+            return
+    except OSError as error:
+        raise RigError(f"upstream {upstream} does not accept connections: {error.strerror or error}") from None
+
+
+class ProbeRig:
+    """The Toxiproxy, the proxies, the service and the guard of one probe run."""
+
+    def __init__(self, config: ProbeConfig, run_dir: Path, *, upstream: str | None,
+                 toxiproxy_url: str | None) -> None:
+        if config.service is None and not upstream:
+            raise RigError("no upstream: give --upstream host:port, `upstream:` or `service:` in the config")
+        self.config = config
+        self.run_dir = Path(run_dir)
+        self.upstream = upstream or ""
+        self.toxiproxy_url = toxiproxy_url
+        self.guard: RunGuard | None = None
+        self.service: ProbedService | None = None
+        self.nemesis: Nemesis | None = None
+        self.dependencies: DependencyProxies | None = None
+        self.app_proxy = APP
+        self.proxy_url = ""
+        self._stack = ExitStack()
+
+    @property
+    def shared(self) -> bool:
+        """True on a Toxiproxy the probe does not own (its proxies must be deleted)."""
+        return bool(self.toxiproxy_url)
+
+    @property
+    def toxiproxy(self) -> str:
+        """How result.json names the Toxiproxy: `embedded` or its URL."""
+        return self.toxiproxy_url or "embedded"
+
+    @property
+    def targets(self) -> ProbeTargets:
+        names = self.dependencies.real_names if self.dependencies is not None else {}
+        return ProbeTargets(proxies={APP: self.app_proxy, **names}, service=self.service is not None)
+
+    @property
+    def processes(self) -> ProbedService | NoProcess:
+        return self.service if self.service is not None else NoProcess()
+
+    def check(self) -> None:
+        """Raise (ServiceFailed) when the service ended on its own."""
+        if self.service is not None:
+            self.service.check()
+
+    # --- entering ---------------------------------------------------------------------
+
+    def __enter__(self) -> ProbeRig:
+        try:
+            self._enter()
+        except BaseException:
+            self._stack.close()
+            raise
+        return self
+
+    def _enter(self) -> None:
+        config = self.config
+        if config.service is not None or self.shared:
+            self.guard = self._stack.enter_context(RunGuard(self.run_dir))
+        if self.shared:
+            assert self.toxiproxy_url is not None
+            url = self.toxiproxy_url
+            self.app_proxy = f"probe_{os.getpid()}_{os.urandom(2).hex()}"
+        else:
+            from harness.toxiproxy.server import EmbeddedToxiproxy
+
+            embedded = EmbeddedToxiproxy().start()
+            self._stack.callback(embedded.stop)
+            url = embedded.url
+        if self.guard is not None:
+            self.guard.use_toxiproxy(url, local=not self.shared)
+        self.nemesis = nemesis = Nemesis(url)
+        ports = free_ports(1 + len(config.dependencies) + (config.service is not None))
+        listen_port, dependency_ports = ports[0], ports[1:1 + len(config.dependencies)]
+        self._stack.callback(self._remove_proxies)
+        self.dependencies = DependencyProxies(nemesis, prefix=f"{self.app_proxy}_" if self.shared else "",
+                                              recorder=self.guard)
+        self.dependencies.create(config.dependencies, dependency_ports)
+        if config.service is not None:
+            self.service = ProbedService(config.service, port=ports[-1], dependencies=self.dependencies.addresses,
+                                         log_path=self.run_dir / LOG_NAME, base_env=os.environ, guard=self.guard)
+            self._stack.callback(self.service.stop)
+            self.service.start()
+            self.upstream = self.service.address
+        check_upstream(self.upstream)
+        listen = f"{HOST}:{listen_port}"
+        if self.guard is not None and self.shared:
+            self.guard.proxy_created(ProxyClaim(self.app_proxy, listen, self.upstream))
+        nemesis.ensure_proxy(self.app_proxy, listen, self.upstream)
+        self.proxy_url = f"http://{listen}"
+
+    # --- leaving ----------------------------------------------------------------------
+
+    def heal(self) -> None:
+        """Remove every toxic and re-enable every proxy of this run (after the load)."""
+        if self.nemesis is None:
+            return
+        ours = set(self.targets.proxies.values())
+        try:
+            for toxic in self.nemesis.list_toxics():
+                if toxic.proxy in ours:
+                    self.nemesis.remove_toxic(toxic.proxy, toxic.name)
+            for name, proxy in self.nemesis.proxies().items():
+                if name in ours and not proxy.enabled:
+                    self.nemesis.enable_proxy(name)
+        except NemesisError as error:
+            raise RigError(f"could not heal the probe's proxies: {error}") from None
+
+    def _remove_proxies(self) -> None:
+        self.heal()
+        if not self.shared or self.nemesis is None:
+            return  # the embedded Toxiproxy takes its proxies with it
+        failed = []
+        for proxy in self.targets.proxies.values():
+            try:
+                refused = refusal(requests.delete(f"{self.nemesis.api_url}/proxies/{quote(proxy, safe='')}",
+                                                  timeout=5))
+                if refused is not None:
+                    failed.append(f"{proxy} ({refused})")
+                    continue
+            except requests.RequestException as error:
+                failed.append(f"{proxy} ({error})")
+                continue
+            if self.guard is not None:
+                self.guard.proxy_deleted(proxy)
+        if failed:
+            raise RigError(f"could not delete the probe's proxies: {', '.join(failed)}")
+
+    def __exit__(self, kind: type[BaseException] | None, value: BaseException | None,
+                 traceback: TracebackType | None) -> None:
+        self._stack.__exit__(kind, value, traceback)
