@@ -1,6 +1,7 @@
 """The SQL oracle: a read-only query on the service's own database counts effects.
 
-`dsn` is `postgresql://...` (psycopg 3) or `sqlite:///path` (the standard library).
+`dsn` is `postgresql://...` (psycopg 3) or `sqlite:///path` (the standard library;
+`sqlite:////abs/path` for an absolute path, a relative one is the probe's working folder's).
 The query names its parameters `:key`, `:id` or `:field` (a top-level field of the
 request body); it returns either one row with one column called `count` (what
 `SELECT count(*)` gives in PostgreSQL; `SELECT count(*) AS count` in SQLite), the
@@ -20,7 +21,7 @@ import sqlite3
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
-from urllib.parse import unquote, urlsplit
+from urllib.parse import quote, unquote
 
 from harness.probe.config import EffectsSpec
 from harness.probe.oracles import Effects, OracleError, Scalar
@@ -88,8 +89,9 @@ class SqlOracle:
 
     def _sqlite(self, values: Mapping[str, Scalar]) -> Effects:
         if self._connection is None:
-            path = unquote(urlsplit(self.spec.dsn or "").path)
-            self._connection = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=self.spec.timeout,
+            # sqlite:///relative/path or sqlite:////absolute/path, as SQLAlchemy spells them.
+            path = unquote((self.spec.dsn or "").removeprefix("sqlite:///"))
+            self._connection = sqlite3.connect(f"file:{quote(path)}?mode=ro", uri=True, timeout=self.spec.timeout,
                                                check_same_thread=False)
         connection = self._connection
         deadline = time.monotonic() + self.spec.timeout
