@@ -1,13 +1,17 @@
 """One probe run: proxy in front of the service, load under faults, final reads, verdict.
 
 `run_probe(spec)`:
-1. puts a Toxiproxy proxy in front of `upstream` (the embedded server on a free
-   loopback port, or a proxy named `probe_<pid>_<token>` on a real Toxiproxy given
-   by URL, removed afterwards);
+1. sets up the rig (harness.probe.rig): a Toxiproxy proxy in front of `upstream` (the
+   embedded server on a free loopback port, or a proxy named `probe_<pid>_<token>` on
+   a real Toxiproxy given by URL, removed afterwards); with `service:`, the service
+   itself, started on a free port behind one proxy per dependency (`dependencies:`),
+   under the run's lease and janitor;
 2. runs Locust headless with the probe's users against the proxy, and the fault
    plan's windows beside it (harness.nemesis.plans.NemesisRunner). A plan addresses the
-   probe's proxy as `app`, so the project's own network plans work unchanged;
-   process faults are refused (the probe does not own the service's processes);
+   probe's proxy as `app`, each dependency's by its name (or all of them as
+   `dependencies`) and the service's process as `service` (harness.probe.plan_targets),
+   so the project's own network plans work unchanged; a service that ends on its own
+   stops the run (exit 2, with its log's tail);
 3. after the load and the healing, reads back (directly from the upstream) every
    acknowledged resource and searches every key, when the config gives the URLs
    (as the identity that sent it, and each resource also as another identity, with
@@ -23,10 +27,9 @@ Exit codes as everywhere in the harness: 0 pass, 1 violation, 2 the harness fail
 from __future__ import annotations
 
 import os
-import socket
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -43,15 +46,7 @@ from harness.nemesis.plans import (
     FaultWindow,
     NemesisRunner,
     Plan,
-    PlanError,
-    ProcessFault,
-    ProxyDownFault,
-    ToxicFault,
-    load_plan,
-    schedule,
 )
-from harness.nemesis.toxiproxy_client import Nemesis, NemesisError
-from harness.ports import free_port
 from harness.probe.answers import CONFIG_ENV, HISTORY_ENV, json_pointer
 from harness.probe.checker import DEFAULT_MIN_ACKNOWLEDGED, ProbeCheck, check
 from harness.probe.config import ProbeConfig
@@ -59,6 +54,8 @@ from harness.probe.conformance import DRAFT, ConformanceRow, conformance, rows_t
 from harness.probe.effect_checks import EffectRecord
 from harness.probe.effects import EFFECTS_FILE, collect_effects
 from harness.probe.identities import READ_AS_OTHER, other_identity, request_headers
+from harness.probe.plan_targets import ProbeTargets, load_probe_plan, probe_windows
+from harness.probe.rig import ProbeRig
 from harness.report.junit import write_junit
 
 PLAN_PROXY = "app"  # how a plan names the probe's proxy
@@ -66,6 +63,7 @@ MAX_FINAL_READS = 400  # per endpoint and kind: bounded time after the load
 FINAL_READ_TIMEOUT = 2.0
 FINAL_READS_BUDGET = 30.0  # seconds for all final reads together
 LOCUST_GRACE = 30.0
+WATCH_INTERVAL = 0.5  # how often the service is checked while the load runs
 
 
 class ProbeError(HarnessError):
@@ -113,51 +111,24 @@ class ProbeResult:
                 f"{counts['duplicated_keys']} keys duplicated) — report: {self.run_dir / 'report.html'}")
 
 
-class _NoProcesses:
-    """The probe owns no process of the service: a plan's process fault is refused
-    before the run, so these are never reached."""
-
-    def _refuse(self, service: str) -> None:
-        raise ProbeError(f"the probe cannot act on process {service!r} of a service it does not run")
-
-    kill = start = pause = resume = restart = _refuse
-
-
 def plan_windows(plan: Plan, duration: float, proxy_name: str) -> list[FaultWindow]:
-    """The plan's windows for a run, aimed at the probe's proxy; ProbeError for a
-    window the probe cannot carry out (a process fault, another proxy)."""
-    windows = []
-    for window in schedule(plan, duration):
-        fault = window.fault
-        if isinstance(fault, ProcessFault):
-            raise PlanError(f"{plan.source}: window {window.name}: the probe cannot {fault.action} "
-                            f"{fault.service!r}; it only injects network faults on proxy {PLAN_PROXY!r}")
-        if not isinstance(fault, (ToxicFault, ProxyDownFault)):
-            raise PlanError(f"{plan.source}: window {window.name}: the probe cannot apply a "
-                            f"{type(fault).__name__}; it only injects network faults on proxy {PLAN_PROXY!r}")
-        if fault.proxy != PLAN_PROXY:
-            raise PlanError(f"{plan.source}: window {window.name}: proxy {fault.proxy!r} does not exist "
-                            f"in a probe; the probe's proxy is {PLAN_PROXY!r}")
-        windows.append(replace(window, fault=replace(fault, proxy=proxy_name)))
-    return windows
-
-
-def check_upstream(upstream: str, *, timeout: float = 3.0) -> None:
-    host, _, port = upstream.rpartition(":")
-    try:
-        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout):
-            return
-    except OSError as error:
-        raise ProbeError(f"upstream {upstream} does not accept connections: {error.strerror or error}") from None
+    """The plan's windows for a probe of a service it does not run, aimed at the proxy
+    `proxy_name`; PlanError for a window it cannot carry out (a process fault, another
+    proxy). With `service:` or `dependencies:`, see harness.probe.plan_targets."""
+    return probe_windows(plan, duration, ProbeTargets(proxies={PLAN_PROXY: proxy_name}))
 
 
 def run_probe(spec: ProbeSpec) -> ProbeResult:
     config = spec.config
+    if config.service is not None and spec.upstream:
+        raise ProbeError("--upstream: not with `service:` in the config: the probe runs the service "
+                         "on 127.0.0.1:{port} and that is the upstream")
     upstream = spec.upstream or config.upstream
-    if not upstream:
+    if config.service is None and not upstream:
         raise ProbeError("no upstream: give --upstream host:port or `upstream:` in the config")
     plan_path = spec.plan or config.plan
-    plan = load_plan(plan_path) if plan_path is not None else None
+    targets = ProbeTargets.plain(tuple(config.dependencies), service=config.service is not None)
+    plan = load_probe_plan(plan_path, targets) if plan_path is not None else None
     run_dir = Path(spec.out_dir)
     if (run_dir / "history").exists() or (run_dir / "result.json").exists():
         # Two runs' histories in one directory would be judged as one run.
@@ -166,55 +137,42 @@ def run_probe(spec: ProbeSpec) -> ProbeResult:
     (run_dir / "config.json").write_bytes(orjson.dumps(config.to_dict(), option=orjson.OPT_INDENT_2))
     if plan_path is not None:
         (run_dir / "plan.yaml").write_bytes(Path(plan_path).read_bytes())
-    check_upstream(upstream)
-
-    embedded = None
-    if spec.toxiproxy_url:
-        toxiproxy_url = spec.toxiproxy_url
-        proxy_name = f"probe_{os.getpid()}_{os.urandom(2).hex()}"
-    else:
-        from harness.toxiproxy.server import EmbeddedToxiproxy
-
-        embedded = EmbeddedToxiproxy().start()
-        toxiproxy_url = embedded.url
-        proxy_name = PLAN_PROXY
     started = time.time()
-    try:
-        windows = plan_windows(plan, config.load.duration, proxy_name) if plan is not None else []
-        nemesis = Nemesis(toxiproxy_url)
-        listen_port = free_port()
-        nemesis.ensure_proxy(proxy_name, f"127.0.0.1:{listen_port}", upstream)
-        try:
-            _load(spec, run_dir, f"http://127.0.0.1:{listen_port}", nemesis, windows)
-        finally:
-            _remove_proxy(nemesis, proxy_name, keep=embedded is not None)
-    finally:
-        if embedded is not None:
-            embedded.stop()
-    operations = list(iter_operations(history_files(run_dir / "history")))
-    reads = final_reads(config, upstream, operations, run_dir / "final-reads.jsonl")
-    effects = (collect_effects(config, upstream, operations, run_dir / EFFECTS_FILE)
-               if any(endpoint.effects for endpoint in config.endpoints) else [])
+    # The service and its dependency proxies stay up for the final reads and the
+    # effects: the rig is left only after them.
+    with ProbeRig(config, run_dir, upstream=upstream, toxiproxy_url=spec.toxiproxy_url) as rig:
+        windows = probe_windows(plan, config.load.duration, rig.targets) if plan is not None else []
+        _load(spec, run_dir, rig, windows)
+        rig.heal()
+        rig.check()
+        upstream = rig.upstream
+        operations = list(iter_operations(history_files(run_dir / "history")))
+        reads = final_reads(config, upstream, operations, run_dir / "final-reads.jsonl")
+        effects = (collect_effects(config, upstream, operations, run_dir / EFFECTS_FILE)
+                   if any(endpoint.effects for endpoint in config.endpoints) else [])
     return judge(config, operations, reads, run_dir, upstream=upstream, plan_path=plan_path,
                  started=started, min_acknowledged=spec.min_acknowledged,
-                 toxiproxy="embedded" if embedded is not None else toxiproxy_url, effects=effects)
+                 toxiproxy=rig.toxiproxy, effects=effects)
 
 
-def _load(spec: ProbeSpec, run_dir: Path, proxy_url: str, nemesis: Nemesis,
-          windows: list[FaultWindow]) -> None:
+def _load(spec: ProbeSpec, run_dir: Path, rig: ProbeRig, windows: list[FaultWindow]) -> None:
     load = spec.config.load
     config_json = run_dir / "config.json"
     env = {**os.environ, CONFIG_ENV: str(config_json.resolve()),
            HISTORY_ENV: str((run_dir / "history").resolve())}
     locust = LocustProcess(
-        locustfile=Path(__file__).with_name("locustfile.py"), host=proxy_url, users=load.users,
+        locustfile=Path(__file__).with_name("locustfile.py"), host=rig.proxy_url, users=load.users,
         spawn_rate=load.spawn_rate, duration=load.duration, processes=1, output_dir=run_dir / "locust",
-        env=env, stop_timeout=max(2.0, load.client_timeout * 2))
-    runner = NemesisRunner(nemesis, _NoProcesses(), run_dir / FAULT_LOG)
+        env=env, stop_timeout=max(2.0, load.client_timeout * 2), guard=rig.guard)
+    assert rig.nemesis is not None
+    runner = NemesisRunner(rig.nemesis, rig.processes, run_dir / FAULT_LOG)
     locust.start()
     runner.start(windows)
+    deadline = time.monotonic() + load.duration + LOCUST_GRACE + load.client_timeout * 4
     try:
-        finished = locust.finished(timeout=load.duration + LOCUST_GRACE + load.client_timeout * 4)
+        # A service that ends on its own ends the run (rig.check raises) at once.
+        while not (finished := locust.finished(timeout=WATCH_INTERVAL)) and time.monotonic() < deadline:
+            rig.check()
     finally:
         runner.stop()
         locust.stop()
@@ -225,18 +183,6 @@ def _load(spec: ProbeSpec, run_dir: Path, proxy_url: str, nemesis: Nemesis,
     if locust.returncode not in (0, None):
         tail = locust.log_path.read_text(errors="replace")[-1500:] if locust.log_path.exists() else ""
         raise ProbeError(f"Locust exited with {locust.returncode}; end of {locust.log_path}:\n{tail}")
-
-
-def _remove_proxy(nemesis: Nemesis, name: str, *, keep: bool) -> None:
-    """Heal our proxy; on a shared Toxiproxy remove it altogether."""
-    try:
-        for toxic in nemesis.list_toxics():
-            if toxic.proxy == name:
-                nemesis.remove_toxic(name, toxic.name)
-        if not keep:
-            requests.delete(f"{nemesis.api_url}/proxies/{name}", timeout=5).raise_for_status()
-    except (NemesisError, requests.RequestException) as error:
-        raise ProbeError(f"could not clean up proxy {name}: {error}") from None
 
 
 def final_reads(config: ProbeConfig, upstream: str, operations: Sequence[Mapping[str, Any]],
