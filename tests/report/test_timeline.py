@@ -8,9 +8,10 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-from html_probe import SVG, Probe, timelines
+from html_probe import SVG, Probe, svgs, timelines
 from report_sample import START, typed
 
+from harness.report.html import faults_table
 from harness.report.run_report import render_report, write_reports
 from harness.report.series import RunSeries
 from harness.report.timeline import (
@@ -138,6 +139,18 @@ def test_the_report_draws_a_timeline_per_violation_from_the_history(
     probe = Probe(document)
     (hits,) = probe.find("span", **{"class": "hits"})
     assert hits["data-hits"] == "2" and "+19.300" in probe.all_text
+    # ... and the time plots label its window with them.
+    labels = {r.get("data-fault") for r in svgs(document)["throughput"].iter(f"{SVG}rect")
+              if r.get("class") == "fault-window"}
+    assert "w3-crash-consumer-after-effect @ consumer.after_effect (2 hits)" in labels
+
+
+def test_a_crash_point_window_that_never_counted_its_hits_shows_none() -> None:
+    unfinished = dict(CRASH_FAULT, hits=None, hit_times=None)
+    table = faults_table([unfinished, {"name": "slow", "kind": "toxic", "start": START, "end": START + 1}], START)
+    assert "<th class='num'>hits</th>" in table and "class='hits'" not in table
+    assert "probability 0.3" in table
+    assert "<th class='num'>hits</th>" not in faults_table([{"name": "slow", "kind": "toxic"}], START)
 
 
 def test_only_the_first_violations_get_a_timeline(failing_run: tuple[Path, dict[str, Any]]) -> None:
