@@ -44,7 +44,7 @@ from harness.errors import HarnessError
 from harness.fieldcheck import FieldChecker
 from harness.generators import is_generated as _mutable_field
 from harness.generators import render_body as render_body  # moved to a leaf; users.py imports it from here
-from harness.probe.service_config import ServiceConfig, parse_dependencies, parse_service
+from harness.webhooks.config import WebhookSpec, parse_webhook
 
 METHODS = ("POST", "PUT", "PATCH", "DELETE")
 # Default expected answers per profile. The IETF draft's Error Scenarios give 400 for
@@ -129,6 +129,21 @@ class Endpoint:
 
 
 @dataclass(frozen=True)
+class WebhookEndpoint:
+    """A `webhooks:` entry: the provider's side (harness.webhooks.config: scheme, secret,
+    event template, fact) and how the effects of a fact are counted (`{fact}`, `:fact`)."""
+
+    spec: WebhookSpec
+    effects: EffectsSpec | None = None
+
+    def to_raw(self) -> dict[str, Any]:
+        raw = self.spec.to_raw()
+        if self.effects is not None:
+            raw["effects"] = {k: v for k, v in asdict(self.effects).items() if v is not None and k != "params"}
+        return raw
+
+
+@dataclass(frozen=True)
 class LoadSpec:
     users: int = 8
     duration: float = 5.0
@@ -150,8 +165,7 @@ class ProbeConfig:
     plan: Path | None = None
     source: str = "<config>"
     identities: tuple[Mapping[str, str], ...] = ()  # header maps, one per client identity
-    service: ServiceConfig | None = None  # the probe runs it (harness.probe.service_config)
-    dependencies: Mapping[str, str] = field(default_factory=dict)  # NAME -> the real host:port
+    webhooks: tuple[WebhookEndpoint, ...] = ()  # receivers the probe plays the provider for
 
     def to_dict(self) -> dict[str, Any]:
         """A plain form that `parse_config` reads back (the Locust processes get it)."""
@@ -176,7 +190,9 @@ class ProbeConfig:
         raw["identities"] = [dict(identity) for identity in self.identities]
         if not raw["identities"]:
             del raw["identities"]
-        raw["service"] = self.service.to_dict() if self.service is not None else None
+        raw["webhooks"] = [webhook.to_raw() for webhook in self.webhooks]
+        if not raw["webhooks"]:
+            del raw["webhooks"]
         raw.pop("source")
         return raw
 
@@ -194,8 +210,6 @@ def load_config(path: Path) -> ProbeConfig:
     config = parse_config(raw, source=str(path))
     if config.plan is not None:
         config = replace(config, plan=_resolve_plan(config.plan, beside=path))
-    if config.service is not None:
-        config = replace(config, service=config.service.beside(path))
     return config
 
 
@@ -213,8 +227,8 @@ def _resolve_plan(plan: Path, *, beside: Path) -> Path:
 def parse_config(raw: Any, *, source: str = "<config>") -> ProbeConfig:
     where = _Where(source)
     top = where.mapping(raw, "config", required=("endpoints",),
-                        optional=("upstream", "profile", "key_header", "headers", "load", "plan",
-                                  "identities", "service", "dependencies"))
+                        optional=("upstream", "profile", "key_header", "headers", "load", "plan", "webhooks",
+                                  "identities"))
     profile = top.get("profile", "ietf")
     if profile not in PROFILES:
         raise where.error("profile", f"must be one of {', '.join(PROFILES)}, not {profile!r}")
@@ -237,25 +251,10 @@ def parse_config(raw: Any, *, source: str = "<config>") -> ProbeConfig:
     if plan is not None and not isinstance(plan, str):
         raise where.error("plan", "must be the path of a fault plan file")
     identities = _parse_identities(where, top.get("identities"))
-    service, dependencies = _parse_service_section(where, top, upstream)
+    webhooks = _parse_webhooks(where, top.get("webhooks"))
     return ProbeConfig(endpoints=endpoints, upstream=upstream, profile=profile, key_header=key_header,
                        headers=headers, load=load, plan=Path(plan) if plan else None, source=source,
-                       identities=identities, service=service, dependencies=dependencies)
-
-
-def _parse_service_section(where: _Where, top: Mapping[str, Any],
-                           upstream: str | None) -> tuple[ServiceConfig | None, dict[str, str]]:
-    dependencies = parse_dependencies(where, top.get("dependencies"),
-                                      lambda raw, path: parse_upstream(raw, where=where, path=path))
-    if top.get("service") is None:
-        if dependencies:
-            raise where.error("dependencies", "need `service:`: the probe hands the proxies' addresses "
-                              "to the service it starts")
-        return None, dependencies
-    if upstream is not None:
-        raise where.error("upstream", "not with `service:`: the probe runs the service on 127.0.0.1:{port} "
-                          "and that is the upstream")
-    return parse_service(where, top["service"], dependencies), dependencies
+                       identities=identities, webhooks=webhooks)
 
 
 def parse_upstream(raw: Any, *, where: _Where | None = None, path: str = "upstream") -> str:
@@ -268,7 +267,7 @@ def parse_upstream(raw: Any, *, where: _Where | None = None, path: str = "upstre
     return text  # type: ignore[return-value]
 
 
-def simple_config(*, upstream: str | None, path: str, body: Any, method: str = "POST",
+def simple_config(*, upstream: str, path: str, body: Any, method: str = "POST",
                   id_pointer: str | None = "/id", id_header: str | None = None,
                   read_path: str | None = None, profile: str = "ietf",
                   headers: Mapping[str, str] | None = None, mutate: str | None = None,
@@ -451,6 +450,29 @@ def _parse_effects(where: _Where, raw: Any, path: str, body: Any) -> EffectsSpec
     if unknown:
         raise where.error(where_params, f"parameter {unknown[0]!r} is neither key, id nor a top-level field of body")
     return effects
+
+
+def _parse_webhooks(where: _Where, raw: Any) -> tuple[WebhookEndpoint, ...]:
+    """`webhooks:` entries (harness.webhooks.config checks each); `effects` take the fact as parameter."""
+    if raw is None:
+        return ()
+    if not isinstance(raw, list) or not raw:
+        raise where.error("webhooks", "must be a non-empty list of webhook endpoints")
+    webhooks = []
+    for i, item in enumerate(raw):
+        path = f"webhooks[{i}]"
+        spec = parse_webhook(where, item, path, also=("effects",))
+        effects = _parse_effects(where, item.get("effects"), f"{path}.effects", {"fact": None})
+        if effects is not None and effects.params != ("fact",):
+            field_name = "query" if effects.kind == "sql" else "path"
+            raise where.error(f"{path}.effects.{field_name}",
+                              "must take the fact as its one parameter: {fact} in a path, :fact in a query")
+        webhooks.append(WebhookEndpoint(spec=spec, effects=effects))
+    names = [webhook.spec.name for webhook in webhooks]
+    duplicates = sorted({name for name in names if names.count(name) > 1})
+    if duplicates:
+        raise where.error("webhooks", f"names must be unique: {', '.join(duplicates)}")
+    return tuple(webhooks)
 
 
 class _Where(FieldChecker):
