@@ -44,6 +44,7 @@ from harness.errors import HarnessError
 from harness.fieldcheck import FieldChecker
 from harness.generators import is_generated as _mutable_field
 from harness.generators import render_body as render_body  # moved to a leaf; users.py imports it from here
+from harness.probe.service_config import ServiceConfig, parse_dependencies, parse_service
 from harness.webhooks.config import WebhookSpec, parse_webhook
 
 METHODS = ("POST", "PUT", "PATCH", "DELETE")
@@ -166,6 +167,8 @@ class ProbeConfig:
     source: str = "<config>"
     identities: tuple[Mapping[str, str], ...] = ()  # header maps, one per client identity
     webhooks: tuple[WebhookEndpoint, ...] = ()  # receivers the probe plays the provider for
+    service: ServiceConfig | None = None  # the probe runs it (harness.probe.service_config)
+    dependencies: Mapping[str, str] = field(default_factory=dict)  # NAME -> the real host:port
 
     def to_dict(self) -> dict[str, Any]:
         """A plain form that `parse_config` reads back (the Locust processes get it)."""
@@ -193,6 +196,7 @@ class ProbeConfig:
         raw["webhooks"] = [webhook.to_raw() for webhook in self.webhooks]
         if not raw["webhooks"]:
             del raw["webhooks"]
+        raw["service"] = self.service.to_dict() if self.service is not None else None
         raw.pop("source")
         return raw
 
@@ -210,6 +214,8 @@ def load_config(path: Path) -> ProbeConfig:
     config = parse_config(raw, source=str(path))
     if config.plan is not None:
         config = replace(config, plan=_resolve_plan(config.plan, beside=path))
+    if config.service is not None:
+        config = replace(config, service=config.service.beside(path))
     return config
 
 
@@ -228,7 +234,7 @@ def parse_config(raw: Any, *, source: str = "<config>") -> ProbeConfig:
     where = _Where(source)
     top = where.mapping(raw, "config", required=("endpoints",),
                         optional=("upstream", "profile", "key_header", "headers", "load", "plan", "webhooks",
-                                  "identities"))
+                                  "identities", "service", "dependencies"))
     profile = top.get("profile", "ietf")
     if profile not in PROFILES:
         raise where.error("profile", f"must be one of {', '.join(PROFILES)}, not {profile!r}")
@@ -252,9 +258,25 @@ def parse_config(raw: Any, *, source: str = "<config>") -> ProbeConfig:
         raise where.error("plan", "must be the path of a fault plan file")
     identities = _parse_identities(where, top.get("identities"))
     webhooks = _parse_webhooks(where, top.get("webhooks"))
+    service, dependencies = _parse_service_section(where, top, upstream)
     return ProbeConfig(endpoints=endpoints, upstream=upstream, profile=profile, key_header=key_header,
                        headers=headers, load=load, plan=Path(plan) if plan else None, source=source,
-                       identities=identities, webhooks=webhooks)
+                       identities=identities, webhooks=webhooks, service=service, dependencies=dependencies)
+
+
+def _parse_service_section(where: _Where, top: Mapping[str, Any],
+                           upstream: str | None) -> tuple[ServiceConfig | None, dict[str, str]]:
+    dependencies = parse_dependencies(where, top.get("dependencies"),
+                                      lambda raw, path: parse_upstream(raw, where=where, path=path))
+    if top.get("service") is None:
+        if dependencies:
+            raise where.error("dependencies", "need `service:`: the probe hands the proxies' addresses "
+                              "to the service it starts")
+        return None, dependencies
+    if upstream is not None:
+        raise where.error("upstream", "not with `service:`: the probe runs the service on 127.0.0.1:{port} "
+                          "and that is the upstream")
+    return parse_service(where, top["service"], dependencies), dependencies
 
 
 def parse_upstream(raw: Any, *, where: _Where | None = None, path: str = "upstream") -> str:
@@ -267,7 +289,7 @@ def parse_upstream(raw: Any, *, where: _Where | None = None, path: str = "upstre
     return text  # type: ignore[return-value]
 
 
-def simple_config(*, upstream: str, path: str, body: Any, method: str = "POST",
+def simple_config(*, upstream: str | None, path: str, body: Any, method: str = "POST",
                   id_pointer: str | None = "/id", id_header: str | None = None,
                   read_path: str | None = None, profile: str = "ietf",
                   headers: Mapping[str, str] | None = None, mutate: str | None = None,
