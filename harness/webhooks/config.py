@@ -112,6 +112,9 @@ def parse_webhook(where: FieldChecker, raw: Any, path: str, *, also: Sequence[st
                           if isinstance(item["event"], dict) else ())
     event_type = _event_type(where, event["type"], f"{path}.event.type")
     body = {key: value for key, value in event.items() if key != "type"}
+    if "{key}" in repr(body):
+        raise where.error(f"{path}.event", "{key} means a request's Idempotency-Key; a webhook has none "
+                          "(use {uuid}, {int:A-B} or {choice:a|b})")
     sequence = _sequence(where, item.get("sequence"), f"{path}.sequence")
     fact = item["fact"]
     if not isinstance(fact, str) or not fact.startswith("/"):

@@ -68,6 +68,7 @@ def test_every_key_and_the_yaml_form_round_trips() -> None:
     ({"event": {"data": {}}}, "webhooks[0].event: missing type"),
     ({"event": {"type": "has space", "data": {}}}, "webhooks[0].event.type: must be an event type"),
     ({"event": []}, "webhooks[0].event: must be a mapping"),
+    ({"event": {"type": "t", "data": {"object": {"id": "{key}"}}}}, "webhooks[0].event: {key} means a request's"),
     ({"sequence": ["a.created"]}, "webhooks[0].sequence: must be a list of at least two event types"),
     ({"sequence": ["a.created", "a.created"]}, "webhooks[0].sequence: names an event type twice"),
     ({"name": "no spaces"}, "webhooks[0].name: must be letters, digits"),
