@@ -2,12 +2,15 @@
 
 A checker that fails correct runs is as useless as one that passes broken ones, and
 a flaky verdict teaches users to ignore it. This runs `mixed` (every channel at
-once) under `harness/plans/chaos.yaml` on N different seeds, each with a fresh stack, and
-prints one line per seed with the verdict, the operations and the faults applied.
-Any verdict other than PASS is listed with its reason; the exit code is 0 only when
-every seed passed.
+once) under each plan, by default `chaos` (random network and process faults) and
+`crash-points` (a failure at every step boundary of the app), on N different seeds,
+each with a fresh stack, and prints one line per seed with the verdict, the
+operations and the faults applied (for crash points, how often they fired). Any
+verdict other than PASS is listed with its reason; the exit code is 0 only when
+every seed of every plan passed.
 
     .venv/bin/python benchmarks/false_alarms.py [--seeds 20] [--users 10] [--duration 10]
+    .venv/bin/python benchmarks/false_alarms.py --plan crash-points --seeds 20
 """
 
 from __future__ import annotations
@@ -19,9 +22,17 @@ import tempfile
 import time
 from pathlib import Path
 
+from harness.bundled import plan_path
+from harness.run.rundir import RunDir
 from harness.run.runner import RunSpec, run
 
-PLAN = Path(__file__).resolve().parent.parent / "harness" / "plans" / "chaos.yaml"
+PLANS = ("chaos", "crash-points")
+
+
+def crash_point_hits(run_dir: Path) -> int:
+    """How often the run's crash points fired (faults.jsonl's `hits`)."""
+    return sum(int(fault.get("hits") or 0) for fault in RunDir(run_dir).read_faults(strict=False)
+               if fault.get("kind") == "crash_point")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -31,30 +42,41 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--users", type=int, default=10, help="Locust users per run (default 10)")
     parser.add_argument("--duration", type=float, default=10.0, help="seconds of load per run (default 10)")
     parser.add_argument("--scenario", default="mixed", help="scenario (default mixed)")
-    parser.add_argument("--plan", type=Path, default=PLAN, help="fault plan (default harness/plans/chaos.yaml)")
+    parser.add_argument("--plan", action="append", dest="plans", metavar="NAME|PATH",
+                        help=f"a bundled plan or a plan file; repeat for several (default {', '.join(PLANS)})")
     args = parser.parse_args(argv)
 
-    verdicts: dict[str, int] = {}
+    failed = 0
     started = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="false-alarms-") as workdir:
-        for seed in range(args.first_seed, args.first_seed + args.seeds):
-            spec = RunSpec(scenario=args.scenario, users=args.users, duration=args.duration,
-                           plan=args.plan, seed=seed, runs_root=Path(workdir) / "runs",
-                           attach=False, progress=False, app_workers=2)
-            began = time.monotonic()
-            outcome = run(spec, out=io.StringIO())
-            check = outcome.check
-            verdict = check.verdict if check is not None else "error"
-            verdicts[verdict] = verdicts.get(verdict, 0) + 1
-            counts = check.counts if check is not None else {}
-            print(f"seed {seed:3d}: {verdict.upper():12s} {counts.get('operations', 0):6d} operations "
-                  f"{counts.get('faults', 0):3d} faults {time.monotonic() - began:5.1f} s"
-                  + ("" if verdict == "pass" else f"  {outcome.summary}"), flush=True)
-    total = sum(verdicts.values())
-    print(f"{verdicts.get('pass', 0)}/{total} seeds passed "
-          f"({', '.join(f'{n} {v}' for v, n in sorted(verdicts.items()))}) "
+    for plan in args.plans or PLANS:
+        path = plan_path(plan)
+        verdicts: dict[str, int] = {}
+        began_plan = time.monotonic()
+        with tempfile.TemporaryDirectory(prefix="false-alarms-") as workdir:
+            for seed in range(args.first_seed, args.first_seed + args.seeds):
+                spec = RunSpec(scenario=args.scenario, users=args.users, duration=args.duration,
+                               plan=path, seed=seed, runs_root=Path(workdir) / "runs",
+                               attach=False, progress=False, app_workers=2)
+                began = time.monotonic()
+                outcome = run(spec, out=io.StringIO())
+                check = outcome.check
+                verdict = check.verdict if check is not None else "error"
+                verdicts[verdict] = verdicts.get(verdict, 0) + 1
+                counts = check.counts if check is not None else {}
+                hits = crash_point_hits(outcome.run_dir)
+                print(f"{path.stem} seed {seed:3d}: {verdict.upper():12s} "
+                      f"{counts.get('operations', 0):6d} operations {counts.get('faults', 0):3d} faults "
+                      + (f"{hits:3d} crash-point hits " if hits else "")
+                      + f"{time.monotonic() - began:5.1f} s"
+                      + ("" if verdict == "pass" else f"  {outcome.summary}"), flush=True)
+        total = sum(verdicts.values())
+        failed += total - verdicts.get("pass", 0)
+        print(f"{path.stem}: {verdicts.get('pass', 0)}/{total} seeds passed "
+              f"({', '.join(f'{n} {v}' for v, n in sorted(verdicts.items()))}) "
+              f"in {time.monotonic() - began_plan:.0f} s", flush=True)
+    print(f"{'every seed passed' if not failed else f'{failed} seed(s) did not pass'} "
           f"in {time.monotonic() - started:.0f} s")
-    return 0 if verdicts.get("pass", 0) == total else 1
+    return 0 if not failed else 1
 
 
 if __name__ == "__main__":

@@ -1,10 +1,17 @@
 """`harness smoke` and `harness matrix`: proof that the checker can fail.
 
 The smoke job runs every scenario under its plan against the correct app (all must
-pass, conclusively: every promised path exercised), then each negative control
-against the one scenario that must catch it (each must fail, by the invariant that
-guards the rule it breaks). The matrix runs every mutant against every scenario and shows
-which scenario catches which missing layer.
+pass, conclusively: every promised path exercised), the API and the message layers'
+scenarios under the `crash-points` plan, then each negative control against the one
+scenario that must catch it (each must fail, by the invariant that guards the rule it
+breaks). The matrix runs every mutant against every scenario and shows which scenario
+catches which missing layer.
+
+A control whose rule only a failure between two steps breaks
+(`harness.catalog.CONTROL_CRASH_POINTS`) is not left to the timing of random faults:
+its cell runs under a plan made for it (`control_plan`) that arms exactly its crash
+points, with the action `CONTROL_CRASH_ACTIONS` names (`crash` otherwise), from early
+in the run to the end of the load, so it is caught on a busy machine as on an idle one.
 """
 
 from __future__ import annotations
@@ -16,12 +23,15 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
+
+import yaml
 
 from harness import bundled
-from harness.catalog import MUTANTS, SCENARIOS
+from harness.catalog import CONTROL_CRASH_ACTIONS, CONTROL_CRASH_POINTS, MUTANTS, SCENARIOS
 from harness.errors import HarnessError
 from harness.exit_codes import EXIT_HARNESS, EXIT_INCONCLUSIVE, EXIT_OK, EXIT_VIOLATION
+from harness.nemesis.plans import parse_plan
 from harness.report.run_report import MatrixCell, format_matrix_table, write_matrix_report
 from harness.run.rundir import RunDir
 from harness.run.runner import RunOutcome, RunSpec, run
@@ -35,13 +45,26 @@ SCENARIO_PLANS: dict[str, str | None] = {
 }
 # Correct-app runs beyond one per scenario: durability (Redis SIGKILLed three times
 # during `mixed` must lose no acknowledged payment, order or inbox entry).
-EXTRA_CORRECT_RUNS: tuple[tuple[str, str], ...] = (("mixed", "redis-kills"),)
+EXTRA_CORRECT_RUNS: tuple[tuple[str, str], ...] = (
+    ("mixed", "redis-kills"),
+    # A crash (or a transient error, a lost reply) at every step boundary of the API
+    # and the message layers must lose or duplicate nothing.
+    ("timeout_replay", "crash-points"),
+    ("redelivered_messages", "crash-points"),
+)
 
-# A slower message handler widens the check-then-act window of the naive inbox, so
-# the reclaim after a paused consumer reliably races it. Kept short (and the users
-# few) so two consumers still drain the stream within the bounded wait.
-HANDLER_DELAY_ENV = {"TARGET_APP_HANDLER_DELAY_MS": "50", "TARGET_APP_RECLAIM_IDLE_MS": "1000"}
-HANDLER_DELAY_USERS = 2
+# A control's own crash points, armed from CONTROL_START to the end of the load with
+# this chance at each pass and at most CONTROL_COUNT firings: one firing already
+# breaks its rule, a few make that certain, and the cap keeps the crashed processes
+# few enough to come back while the load runs.
+CONTROL_START = 0.5
+CONTROL_PROBABILITY = 0.4
+CONTROL_COUNT = 8
+CONTROL_PLANS_DIR = "control-plans"  # under the runs root: the plans the cells ran
+# The message layer's controls: a short reclaim time, so an entry whose consumer
+# crashed is redelivered while the load still runs.
+RECLAIM_ENV = {"TARGET_APP_RECLAIM_IDLE_MS": "1000"}
+
 # Smoke steps run side by side: each has its own stack on its own ports, and a
 # run mostly waits on its subprocesses, so two at a time fit two cores.
 DEFAULT_PARALLEL = 2
@@ -69,12 +92,11 @@ MUTANT_CASES = (
     MutantCase("domain-amount", "duplicate_webhooks", None, "answers_match_requests"),
     MutantCase("webhook-signature", "duplicate_webhooks", None, "answers_match_requests"),
     MutantCase("inbox", "redelivered_messages", None, "message_effects_once"),
-    MutantCase("inbox-nonatomic", "redelivered_messages", "consumer-crashes", "message_effects_once",
-               HANDLER_DELAY_ENV, users=HANDLER_DELAY_USERS),
-    MutantCase("inbox-dead-letter", "redelivered_messages", "consumer-crashes", "no_parked_payment",
-               HANDLER_DELAY_ENV, users=HANDLER_DELAY_USERS),
-    # Caught only with their catalog.CONTROL_CRASH_POINTS armed (issue 18).
-    MutantCase("consumer-ack-early", "redelivered_messages", None, "no_lost_acknowledgement"),
+    # Caught only with their catalog.CONTROL_CRASH_POINTS armed: their cells name no
+    # plan and run under their own (`control_plan`).
+    MutantCase("inbox-nonatomic", "redelivered_messages", None, "message_effects_once", RECLAIM_ENV),
+    MutantCase("inbox-dead-letter", "redelivered_messages", None, "no_parked_payment", RECLAIM_ENV),
+    MutantCase("consumer-ack-early", "redelivered_messages", None, "no_lost_acknowledgement", RECLAIM_ENV),
     MutantCase("domain-nonatomic", "duplicate_webhooks", None, "one_payment_per_order"),
     MutantCase("recovery-nonatomic", "timeout_replay", None, "one_order_per_key"),
 )
@@ -82,6 +104,37 @@ MUTANT_CASES = (
 
 def plan_path(name: str | None) -> Path | None:
     return None if name is None else bundled.plan_path(name)
+
+
+def control_plan(mutant: str) -> dict[str, Any]:
+    """The plan of a control's cell: each of its crash points (CONTROL_CRASH_POINTS)
+    armed from CONTROL_START to the end of the load (a window cut at the run's end
+    stays on until the load has stopped), with its action (CONTROL_CRASH_ACTIONS,
+    `crash` otherwise)."""
+    points = CONTROL_CRASH_POINTS[mutant]
+    action = CONTROL_CRASH_ACTIONS.get(mutant, "crash")
+    windows = [{"at": f"{CONTROL_START:g}s", "for": "1h", "name": f"control-{index}", "crash_point": point,
+                "action": action, "probability": CONTROL_PROBABILITY, "count": CONTROL_COUNT}
+               for index, point in enumerate(points)]
+    return {"seed": 1, "windows": windows}
+
+
+def control_plan_path(mutant: str, runs_root: Path) -> Path:
+    """`control_plan(mutant)` written (and checked) as a plan file under the runs root."""
+    raw = control_plan(mutant)
+    path = Path(runs_root) / CONTROL_PLANS_DIR / f"{mutant}.yaml"
+    parse_plan(raw, source=str(path))  # a plan the nemesis would refuse is the harness's bug: fail first
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(f"# The smoke job's plan for the control {mutant}: its crash points, armed to the end.\n"
+                    + yaml.safe_dump(raw, sort_keys=False))
+    return path
+
+
+def case_plan(case: MutantCase, runs_root: Path) -> Path | None:
+    """The plan a control's cell runs under: its own crash points, or the case's plan."""
+    if case.mutant in CONTROL_CRASH_POINTS:
+        return control_plan_path(case.mutant, runs_root)
+    return plan_path(case.plan)
 
 
 @dataclass
@@ -121,7 +174,7 @@ def smoke_specs(base: RunSpec) -> list[tuple[str, RunSpec, bool, str | None]]:
                        app_env=dict(base.app_env))
         steps.append((f"correct app / {scenario} / {plan}", spec, False, None))
     for case in MUTANT_CASES:
-        spec = replace(base, scenario=case.scenario, plan=plan_path(case.plan),
+        spec = replace(base, scenario=case.scenario, plan=case_plan(case, Path(base.runs_root)),
                        unsafe_disable=(case.mutant,), app_env={**base.app_env, **case.app_env},
                        users=min(base.users, case.users or base.users))
         steps.append((f"mutant {case.mutant} / {case.scenario}", spec, True, case.invariant))
@@ -202,17 +255,16 @@ def matrix(
     for mutant in mutants:
         for scenario in scenarios:
             case = _CASES.get(mutant)
-            slow_handler = case is not None and case.users is not None
             case_env = case.app_env if case is not None else {}
             # A control that only shows under its fault runs under that fault's plan
-            # in every scenario that can provoke it.
-            plan = case.plan if case is not None and case.plan and (
+            # (its crash points, or the case's plan) in its own scenario and in mixed.
+            plan = case_plan(case, Path(base.runs_root)) if case is not None and (
                 scenario == case.scenario or scenario == "mixed") else None
             spec = replace(
-                base, scenario=scenario, plan=plan_path(plan),
+                base, scenario=scenario, plan=plan,
                 unsafe_disable=() if mutant == "none" else (mutant,),
                 app_env={**base.app_env, **case_env},
-                users=min(base.users, HANDLER_DELAY_USERS) if slow_handler else base.users,
+                users=min(base.users, case.users) if case is not None and case.users else base.users,
             )
             print(f"harness matrix: {mutant} × {scenario} ...", file=out, flush=True)
             try:
@@ -254,6 +306,6 @@ def write_matrix(cells: Sequence[MatrixCell], runs_root: Path) -> Path:
 
 
 __all__ = [
-    "EXTRA_CORRECT_RUNS", "MUTANT_CASES", "SCENARIO_PLANS", "MutantCase", "SmokeStep", "format_matrix_table",
-    "matrix", "matrix_exit_code", "smoke", "smoke_exit_code", "write_matrix",
+    "EXTRA_CORRECT_RUNS", "MUTANT_CASES", "SCENARIO_PLANS", "MutantCase", "SmokeStep", "control_plan",
+    "format_matrix_table", "matrix", "matrix_exit_code", "smoke", "smoke_exit_code", "write_matrix",
 ]
