@@ -7,7 +7,11 @@ every applied fact. Flags make it misbehave the ways a provider must cope with:
 `fail_first` (500 on the first arrival of each event id, nothing applied), `slow_first`
 (seconds to stall the first arrival of each id before answering: past the provider's
 timeout, so it retries while the first is still running), `barrier` (hold each request
-until that many are in flight at once: proves copies really were concurrent).
+until that many are in flight at once: proves copies really were concurrent). And the
+receiver bugs the deliveries exist to expose: `verify=False` (takes any signature),
+`refuse_future=False` (relies on stripe-python alone, which lets a future timestamp
+through), `racy` (check-then-insert on the event id with that many seconds between the
+check and the insert, without a lock).
 
 `reset_server()` accepts connections and resets them without answering.
 """
@@ -49,6 +53,9 @@ class Receiver:
     fail_first: bool = False
     slow_first: float = 0.0
     barrier: int = 0
+    verify: bool = True
+    refuse_future: bool = True
+    racy: float = 0.0
     arrivals: list[Arrival] = field(default_factory=list)
     applied: list[tuple[str, str | None]] = field(default_factory=list)
     url: str = ""
@@ -77,11 +84,21 @@ class Receiver:
                 self._barrier.wait(timeout=5)
             except threading.BrokenBarrierError:
                 return 503, "not concurrent", None, None
-        refusal = independent_verify(self.scheme, self.secret, body, headers, self.tolerance)
-        if refusal is not None:
-            return 400, refusal, None, None
+        if self.verify:
+            refusal = independent_verify(self.scheme, self.secret, body, headers, self.tolerance,
+                                         future=self.refuse_future)
+            if refusal is not None:
+                return 400, refusal, None, None
         event_id = independent_event_id(self.scheme, body, headers)
         fact = str(self.fact_pointer(json.loads(body)))
+        if self.racy:
+            seen = event_id in self._seen  # the check ...
+            time.sleep(self.racy)
+            self._seen.add(event_id or "")  # ... and the insert, with a window between them
+            if not seen:
+                with self._lock:
+                    self.applied.append((event_id or "", fact))
+            return 200, None, event_id, fact
         with self._lock:
             if self.fail_first and event_id not in self._failed:
                 self._failed.add(event_id or "")

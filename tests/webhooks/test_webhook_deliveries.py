@@ -253,3 +253,38 @@ def test_a_retry_keeps_the_true_order_and_names_what_it_retries() -> None:
         ("out_of_order", None, 0, 500), ("retry", "out_of_order", 0, 200)]
     assert outcomes[1].summary()["retry_of"] == "out_of_order"
     assert len(receiver.applied) == 2
+
+
+# --- the receiver bugs each kind of delivery exposes (negative controls) ----------------
+
+@pytest.mark.parametrize("name", SCHEME_NAMES)
+def test_a_receiver_that_verifies_nothing_applies_every_delivery_it_should_refuse(name: str) -> None:
+    with running(Receiver(name, SECRETS[name], verify=False)) as receiver:
+        player = provider(name, receiver.url)
+        outcomes = [outcome for kind in player.planner.refusals() for outcome in player.play(kind)]
+    assert all(o.status == 200 for o in outcomes)
+    # Each applied one is told apart by its own fact: what refused_not_applied looks for.
+    assert sorted(fact for _, fact in receiver.applied) == sorted(str(o.delivery.fact) for o in outcomes)
+
+
+def test_a_stripe_receiver_relying_on_the_sdk_alone_takes_the_future_timestamp_only() -> None:
+    with running(Receiver("stripe", SECRETS["stripe"], refuse_future=False)) as receiver:
+        player = provider("stripe", receiver.url)
+        statuses = {kind: player.play(kind)[0].status for kind in player.planner.refusals()}
+    assert statuses == {kind: 200 if kind == kinds.FUTURE_TIMESTAMP else 400 for kind in kinds.REFUSED_KINDS}
+    assert len(receiver.applied) == 1
+
+
+def test_concurrent_copies_expose_a_check_then_insert_on_the_event_id() -> None:
+    # The copies pass the check together, before any of them inserts: the fact is applied per copy.
+    with running(Receiver("stripe", SECRETS["stripe"], barrier=3, racy=0.5)) as receiver:
+        outcomes = provider("stripe", receiver.url, copies=3).play(kinds.CONCURRENT_COPY)
+    assert [o.status for o in outcomes] == [200, 200, 200]
+    assert len(receiver.applied) == 3 and len({fact for _, fact in receiver.applied}) == 1
+    # The same receiver is right when the copies come one after another.
+    with running(Receiver("stripe", SECRETS["stripe"], racy=0.01)) as receiver:
+        player = provider("stripe", receiver.url)
+        event = player.maker.event()
+        player.deliver(event, kinds.FIRST)
+        player.deliver(event, kinds.LATE_DUPLICATE)
+    assert len(receiver.applied) == 1
