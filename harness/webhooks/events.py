@@ -9,7 +9,9 @@ optionally the event types of one object's life in their true order (`sequence`)
 envelope around the rendered template, the exact body bytes that get signed, and the
 fact read from the body. `same_object(event)` is the same business object under a new
 event id (Stripe documents that it sometimes makes two events for one change);
-`sequence()` is one object's events in their true order, for out-of-order deliveries.
+`sequence()` is one object's events in their true order, for out-of-order deliveries;
+`wrap(data, type)` an event around content the caller made (a payment provider's
+ledger objects), so the provider's webhooks are signed and delivered the same way.
 Ids and values come from the caller's seeded `random.Random`, so a run is repeatable.
 """
 
@@ -66,11 +68,16 @@ class EventMaker:
 
     def event(self, event_type: str | None = None) -> Event:
         """A new event about a new object (fresh generated values)."""
-        return self._make(render_body(self.template.body, self.rng, key=None), event_type or self.template.type)
+        return self.wrap(render_body(self.template.body, self.rng, key=None), event_type or self.template.type)
 
     def same_object(self, event: Event, event_type: str | None = None) -> Event:
         """Another event (a new id, now) about the same object as `event`."""
-        return self._make(event.data(), event_type or event.type)
+        return self.wrap(event.data(), event_type or event.type)
+
+    def wrap(self, data: Any, event_type: str, *, event_id: str | None = None, created: int | None = None) -> Event:
+        """An event around given content (e.g. a payment provider's own object, `{"data": {"object": ...}}`)
+        in the scheme's envelope; the id is fresh and `created` is now unless given."""
+        return self._make(data, event_type, event_id=event_id, created=created)
 
     def sequence(self) -> list[Event]:
         """One new object's events in their true order (`template.sequence`, else just its type)."""
@@ -78,9 +85,9 @@ class EventMaker:
         first = self.event(types[0])
         return [first, *(self.same_object(first, event_type) for event_type in types[1:])]
 
-    def _make(self, data: Any, event_type: str) -> Event:
-        event_id = self.scheme.new_event_id(self.rng)
-        created = int(self.clock())
+    def _make(self, data: Any, event_type: str, *, event_id: str | None = None, created: int | None = None) -> Event:
+        event_id = event_id or self.scheme.new_event_id(self.rng)
+        created = int(self.clock()) if created is None else created
         body = self.scheme.encode(self.scheme.envelope(data, event_id=event_id, event_type=event_type,
                                                        created=created))
         fact = None

@@ -91,3 +91,14 @@ def test_the_body_generators_leaf() -> None:
     assert not is_generated({"a": "{key}", "b": "order-{uuid}", "c": 1})
     rendered = render_body({"n": "{int:9-3}", "k": "{key}", "r": "r-{key}"}, random.Random(0), key=None)
     assert 3 <= rendered["n"] <= 9 and rendered["k"] == "" and rendered["r"] == "r-"
+
+
+def test_wrap_puts_a_callers_own_object_in_the_envelope() -> None:
+    events = maker("stripe", fact="/data/object/metadata/order_id")
+    intent = {"id": "pi_1", "object": "payment_intent", "metadata": {"order_id": "o-7"}}
+    event = events.wrap({"data": {"object": intent}, "request": {"id": "req_1", "idempotency_key": "k"}},
+                        "payment_intent.succeeded", event_id="evt_given", created=5)
+    data = event.data()
+    assert (event.id, event.created, event.fact) == ("evt_given", 5, "o-7")
+    assert data["id"] == "evt_given" and data["data"]["object"] == intent and data["request"]["idempotency_key"] == "k"
+    assert events.wrap({"data": {"object": intent}}, "charge.refunded").id.startswith("evt_")
