@@ -94,6 +94,7 @@ class ProbedService:
         self._lock = threading.RLock()
         self._spawner = ThreadPoolExecutor(max_workers=1, thread_name_prefix="probe-service")
         self.starts = 0  # incarnations started, for the report
+        self._stopped = False  # for good: no start after stop()
 
     @property
     def address(self) -> str:
@@ -116,6 +117,8 @@ class ProbedService:
         """Start it and wait until it is ready (ServiceFailed with its log's tail)."""
         self._named(service)
         with self._lock:
+            if self._stopped:
+                raise ServiceFailed("service: stopped for good; the probe is ending")
             if self._service.running():
                 return  # already up: a heal after a fault that found it running
             try:
@@ -141,6 +144,9 @@ class ProbedService:
     def stop(self) -> None:
         """SIGTERM the group, SIGKILL after a grace time; off the lease. Safe to repeat."""
         with self._lock:
+            if self._stopped:
+                return
+            self._stopped = True
             try:
                 self._on_spawner(lambda: self._service.stop(STOP_TIMEOUT))
             finally:

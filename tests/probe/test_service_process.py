@@ -1,0 +1,117 @@
+"""The probed service's process (harness.probe.service.ProbedService) and the rig's
+checks before it starts: readiness, the process faults of a plan on the whole process
+group, a death nobody asked for, the lease entries, an unreachable dependency."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import requests
+
+from harness.ports import free_port
+from harness.probe.config import parse_config
+from harness.probe.rig import ProbeRig
+from harness.probe.service import ProbedService, ServiceFailed
+from harness.probe.service_config import ReadyCheck, ServiceConfig
+from harness.process_handle import group_members, pid_alive, pid_stopped
+from tests.support.registry import registry_for_session
+
+# A parent that serves HTTP through a child of its own: a signal to the parent alone
+# would leave the child serving, so every fault must reach the whole process group.
+SERVER = ("import subprocess, sys; "
+          "child = subprocess.Popen([sys.executable, '-m', 'http.server', '--bind', '127.0.0.1', sys.argv[1]]); "
+          "sys.exit(child.wait())")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    yield from registry_for_session(tmp_path_factory)  # the rig's lease goes here
+
+
+class Recorder:
+    """The run's guard as the service sees it (ProcessGuard): which groups are on the lease."""
+
+    def __init__(self) -> None:
+        self.groups: list[int] = []
+
+    def add_process(self, pid: int, name: str) -> None:
+        self.groups.append(pid)
+
+    def remove_process(self, pid: int) -> None:
+        self.groups.remove(pid)
+
+
+def service(tmp_path: Path, guard: Recorder | None = None, *, timeout: float = 15.0) -> ProbedService:
+    config = ServiceConfig(command=(sys.executable, "-c", SERVER, "{port}"),
+                           ready=ReadyCheck(path="/", timeout=timeout))
+    return ProbedService(config, port=free_port(), dependencies={}, log_path=tmp_path / "service.log",
+                         base_env=os.environ, guard=guard)
+
+
+def answers(probed: ProbedService) -> bool:
+    try:
+        return requests.get(f"http://{probed.address}/", timeout=1).status_code == 200
+    except requests.RequestException:
+        return False
+
+
+def test_faults_act_on_the_whole_group_and_every_start_waits_until_ready(tmp_path: Path) -> None:
+    guard = Recorder()
+    probed = service(tmp_path, guard)
+    try:
+        probed.start()
+        first = probed.pid
+        assert first is not None and answers(probed) and guard.groups == [first]
+        assert len(group_members(first)) == 2  # the parent and its serving child
+        probed.pause("service")
+        assert all(pid_stopped(pid) for pid in group_members(first))
+        probed.check()  # paused is not dead
+        probed.resume("service")
+        assert answers(probed)
+        probed.kill("service")
+        assert group_members(first) == [] and guard.groups == [] and not answers(probed)
+        probed.check()  # killed on purpose: no failure
+        probed.start("service")
+        second = probed.pid
+        assert second != first and answers(probed) and guard.groups == [second]
+        probed.restart("service")
+        assert probed.pid not in (first, second) and answers(probed) and probed.starts == 3
+        with pytest.raises(ServiceFailed, match="one process, 'service', not 'app'"):
+            probed.kill("app")
+    finally:
+        last = probed.pid
+        probed.stop()
+        probed.stop()  # safe to repeat
+    assert last is not None and group_members(last) == [] and guard.groups == []
+
+
+def test_a_death_nobody_asked_for_is_a_failure_with_the_log(tmp_path: Path) -> None:
+    probed = service(tmp_path)
+    try:
+        probed.start()
+        assert probed.pid is not None
+        os.killpg(probed.pid, signal.SIGKILL)
+        deadline = time.monotonic() + 5
+        while pid_alive(probed.pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        with pytest.raises(ServiceFailed, match=r"exited on its own with code -9; end of .*service.log"):
+            probed.check()
+    finally:
+        probed.stop()
+
+
+def test_an_unreachable_dependency_stops_the_run_before_the_service_starts(tmp_path: Path) -> None:
+    port = free_port()
+    config = parse_config({"endpoints": [{"path": "/p", "body": {"a": "{uuid}"}, "id": {"pointer": "/id"}}],
+                           "service": {"command": ["never-run", "{port}"]},
+                           "dependencies": {"db": f"127.0.0.1:{port}"}})
+    rig = ProbeRig(config, tmp_path, upstream=None, toxiproxy_url=None)
+    with pytest.raises(ServiceFailed, match=rf"dependencies.db: 127.0.0.1:{port} does not accept connections"):
+        rig.__enter__()
+    assert not (tmp_path / "service.log").exists()  # nothing was started
