@@ -50,7 +50,7 @@ from harness.check.run_files import (
     RunSettings,
 )
 from harness.check.run_scope import scoped_export
-from harness.history import HistoryError, HistoryFiles, merge_operation
+from harness.history import LOAD_STARTED, HistoryError, HistoryFiles, merge_operation
 
 # The export's records and HistoryFiles are re-exported: callers name them from here.
 __all__ = ["DEFAULT_MIN_ACKNOWLEDGED", "PATHS", "VERDICTS", "CheckResult", "CheckerError", "DeadLetters",
@@ -116,23 +116,33 @@ class Violation:
 
 @dataclass
 class InvariantResult:
+    """One invariant's outcome. `first_violation_s`: seconds from the load's start to
+    the earliest invoke among its violations' evidence operations (how soon the
+    run held proof of the bug); None when it held, when no evidence operation has
+    a time, or when the load's start is unknown."""
+
     name: str
     title: str
     passed: bool
     checked: int
     violation_count: int
     violations: list[Violation] = field(default_factory=list)
+    first_violation_s: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "title": self.title, "passed": self.passed,
                 "checked": self.checked, "violation_count": self.violation_count,
+                "first_violation_s": self.first_violation_s,
                 "violations": [violation.to_dict() for violation in self.violations]}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> InvariantResult:
+        first = data.get("first_violation_s")  # absent from result.json files before issue 24
         return cls(name=data["name"], title=data["title"], passed=data["passed"],
                    checked=data["checked"], violation_count=data["violation_count"],
-                   violations=[Violation.from_dict(v) for v in data.get("violations", [])])
+                   violations=[Violation.from_dict(v) for v in data.get("violations", [])],
+                   first_violation_s=float(first) if isinstance(first, (int, float))
+                   and not isinstance(first, bool) else None)
 
 
 @dataclass
@@ -219,6 +229,7 @@ def check(
     final_reads: Iterable[dict[str, Any]] = (),
     promised_paths: Sequence[str] = (),
     min_acknowledged: int = DEFAULT_MIN_ACKNOWLEDGED,
+    load_started: float | None = None,
 ) -> CheckResult:
     """Judge a run.
 
@@ -229,11 +240,14 @@ def check(
     (`{"order_id", "tenant", "status_code", "order"}` each). `promised_paths`
     names paths of `PATHS` the scenario promises to exercise; an unknown name is
     a CheckerError (a typo would otherwise make every run inconclusive).
+    `load_started` (epoch seconds, the clock of the history's `time` fields) is
+    the load's start, from which each failed invariant's `first_violation_s` counts.
     """
     with _cyclic_gc_paused():
         return _check(operations, export, faults, run_id=run_id, scenario=scenario,
                       unsafe_disable=unsafe_disable, final_reads=final_reads,
-                      promised_paths=promised_paths, min_acknowledged=min_acknowledged)
+                      promised_paths=promised_paths, min_acknowledged=min_acknowledged,
+                      load_started=load_started)
 
 
 @contextmanager
@@ -265,6 +279,7 @@ def _check(
     final_reads: Iterable[dict[str, Any]],
     promised_paths: Sequence[str],
     min_acknowledged: int,
+    load_started: float | None,
 ) -> CheckResult:
     unknown = [name for name in promised_paths if name not in PATHS]
     if unknown:
@@ -304,7 +319,8 @@ def _check(
         count = findings.counts[name]
         invariants.append(InvariantResult(name=name, title=registered.title, passed=count == 0,
                                           checked=findings.checked[name], violation_count=count,
-                                          violations=violations))
+                                          violations=violations,
+                                          first_violation_s=_first_violation_s(violations, load_started)))
     paths = _paths(state, index)
     acknowledged = index.acknowledged
     reasons = [f"promised path {name} was exercised 0 times" for name in promised_paths
@@ -335,6 +351,15 @@ def _check(
                 "faults": len(faults), "final_reads": findings.checked["final_reads_agree"],
                 "dead_letters": state.dead_letter_count},
     )
+
+
+def _first_violation_s(violations: list[Violation], load_started: float | None) -> float | None:
+    """Seconds from the load's start to the earliest invoke among the violations' evidence."""
+    if load_started is None:
+        return None
+    invoked = [time for violation in violations for op in violation.evidence.get("operations", ())
+               if isinstance(time := op.get("invoke_time"), (int, float)) and not isinstance(time, bool)]
+    return round(min(invoked) - load_started, 3) if invoked else None
 
 
 def _final_reads(reads: Iterable[dict[str, Any]]) -> Iterator[dict[str, Any]]:
@@ -486,6 +511,17 @@ def _scoped(run: RunFiles, export: Iterator[dict[str, Any]], scope: RunScope | N
     return scoped_export(export, baseline, counters_before=scope.counters_before, dropped=dropped)
 
 
+def load_started(run: RunFiles, settings: RunSettings) -> float | None:
+    """When the load began: the time Locust's master wrote into `histories/.load-started`
+    when its users started (harness.load.recording), else settings.json's `started_at`
+    (written just before the load is launched; a swarm session's own start), else None."""
+    marker = run.histories / LOAD_STARTED
+    try:
+        return float(marker.read_text().strip())
+    except (OSError, ValueError):
+        return settings.started_at
+
+
 def check_run(run: RunFiles) -> CheckResult:
     """Check a run directory (a `harness.run.rundir.RunDir`): its histories, export,
     fault log, settings, final reads and, on a reused stack, the baseline export its
@@ -507,7 +543,8 @@ def check_run(run: RunFiles) -> CheckResult:
         return check(HistoryFiles(run.history_files()), export, faults,
                      run_id=settings.run_id or run.name, scenario=settings.scenario,
                      unsafe_disable=settings.unsafe_disable, final_reads=reads,
-                     promised_paths=settings.promised_paths, min_acknowledged=settings.min_acknowledged)
+                     promised_paths=settings.promised_paths, min_acknowledged=settings.min_acknowledged,
+                     load_started=load_started(run, settings))
     except HistoryError as error:
         raise CheckerError(f"history of {run.path} is unreadable: {error}") from error
     except RunFileError as error:

@@ -125,9 +125,9 @@ class ExportState:
         self.order_by_scope: dict[str, str] = {}
         self.extra_orders_by_scope: dict[str, list[str]] = {}
         self.reserved: dict[str, int] = {}
-        self.payments: dict[str, list[ExportPayment]] = {}
+        self.payments: dict[str, tuple[ExportPayment, ...]] = {}
         self.payment_count = 0
-        self.effects: dict[str, list[MessageEffect]] = {}
+        self.effects: dict[str, tuple[MessageEffect, ...]] = {}
         # message ids whose handler said paid / already_paid: the app acknowledged them
         self.paid_messages: set[str] = set()
         self.inventory: dict[str, InventoryLine] = {}
@@ -215,10 +215,8 @@ def load_export(records: Iterable[dict[str, Any]]) -> ExportState:
             held = payments.get(order_id)
             payment = new(ExportPayment, (provider_ref, share(source, source), get("source_id"),
                                           get("amount_cents"), get("applied_at"), order_id))
-            if held is None:
-                payments[order_id] = [payment]
-            else:
-                held.append(payment)
+            # a tuple (48 bytes for one payment; a list is 88): orders rarely hold two
+            payments[order_id] = (payment,) if held is None else (*held, payment)
             state.payment_count += 1
         elif kind == "message_effect":
             _require(record, "message_id")
@@ -226,8 +224,10 @@ def load_export(records: Iterable[dict[str, Any]]) -> ExportState:
             effect_order: Any = get("order_id")
             order = orders.get(effect_order)
             outcome = get("outcome")
-            state.effects.setdefault(message_id, []).append(new(MessageEffect, (
-                message_id, order[0] if order is not None else effect_order, share(outcome, outcome))))
+            effect = new(MessageEffect, (
+                message_id, order[0] if order is not None else effect_order, share(outcome, outcome)))
+            known = state.effects.get(message_id)
+            state.effects[message_id] = (effect,) if known is None else (*known, effect)
             if outcome in PAID_OUTCOMES:
                 state.paid_messages.add(message_id)
         elif kind == "inventory":

@@ -129,6 +129,64 @@ class Refusal:
     op_id: Any
 
 
+# A key's record packed as one int (HistoryIndex.keys), while the key saw one body
+# and one answer, whatever how many times:
+#   bits 0-65   the body: bit 0 "answered ok", bit 1 "a fingerprint was sent",
+#               bits 2-65 the fingerprint's 64-bit hash (0 when none was sent)
+#   bits 66-    the answer: bit 0 "an original (non-replayed ok) answer had it",
+#               bit 1 "a replay had it", bit 2 "of a pay" (else of a create), then
+#               the answer code (status << 64 | 64-bit hash of the body digest; 0 when none)
+# About 48 bytes per key instead of a record per key in four dicts; the first second
+# body or different answer unpacks it into a KeyRecord.
+_BODY_BITS: Final = 66
+_BODY_MASK: Final = (1 << _BODY_BITS) - 1
+_ANSWER_SHIFT: Final = _BODY_BITS
+_ORIGINAL: Final = 1
+_REPLAYED: Final = 2
+
+
+class KeyRecord:
+    """What was sent and answered under one (tenant, key), once it is more than one
+    body and one answer (a packed int before: see _BODY_BITS).
+
+    `bodies`: fingerprint hash -> answered ok; `originals` / `replays`: per
+    operation, the answer codes of non-replayed ok answers and of replays (several
+    originals: the stored record expired and the key ran again); `order_id`: an
+    order named under the key, a replay's when one was seen since.
+    """
+
+    __slots__ = ("bodies", "order_id", "order_of_replay", "originals", "replays")
+
+    def __init__(self) -> None:
+        self.bodies: dict[int, bool] = {}
+        self.originals: dict[str, set[int]] = {}
+        self.replays: dict[str, set[int]] = {}
+        self.order_id: Any = None
+        self.order_of_replay = False
+
+    @classmethod
+    def unpack(cls, packed: int) -> KeyRecord:
+        record = cls()
+        record.add(packed & _BODY_MASK, packed >> _ANSWER_SHIFT, None)
+        return record
+
+    def add(self, body: int, heard: int, order_id: Any) -> None:
+        """A packed body and a packed answer (either 0 for none), seen under the key."""
+        if body:
+            fingerprint = body >> 2
+            self.bodies[fingerprint] = self.bodies.get(fingerprint, False) or bool(body & 1)
+        if heard:
+            name = "pay" if heard & 4 else "create_order"
+            code = heard >> 3
+            if heard & _ORIGINAL:
+                self.originals.setdefault(name, set()).add(code)
+            if heard & _REPLAYED:
+                self.replays.setdefault(name, set()).add(code)
+        if order_id is not None and (self.order_id is None or (heard & _REPLAYED and not self.order_of_replay)):
+            self.order_id = order_id
+            self.order_of_replay = bool(heard & _REPLAYED)
+
+
 class HistoryIndex:
     """The history folded into per-subject records, in one streaming pass."""
 
@@ -148,20 +206,16 @@ class HistoryIndex:
         # scope (see scope_key) -> first ok order id; further distinct ids in created_extra
         self.created: dict[str, str] = {}
         self.created_extra: dict[str, set[str]] = {}
-        # per keyed operation ("create_order", "pay"), scope ->
-        #   originals: answer_code of non-replayed ok answers, or a set of codes when
-        #              they differ (a stored record expired and the key ran again)
-        #   replays: (answer code or set of codes, order id) of replayed answers
-        #   failed_5xx: body hashes of 5xx answers
-        #   bodies: the request bodies sent under the key, as fingerprint hashes
-        #           whose lowest bit says whether one was answered ok: one int
-        #           while the key saw one body, a dict hash -> answered ok after
-        self.originals: dict[str, dict[str, int | set[int]]] = {"create_order": {}, "pay": {}}
-        self.replays: dict[str, dict[str, tuple[int | set[int], str | None]]] = {
-            "create_order": {}, "pay": {}}
+        # scope -> what was sent and answered under the key (one record for both keyed
+        # operations: the app keeps one record per (tenant, key), whatever the
+        # endpoint): a packed int while the key saw one body and one answer (the
+        # common case, see KeyRecord), a KeyRecord once it saw more
+        self.keys: dict[str, int | KeyRecord] = {}
+        self.keyed_bodies = 0  # scopes under which a body (fingerprint) was sent
+        # per keyed operation, scope -> body hashes of 5xx answers (rare)
         self.failed_5xx: dict[str, dict[str, set[int]]] = {"create_order": {}, "pay": {}}
-        # (one for both operations: the app keeps one record per (tenant, key), whatever the endpoint)
-        self.bodies: dict[str, int | dict[int, bool]] = {}
+        # scope -> the order of a 5xx answer under the key (rare), for findings
+        self.key_orders: dict[str, Any] = {}
         self.refusals: list[Refusal] = []
         self.ok_messages: set[str] = set()
         self._reported: set[tuple[str, str]] = set()
@@ -195,7 +249,7 @@ class HistoryIndex:
         paid_messages = self.export.paid_messages
         dead_letters = self.export.dead_letters
         ok_messages = self.ok_messages
-        originals_of, replays_of, bodies = self.originals, self.replays, self.bodies
+        keys = self.keys
         cross_tenant = CROSS_TENANT
         sequence = self.operations
         already_paid = 0
@@ -252,11 +306,7 @@ class HistoryIndex:
                     pair = (order_id, provider_ref)
                     known = pairs.get(pair)
                     if known is None:
-                        # a new pair keeps the export's id string, not this operation's copy
-                        exported = orders.get(order_id)
-                        if exported is not None:
-                            pair = (exported[0], provider_ref)
-                        pairs[pair] = flags
+                        pairs[self._exported_pair(order_id, provider_ref)] = flags
                     elif known | flags != known:
                         pairs[pair] = known | flags
                 continue
@@ -271,10 +321,7 @@ class HistoryIndex:
                     pair = (order_id, provider_ref)
                     known = pairs.get(pair)
                     if known is None:
-                        exported = orders.get(order_id)
-                        if exported is not None:
-                            pair = (exported[0], provider_ref)
-                        pairs[pair] = flags
+                        pairs[self._exported_pair(order_id, provider_ref)] = flags
                     elif known | flags != known:
                         pairs[pair] = known | flags
                 if answer is not None:
@@ -303,65 +350,87 @@ class HistoryIndex:
                         self._read_answer(merge_operation(invoke, done), answer, exported, tenant)
                 continue
 
-            # pay and create_order: what the API layer did with the key
+            # pay and create_order: what the API layer did with the key, folded into
+            # one record per (tenant, key) scope (KeyRecord, packed as one int)
             key = get("idempotency_key")
             if key is None:
                 continue
             scope = key if tenant == DEFAULT_TENANT else tenant + SEPARATOR + key
             fingerprint = get("fingerprint")
+            body = 0
             if fingerprint is not None:
-                # the fingerprint's hash with its lowest bit saying "answered ok"
-                print_hash = hash(fingerprint) & -2
-                seen = bodies.get(scope)
-                if seen is None:
-                    bodies[scope] = print_hash | 1 if kind == "ok" else print_hash
-                elif isinstance(seen, int):
-                    if seen & -2 == print_hash:
-                        if kind == "ok" and not seen & 1:
-                            bodies[scope] = seen | 1
-                    else:
-                        # a second body under the key: one flag per body from now on
-                        bodies[scope] = {seen & -2: seen & 1 == 1, print_hash: kind == "ok"}
-                elif kind == "ok" or print_hash not in seen:
-                    seen[print_hash] = kind == "ok" or seen.get(print_hash, False)
+                body = (hash(fingerprint) & _MASK64) << 2 | 2 | (kind == "ok")
                 if kind == "fail" and tally[5] == KEY_MISMATCH:
-                    self.refusals.append(Refusal(name, scope, print_hash, order_id, answered("op_id")))
-            if status is None:
-                continue  # no answer: nothing to compare
-            digest = answered("body_digest")
-            if replayed is True and status >= 500:
-                self._replayed_5xx(name, scope, status, order_id, tenant, key)
-            if digest is None:
+                    self.refusals.append(Refusal(name, scope, body >> 2, order_id, answered("op_id")))
+            heard = 0
+            if status is not None:
+                if replayed is True and status >= 500:
+                    self._replayed_5xx(name, scope, status, order_id, tenant, key)
+                digest = answered("body_digest")
+                # an info 2xx whose body did not parse is no evidence of what was stored
+                if digest is not None and (kind != "info" or status >= 500):
+                    code = (status << 64) | (hash(digest) & _MASK64)
+                    if replayed is True:
+                        heard = (code << 1 | (name == "pay")) << 2 | _REPLAYED
+                    elif kind == "ok":
+                        heard = (code << 1 | (name == "pay")) << 2 | _ORIGINAL
+                    elif status >= 500:
+                        # the body alone: a replay of it under any status means the 5xx was stored
+                        self.failed_5xx[name].setdefault(scope, set()).add(code & _MASK64)
+                        self.key_orders.setdefault(scope, order_id)
+            if not body and not heard:
                 continue
-            if kind == "info" and status < 500:
-                continue  # a 2xx whose body did not parse is no evidence of what was stored
-            code = (status << 64) | (hash(digest) & _MASK64)
-            if replayed is True:
-                replays_by_scope = replays_of[name]
-                known_replay = replays_by_scope.get(scope)
-                if known_replay is None:
-                    exported = orders.get(order_id)
-                    replays_by_scope[scope] = (code, exported[0] if exported is not None else order_id)
-                elif known_replay[0] != code:
-                    if isinstance(known_replay[0], set):
-                        known_replay[0].add(code)
+            record = keys.get(scope)
+            if record is None:
+                keys[scope] = heard << _ANSWER_SHIFT | body
+                if body:
+                    self.keyed_bodies += 1
+            elif type(record) is int:
+                low = record & _BODY_MASK
+                high = record >> _ANSWER_SHIFT
+                if body:
+                    if not low:
+                        low = body
+                        self.keyed_bodies += 1
+                    elif low | 1 == body | 1:
+                        low |= body
                     else:
-                        replays_by_scope[scope] = ({known_replay[0], code}, known_replay[1])
-            elif kind == "ok":
-                originals = originals_of[name]
-                known_original = originals.get(scope)
-                if known_original is None:
-                    originals[scope] = code
-                elif known_original != code:
-                    if isinstance(known_original, set):
-                        known_original.add(code)
+                        low = -1  # a second body under the key
+                if heard and low != -1:
+                    if not high:
+                        high = heard
+                    elif high >> 2 == heard >> 2:
+                        high |= heard
                     else:
-                        originals[scope] = {known_original, code}
-            elif status >= 500:
-                # the body alone: a replay of it under any status means the 5xx was stored
-                self.failed_5xx[name].setdefault(scope, set()).add(code & _MASK64)
+                        high = -1  # another answer, or one of the other operation
+                if low == -1 or high == -1:
+                    rich = keys[scope] = KeyRecord.unpack(record)
+                    self._add_to_record(rich, scope, name, body, heard, order_id)
+                elif (high << _ANSWER_SHIFT | low) != record:
+                    keys[scope] = high << _ANSWER_SHIFT | low
+            else:
+                assert isinstance(record, KeyRecord)  # (the rare case: for mypy only)
+                self._add_to_record(record, scope, name, body, heard, order_id)
         self.operations = sum(tallies.values())
         self.already_paid_seen += already_paid
+
+    def _exported_pair(self, order_id: Any, provider_ref: Any) -> tuple[str, str]:
+        """A new (order, provider_ref) pair made of the export's own strings where it has
+        them, not this operation's copies: at 10^6 orders, a string each is 100 MB."""
+        exported = self.export.orders.get(order_id)
+        if exported is None:
+            return (order_id, provider_ref)
+        for payment in self.export.payments.get(exported[0], ()):
+            if payment[0] == provider_ref:
+                return (exported[0], payment[0])
+        return (exported[0], provider_ref)
+
+    def _add_to_record(self, record: KeyRecord, scope: str, name: str, body: int, heard: int,
+                       order_id: Any) -> None:
+        if body and not record.bodies:
+            self.keyed_bodies += 1
+        exported = self.export.orders.get(order_id)
+        record.add(body, heard, exported[0] if exported is not None else order_id)
 
     # -- tallies -----------------------------------------------------------------------
 
@@ -567,12 +636,6 @@ def _key_of(op: dict[str, Any]) -> tuple[str, str] | None:
     return (op.get("tenant") or DEFAULT_TENANT, key) if key is not None else None
 
 
-def _codes(value: int | set[int] | None) -> set[int]:
-    if value is None:
-        return set()
-    return value if isinstance(value, set) else {value}
-
-
 # -- evaluation ------------------------------------------------------------------------
 
 def evaluate_export(export: ExportState, findings: Findings) -> None:
@@ -734,35 +797,48 @@ def one_order_per_key(export: ExportState, index: HistoryIndex, findings: Findin
 
 def replay_fidelity(index: HistoryIndex, findings: Findings) -> None:
     name = "replay_fidelity"
-    for op, replays in index.replays.items():
-        originals_of = index.originals[op]
-        failed_5xx = index.failed_5xx[op]
-        findings.checked[name] += len(replays)
-        for scope, (replayed, order_id) in replays.items():
-            original = originals_of.get(scope)
-            if (type(replayed) is int and (original is None or original == replayed)
-                    and scope not in failed_5xx):
-                continue  # the common case: one answer, replayed as it was
-            tenant, key = split_scope(scope)
-            answers = _codes(replayed)
-            originals = _codes(originals_of.get(scope))
-            problems = []
-            # With the originals known, each replay must be one of them (two originals
-            # mean the stored record expired and the key ran again); without, they must agree.
-            if originals and answers - originals:
-                problems.append("a replay differs from the original answer")
-            elif not originals and len(answers) > 1:
-                problems.append(f"replays disagree ({len(answers)} different answers)")
-            if {code & _MASK64 for code in answers} & failed_5xx.get(scope, set()):
-                problems.append("a 5xx answer was stored and replayed")
-            if not problems:
+    failed_5xx = index.failed_5xx
+    for scope, record in index.keys.items():
+        if type(record) is int:
+            heard = record >> _ANSWER_SHIFT
+            if not heard & _REPLAYED:
                 continue
-            findings.add(Finding(
-                name, f"{op} key {key!r} (tenant {tenant}): {'; '.join(problems)}",
-                order_ids=_maybe(order_id), key=(tenant, key),
-                details={"op": op, "tenant": tenant, "idempotency_key": key,
-                         "replay_statuses": sorted(code >> 64 for code in answers),
-                         "original_statuses": sorted(code >> 64 for code in originals)}))
+            findings.checked[name] += 1
+            op = "pay" if heard & 4 else "create_order"
+            if scope not in failed_5xx[op]:
+                continue  # the common case: one answer, replayed as it was
+            code = heard >> 3
+            _replay_problems(findings, op, scope, {code}, {code} if heard & _ORIGINAL else set(),
+                             failed_5xx[op][scope], index.key_orders.get(scope))
+            continue
+        assert isinstance(record, KeyRecord)
+        for op, answers in record.replays.items():
+            findings.checked[name] += 1
+            _replay_problems(findings, op, scope, answers, record.originals.get(op, set()),
+                             failed_5xx[op].get(scope, set()), record.order_id or index.key_orders.get(scope))
+
+
+def _replay_problems(findings: Findings, op: str, scope: str, answers: set[int], originals: set[int],
+                     failed: set[int], order_id: Any) -> None:
+    """replay_fidelity for one (operation, key): its replays against its originals."""
+    problems = []
+    # With the originals known, each replay must be one of them (two originals
+    # mean the stored record expired and the key ran again); without, they must agree.
+    if originals and answers - originals:
+        problems.append("a replay differs from the original answer")
+    elif not originals and len(answers) > 1:
+        problems.append(f"replays disagree ({len(answers)} different answers)")
+    if {code & _MASK64 for code in answers} & failed:
+        problems.append("a 5xx answer was stored and replayed")
+    if not problems:
+        return
+    tenant, key = split_scope(scope)
+    findings.add(Finding(
+        "replay_fidelity", f"{op} key {key!r} (tenant {tenant}): {'; '.join(problems)}",
+        order_ids=_maybe(order_id), key=(tenant, key),
+        details={"op": op, "tenant": tenant, "idempotency_key": key,
+                 "replay_statuses": sorted(code >> 64 for code in answers),
+                 "original_statuses": sorted(code >> 64 for code in originals)}))
 
 
 def honest_retries_accepted(index: HistoryIndex, findings: Findings) -> None:
@@ -777,14 +853,17 @@ def honest_retries_accepted(index: HistoryIndex, findings: Findings) -> None:
     rightly have lost the key: nothing is concluded.
     """
     name = "answers_match_requests"
-    findings.checked[name] += len(index.bodies)
+    findings.checked[name] += index.keyed_bodies
     for refusal in index.refusals:
-        seen = index.bodies.get(refusal.scope)
-        if type(seen) is int:
-            if seen & -2 != refusal.fingerprint:
+        record = index.keys.get(refusal.scope)
+        if type(record) is int:
+            # one body only: the refused one, unless the record holds none
+            if (record & _BODY_MASK) >> 2 != refusal.fingerprint:
                 continue
             why = "no other body was ever sent under the key"
-        elif isinstance(seen, dict) and seen.get(refusal.fingerprint):
+        elif isinstance(record, KeyRecord) and len(record.bodies) == 1 and refusal.fingerprint in record.bodies:
+            why = "no other body was ever sent under the key"
+        elif isinstance(record, KeyRecord) and record.bodies.get(refusal.fingerprint):
             why = "the same body was answered ok under the key"
         else:
             continue

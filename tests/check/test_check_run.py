@@ -119,3 +119,17 @@ def test_settings_and_fault_log_are_optional(tmp_path: Path) -> None:
     assert result.valid
     assert (result.run_id, result.scenario, result.unsafe_disable) == ("r-1", "", [])
     assert result.counts["faults"] == 0
+
+
+def test_first_violation_s_counts_from_the_load_start_marker_else_settings(tmp_path: Path) -> None:
+    run_dir = make_run(tmp_path, second_payment=True)
+    histories = run_dir / "histories"
+    first_invoke = min(r["time"] for path in histories.glob("*.jsonl")
+                       for r in map(orjson.loads, path.read_bytes().splitlines()))
+    (histories / ".load-started").write_text(f"{first_invoke - 2.5}\n")
+    result = check_run(RunDir(run_dir))
+    assert result.invariant("one_payment_per_order").first_violation_s == 2.5
+    (histories / ".load-started").unlink()
+    settings = orjson.loads((run_dir / "settings.json").read_bytes())
+    (run_dir / "settings.json").write_bytes(orjson.dumps({**settings, "started_at": first_invoke - 4.0}))
+    assert check_run(RunDir(run_dir)).invariant("one_payment_per_order").first_violation_s == 4.0

@@ -186,3 +186,54 @@ def test_an_interrupted_result_with_dead_letters_reads_back_as_written(tmp_path:
     assert data["dead_letters"] == {"count": 2, "reasons": {"no message_id": 2},
                                     "first": [{"kind": "dead_letter", "message_id": None}]}
     assert CheckResult.from_dict(json.loads(json.dumps(data))) == result
+
+
+# -- first_violation_s (issue 24): how soon the run held proof of each bug ------------
+
+def test_first_violation_s_is_the_earliest_evidence_invoke_after_the_load_start() -> None:
+    run = Run()
+    run.create("k1", "o1")  # invoked at 1000.0, touches o1: evidence of the lost payment
+    run.pay("o1", "pr1", "p1", "ok")  # 1001.0
+    run.create("k2", "o2")  # 1002.0
+    run.pay("o2", "pr2", "p2", "ok")  # 1003.0
+    run.order("o1", "k1")
+    run.order("o2", "k2", "PAID")
+    run.payment("o2", "pr2", "api", "p2")
+    result = run.check(load_started=990.0)
+    lost = result.invariant("no_lost_acknowledgement")
+    assert not lost.passed and lost.first_violation_s == 10.0
+    assert [r.first_violation_s for r in result.invariants if r.passed] == [None] * (len(INVARIANT_NAMES) - 1)
+    assert result.to_dict()["invariants"][1]["first_violation_s"] == 10.0
+
+
+def test_first_violation_s_takes_the_violation_whose_evidence_starts_first() -> None:
+    run = Run()
+    run.create("k1", "o1")  # 1000.0: o1 is paid twice, caught from the export
+    run.create("k2", "o2")  # 1001.0
+    run.pay("o2", "pr2", "p2", "ok")  # 1002.0: o2's payment is lost
+    run.order("o1", "k1", "PAID")
+    run.payment("o1", "pr1", "api", "p1")
+    run.payment("o1", "pr1b", "webhook", "e1")
+    run.order("o2", "k2")
+    result = run.check(load_started=999.5)
+    assert result.invariant("one_payment_per_order").first_violation_s == 0.5
+    assert result.invariant("no_lost_acknowledgement").first_violation_s == 1.5
+
+
+def test_first_violation_s_is_none_without_a_load_start_or_evidence() -> None:
+    result = lost_payment_run().check()
+    assert result.invariant("no_lost_acknowledgement").first_violation_s is None
+    run = Run()
+    run.order("o9", "k9", "PAID")  # paid without a payment: no operation touched it
+    result = run.check(load_started=0.0)
+    assert result.invariant("one_payment_per_order").first_violation_s is None
+
+
+def test_first_violation_s_survives_result_json_and_older_results_read_none() -> None:
+    result = lost_payment_run().check(load_started=995.0)
+    data = json.loads(json.dumps(result.to_dict()))
+    again = CheckResult.from_dict(data)
+    assert again.invariant("no_lost_acknowledgement").first_violation_s == 5.0
+    for entry in data["invariants"]:
+        del entry["first_violation_s"]  # a result.json written before issue 24
+    assert all(r.first_violation_s is None for r in CheckResult.from_dict(data).invariants)
