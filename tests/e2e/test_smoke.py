@@ -10,7 +10,7 @@ from pathlib import Path
 
 from e2e_helpers import SmokeRun, harness
 
-from harness.catalog import MUTANTS, SCENARIOS
+from harness.catalog import CONTROL_CRASH_POINTS, CRASH_POINTS, MUTANTS, SCENARIOS
 from harness.run.smoke import EXTRA_CORRECT_RUNS, MUTANT_CASES
 
 EXPECTED_CATCH = {case.mutant: case.invariant for case in MUTANT_CASES}
@@ -71,6 +71,27 @@ def test_correct_runs_hold_every_invariant_under_faults(smoke_run: SmokeRun) -> 
             assert (run_dir / name).is_file(), f"{key}: {name} missing"
         assert list((run_dir / "histories").glob("*.jsonl")), key
         assert list((run_dir / "stack" / "logs").glob("*.log")), key
+
+
+def test_crash_point_cells_fired_the_points_they_armed(smoke_run: SmokeRun) -> None:
+    runs = _runs(smoke_run)
+    for mutant, points in CONTROL_CRASH_POINTS.items():
+        (run_dir,) = [path for key, path in runs.items() if key.startswith(f"{mutant}/")]
+        faults = [json.loads(line) for line in (run_dir / "faults.jsonl").read_text().splitlines()]
+        assert sorted(f["crash_point"] for f in faults) == sorted(points), mutant
+        for fault in faults:
+            assert fault["kind"] == "crash_point" and fault["error"] is None, (mutant, fault)
+            assert fault["hits"] > 0 and len(fault["hit_times"]) == fault["hits"], (mutant, fault)
+            assert all(fault["start"] <= at <= fault["end"] for at in fault["hit_times"]), (mutant, fault)
+    for scenario in ("timeout_replay", "redelivered_messages"):
+        faults = [json.loads(line) for line in
+                  (runs[f"none/{scenario}/crash-points"] / "faults.jsonl").read_text().splitlines()]
+        assert {f["crash_point"] for f in faults} == set(CRASH_POINTS), scenario
+        # the points of the scenario's own layers fired (webhooks belong to other scenarios)
+        layers = {"timeout_replay": ("api",), "redelivered_messages": ("message",)}[scenario]
+        for fault in faults:
+            if CRASH_POINTS[fault["crash_point"]][0] in layers and fault["crash_point"] != "consumer.after_reclaim":
+                assert fault["hits"] > 0, (scenario, fault["name"])
 
 
 def test_a_failing_report_carries_the_evidence(smoke_run: SmokeRun) -> None:
