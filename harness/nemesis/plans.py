@@ -9,6 +9,7 @@ optionally a seeded random nemesis:
                                   attributes: {latency: 800}, toxicity: 1.0}}
       - {at: 5s, for: 2s, process: {action: pause, service: consumer-1}}
       - {at: 4s, for: 2s, proxy_down: redis}
+      - {at: 2s, for: 6s, crash_point: consumer.after_effect, action: crash, probability: 0.3}
     random: {seed: 11, start: 1s, every: 3s, duration: 1s-3s, faults: [...]}
     promises: [recovery_point, reclaim]
 
@@ -21,8 +22,10 @@ source=..., targets=...)` checks one already parsed. Every problem is a one-line
 `PlanError` naming the file and the field, and that includes a target the stack does
 not have: each proxy and service a plan names is checked against `targets`
 (`PlanTargets`), by default the proxies and services every stack has (`STACK_TARGETS`:
-proxies app and redis; services app, redis, toxiproxy and consumer-N), so a typo fails
-before any stack starts. `check_targets(plan, PlanTargets.of_stack(info))` checks a
+proxies app and redis; services app, redis, toxiproxy and consumer-N) and the app's
+crash points (harness.catalog.CRASH_POINTS), so a typo fails before any stack starts.
+A crash point's arming (`action`, `probability`, `count`, `delay_ms`) sits beside its
+name in the window and is checked with `check_arming`. `check_targets(plan, PlanTargets.of_stack(info))` checks a
 loaded plan again against one running stack (its exact consumers).
 
 `schedule(plan, duration)` turns it into concrete windows (same seed -> same
