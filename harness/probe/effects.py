@@ -27,6 +27,26 @@ EFFECTS_BUDGET = 30.0  # seconds for all oracles together
 EFFECTS_FILE = "effects.jsonl"
 
 
+def with_effects(raw: Mapping[str, Any], effects: Any) -> dict[str, Any]:
+    """A raw config (`ProbeConfig.to_dict()`'s form) with `effects` given to its endpoints:
+    one `effects:` mapping for every endpoint, or {endpoint name: effects}; None keeps
+    the config's own. Used by the pytest plugin's `effects=`; parse_config checks it."""
+    result = dict(raw)
+    if effects is None:
+        return result
+    endpoints = [dict(endpoint) for endpoint in raw.get("endpoints") or []]
+    names = {str(endpoint.get("name")) for endpoint in endpoints}
+    per_endpoint = isinstance(effects, Mapping) and bool(effects) and set(effects) <= names
+    for endpoint in endpoints:
+        if per_endpoint:
+            if endpoint.get("name") in effects:
+                endpoint["effects"] = effects[endpoint["name"]]
+        else:
+            endpoint["effects"] = effects
+    result["endpoints"] = endpoints
+    return result
+
+
 def collect_effects(config: ProbeConfig, upstream: str, operations: Sequence[Mapping[str, Any]],
                     path: Path) -> list[EffectRecord]:
     deadline = time.monotonic() + EFFECTS_BUDGET

@@ -99,9 +99,12 @@ def chaos_stack(request: pytest.FixtureRequest,
 def idempotency_probe(request: pytest.FixtureRequest, toxiproxy: ToxiproxyHandle,
                       tmp_path: Path) -> Callable[..., Any]:
     """`probe(upstream=None, config=None, *, plan=None, duration=None, users=None, seed=None,
-    min_acknowledged=None, service=None, dependencies=None, **simple)` → ProbeResult.
-    `config` is a YAML path, a dict in the config's format, or None with `path=`/`body=`
-    (the flags of `harness probe`); with `service=` there is no upstream to give."""
+    min_acknowledged=None, service=None, dependencies=None, identities=None, effects=None,
+    **simple)` → ProbeResult. `config` is a YAML path, a dict in the config's format, or
+    None with `path=`/`body=` (the flags of `harness probe`); with `service=` there is no
+    upstream to give. `identities=` is the config's `identities:` (a list of header maps);
+    `effects=` an endpoint's `effects:` for every endpoint, or {endpoint name: effects}."""
+    from harness.bundled import plan_path
     from harness.probe.checker import DEFAULT_MIN_ACKNOWLEDGED
     from harness.probe.config import load_config, parse_config, parse_upstream, simple_config
     from harness.probe.runner import ProbeSpec, run_probe
@@ -122,6 +125,7 @@ def idempotency_probe(request: pytest.FixtureRequest, toxiproxy: ToxiproxyHandle
         service = merged.pop("service", None)
         service = {"command": service} if isinstance(service, (list, tuple)) else service
         dependencies = merged.pop("dependencies", None)
+        identities, effects = merged.pop("identities", None), merged.pop("effects", None)
         plan = merged.pop("plan", None)
         overrides = {name: merged.pop(name) for name in ("duration", "users", "seed") if name in merged}
         min_acknowledged = merged.pop("min_acknowledged", DEFAULT_MIN_ACKNOWLEDGED)
@@ -135,9 +139,16 @@ def idempotency_probe(request: pytest.FixtureRequest, toxiproxy: ToxiproxyHandle
             # Checked as a config file's sections are (one error naming the field).
             parsed = parse_config({**parsed.to_dict(), "service": service, "dependencies": dependencies},
                                   source="idempotency_probe")
+        if identities is not None or effects is not None:
+            from harness.probe.effects import with_effects
+
+            raw = parsed.to_dict()
+            if identities is not None:
+                raw["identities"] = identities
+            parsed = parse_config(with_effects(raw, effects), source="idempotency_probe")
         parsed = replace(parsed, load=replace(parsed.load, **overrides))
         spec = ProbeSpec(config=parsed, out_dir=tmp_path / f"probe-{next(runs)}", upstream=address,
-                         toxiproxy_url=toxiproxy.url, plan=Path(plan) if plan else None,
+                         toxiproxy_url=toxiproxy.url, plan=plan_path(plan) if plan else None,  # a name or a file
                          min_acknowledged=min_acknowledged)
         return run_probe(spec)
 

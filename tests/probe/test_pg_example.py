@@ -32,6 +32,7 @@ from harness.toxiproxy.server import EmbeddedToxiproxy
 from tests.support.postgres import PostgresDatabase
 from tests.support.services import HttpService
 
+pytest_plugins = ["pytester"]
 pytestmark = pytest.mark.slow
 SCRIPT = ROOT / "examples/pg_payments_service.py"
 CONFIG = ROOT / "examples/pg_payments_service.yaml"
@@ -152,3 +153,79 @@ def test_a_database_failure_is_replayed_by_store_5xx_only(
         assert result.verdict == "pass", explain(result)
         assert {row.id: row.status for row in result.conformance}["no-5xx-replay"] == "pass"
 
+
+
+# --- the probe runs the service itself, its database behind a dependency proxy ------------
+
+def service_config(mode: str, database: PostgresDatabase) -> ProbeConfig:
+    """The example's config with `service:` (the probe starts it on {port}) and the
+    database as dependency `db` (the service connects through the probe's proxy)."""
+    raw = yaml.safe_load(CONFIG.read_text())
+    raw["endpoints"][0]["effects"]["dsn"] = database.dsn  # the oracle reads the database directly
+    raw.pop("plan")
+    raw["load"]["duration"] = "6s"
+    raw["service"] = {"command": [sys.executable, str(SCRIPT), "--mode", mode, "--port", "{port}",
+                                  "--dsn", f"postgresql://{database.user}@{{dependency.db}}/{database.name}"],
+                      "ready": {"path": "/healthz", "timeout": "20s"}}
+    raw["dependencies"] = {"db": database.address}
+    return parse_config(raw, source=str(CONFIG))
+
+
+@pytest.mark.parametrize(("mode", "invariant"), [
+    ("correct", None),
+    ("store-5xx", "replay_fidelity"),
+    ("unscoped-keys", "identities_isolated"),
+])
+def test_under_probe_dependencies_the_database_and_the_process_fail_for_real(
+        mode: str, invariant: str | None, postgres_db: PostgresDatabase, tmp_path: Path) -> None:
+    """harness/plans/probe-dependencies.yaml: the database slow, gone, resetting; the
+    service paused and killed mid-request. The correct mode keeps every invariant
+    (nothing stored with a 5xx, the killed request's transaction rolled back); store-5xx
+    replays the database's 503."""
+    result = run_probe(ProbeSpec(config=service_config(mode, postgres_db), out_dir=tmp_path / mode,
+                                 plan=ROOT / "harness/plans/probe-dependencies.yaml"))
+    statuses = result.check.counts["statuses"]
+    assert any(str(status).startswith("5") for seen in statuses.values() for status in seen), \
+        "the dependency faults produced no 5xx: " + json.dumps(statuses)
+    faults = (result.run_dir / "faults.jsonl").read_text()
+    assert "db" in faults and "kill" in faults
+    if invariant is None:
+        assert result.verdict == "pass", explain(result)
+        assert {row.id: row.status for row in result.conformance}["no-5xx-replay"] == "pass"
+    else:
+        assert invariant in failed(result), explain(result)
+
+
+def test_the_plugin_takes_identities_and_effects(pytester: pytest.Pytester, pg_service: Callable[..., HttpService],
+                                                 postgres_db: PostgresDatabase) -> None:
+    """A team's own test: `idempotency_probe(..., identities=..., effects=...)` on the
+    example, the correct mode passing and the unscoped one caught leaking."""
+    correct = pg_service("correct", postgres_db.dsn)
+    unscoped = pg_service("unscoped-keys", postgres_db.dsn)
+    effects = {"dsn": postgres_db.dsn,
+               "query": "SELECT id FROM payments WHERE reference = :reference AND amount_cents = :amount_cents"}
+    pytester.makepyfile(test_team=f"""
+        import pytest
+
+        CONFIG = {{"endpoints": [{{"name": "pay", "path": "/payments", "id": {{"pointer": "/id"}},
+                    "body": {{"amount_cents": "{{int:100-999}}", "currency": "EUR", "reference": "r-{{uuid}}"}},
+                    "mutate": "amount_cents", "read": {{"path": "/payments/{{id}}"}}, "expect": {{"created": [201]}}}}]}}
+        IDENTITIES = [{{"Authorization": "Bearer alice"}}, {{"Authorization": "Bearer bob"}}]
+        EFFECTS = {effects!r}
+
+        @pytest.mark.chaos
+        @pytest.mark.probe_config(CONFIG, duration=3, plan="probe", identities=IDENTITIES, effects=EFFECTS)
+        def test_correct(idempotency_probe):
+            result = idempotency_probe({correct.address!r})
+            assert result.passed, result.summary()
+            names = {{inv.name for inv in result.check.invariants}}
+            assert {{"identities_isolated", "one_effect_per_key"}} <= names
+
+        @pytest.mark.chaos
+        @pytest.mark.probe_config(CONFIG, duration=3, plan="probe", identities=IDENTITIES, effects={{"pay": EFFECTS}})
+        def test_unscoped(idempotency_probe):
+            result = idempotency_probe({unscoped.address!r})
+            assert any(v["invariant"] == "identities_isolated" for v in result.violations), result.summary()
+    """)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-q")
+    result.assert_outcomes(passed=2)
