@@ -19,6 +19,11 @@
            mix: {double_click: 0.35, replay: 0.3, payload_mismatch: 0.3, missing_key: 0.1,
                  impatient: 0.15}}
     plan: flaky-network    # optional: faults on proxy `app` (the probe's proxy)
+    service: {command: [python, app.py, --port, "{port}"], ready: /healthz}  # instead of upstream:
+    dependencies: {db: 127.0.0.1:5432}   # the service's own; each behind a proxy of the probe
+
+`service:` and `dependencies:` (the probe runs the service itself, on a port it picked,
+behind proxies to its dependencies) are parsed by harness.probe.service_config.
 
 Generated fields in a body template: a string that is exactly `{uuid}`, `{int:A-B}`,
 `{key}` (this request's Idempotency-Key) or `{choice:a|b|c}` becomes a fresh value
