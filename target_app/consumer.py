@@ -24,8 +24,9 @@ Crash points (crashpoints.py): `consumer.after_read` when an entry is in hand,
 (in the inbox), `consumer.after_inbox_mark` before the XACK (`drop-reply` there: the
 XACK is never sent) and `consumer.after_ack` after it. An injected `error` leaves
 the entry pending and counts nothing, like a Redis error. The `consumer-ack-early`
-negative control sends the XACK first, before the effect: a crash after it loses
-the message.
+negative control acknowledges before the effect: it reads with NOACK (every entry of
+a batch is acknowledged on delivery) and XACKs a reclaimed entry before applying it,
+so a crash after the acknowledgement loses the entries in hand.
 """
 
 from __future__ import annotations
@@ -92,8 +93,11 @@ class Consumer:
         if stop.is_set():
             return handled
         block = self.settings.consumer_block_ms if block_ms is None else block_ms
+        # The `consumer-ack-early` control reads with NOACK (auto-acknowledge, a classic
+        # consumer bug): the whole batch is acknowledged on delivery, before any effect.
         reply = self.client.xreadgroup(self.settings.group, self.name, {self.settings.stream: ">"},
-                                       count=self.settings.consumer_batch, block=block or None)
+                                       count=self.settings.consumer_batch, block=block or None,
+                                       noack=self.settings.unsafe("consumer-ack-early"))
         for entry_id, fields in read_group_entries(reply):
             if stop.is_set():
                 return handled  # left pending; another consumer reclaims it

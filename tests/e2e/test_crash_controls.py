@@ -1,0 +1,78 @@
+"""Every negative control whose rule a failure between two steps breaks is caught by
+its own invariant once its crash points (harness.catalog.CONTROL_CRASH_POINTS) are
+armed, with no widened window (no TARGET_APP_HANDLER_DELAY_MS), and the correct app
+passes the very same plan. Each case is one short `harness run` on its own stack."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from e2e_helpers import harness
+
+from harness.catalog import CONTROL_CRASH_ACTIONS, CONTROL_CRASH_POINTS
+
+# The scenario that exercises each control's rule, and the invariant that guards it.
+CASES: dict[str, tuple[str, str]] = {
+    "inbox-nonatomic": ("redelivered_messages", "message_effects_once"),
+    "inbox-dead-letter": ("redelivered_messages", "no_parked_payment"),
+    "consumer-ack-early": ("redelivered_messages", "no_lost_acknowledgement"),
+    "domain-nonatomic": ("duplicate_webhooks", "one_payment_per_order"),
+    "recovery-nonatomic": ("timeout_replay", "one_order_per_key"),
+}
+# A reclaim soon after a crashed consumer, so the run's drain sees every redelivery.
+APP_ENV = {"TARGET_APP_RECLAIM_IDLE_MS": "1000"}
+
+
+def plan_for(control: str, path: Path) -> Path:
+    action = CONTROL_CRASH_ACTIONS.get(control, "crash")
+    windows = [{"at": "1s", "for": "5s", "name": f"{control}-{point.replace('.', '-')}", "crash_point": point,
+                "action": action, "probability": 0.4, "count": 20}
+               for point in CONTROL_CRASH_POINTS[control]]
+    path.write_text(yaml.safe_dump({"seed": 18, "windows": windows}))
+    return path
+
+
+def run(tmp_path: Path, control: str, unsafe: str | None) -> dict:
+    scenario, _ = CASES[control]
+    runs = tmp_path / "runs"
+    args = ["run", scenario, "--plan", str(plan_for(control, tmp_path / "plan.yaml")), "--users", "4",
+            "--duration", "8s", "--app-workers", "2", "--consumers", "2", "--runs-dir", str(runs),
+            "--root", str(tmp_path / "stack"), "--json"]
+    if unsafe:
+        args += ["--unsafe-disable", unsafe]
+    result = harness(*args, cwd=tmp_path, env=APP_ENV, timeout=300)
+    assert runs.is_dir(), result.stdout[-2000:] + result.stderr[-3000:]
+    (run_dir,) = [path for path in runs.iterdir() if path.is_dir()]
+    document = json.loads((run_dir / "result.json").read_text())
+    faults = [json.loads(line) for line in (run_dir / "faults.jsonl").read_text().splitlines()]
+    return {"code": result.code, "result": document, "faults": faults,
+            "output": result.stdout[-2000:] + result.stderr[-3000:]}
+
+
+def test_every_control_of_a_crash_has_a_case() -> None:
+    assert set(CASES) == set(CONTROL_CRASH_POINTS)
+    assert set(CONTROL_CRASH_ACTIONS) <= set(CONTROL_CRASH_POINTS)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("control", sorted(CASES))
+def test_the_control_is_caught_by_its_own_invariant(tmp_path: Path, control: str) -> None:
+    _, invariant = CASES[control]
+    outcome = run(tmp_path, control, control)
+    failed = {inv["name"] for inv in outcome["result"]["invariants"] if not inv["passed"]}
+    assert outcome["code"] == 1, outcome["output"]
+    assert invariant in failed, (failed, outcome["output"])
+    # the points did fire: the evidence is the crash, not chance
+    assert sum(fault.get("hits") or 0 for fault in outcome["faults"]) > 0, outcome["faults"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("control", sorted(CASES))
+def test_the_correct_app_passes_with_the_same_points_armed(tmp_path: Path, control: str) -> None:
+    outcome = run(tmp_path, control, None)
+    assert outcome["code"] == 0, outcome["output"]
+    assert outcome["result"]["verdict"] == "pass"
+    assert sum(fault.get("hits") or 0 for fault in outcome["faults"]) > 0, outcome["faults"]
