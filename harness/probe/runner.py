@@ -53,7 +53,7 @@ from harness.probe.config import ProbeConfig
 from harness.probe.conformance import DRAFT, ConformanceRow, conformance, rows_to_dicts
 from harness.probe.effect_checks import EffectRecord
 from harness.probe.effects import EFFECTS_FILE, collect_effects
-from harness.probe.identities import READ_AS_OTHER, other_identity, request_headers
+from harness.probe.identities import READ_AS_OTHER, other_identity, owners, request_headers
 from harness.probe.plan_targets import ProbeTargets, load_probe_plan, probe_windows
 from harness.probe.rig import ProbeRig
 from harness.report.junit import write_junit
@@ -64,6 +64,7 @@ FINAL_READ_TIMEOUT = 2.0
 FINAL_READS_BUDGET = 30.0  # seconds for all final reads together
 LOCUST_GRACE = 30.0
 WATCH_INTERVAL = 0.5  # how often the service is checked while the load runs
+LOCUST_START = 20.0  # at most this long from Locust's start to its first request
 
 
 class ProbeError(HarnessError):
@@ -167,6 +168,9 @@ def _load(spec: ProbeSpec, run_dir: Path, rig: ProbeRig, windows: list[FaultWind
     assert rig.nemesis is not None
     runner = NemesisRunner(rig.nemesis, rig.processes, run_dir / FAULT_LOG)
     locust.start()
+    # The plan's clock starts with the load's first request, not with Locust's start
+    # (seconds on a busy machine), so a window at 0.5 s meets requests.
+    _wait_first_request(run_dir / "history", locust)
     runner.start(windows)
     deadline = time.monotonic() + load.duration + LOCUST_GRACE + load.client_timeout * 4
     try:
@@ -185,6 +189,15 @@ def _load(spec: ProbeSpec, run_dir: Path, rig: ProbeRig, windows: list[FaultWind
         raise ProbeError(f"Locust exited with {locust.returncode}; end of {locust.log_path}:\n{tail}")
 
 
+def _wait_first_request(history: Path, locust: LocustProcess) -> None:
+    """Return once a user has recorded a request (or Locust ended, or LOCUST_START
+    seconds passed: the load then runs without that alignment)."""
+    deadline = time.monotonic() + LOCUST_START
+    while time.monotonic() < deadline and not locust.finished(timeout=0.05):
+        if any(path.stat().st_size > 0 for path in history.glob("*.jsonl")):
+            return
+
+
 def final_reads(config: ProbeConfig, upstream: str, operations: Sequence[Mapping[str, Any]],
                 path: Path) -> list[dict[str, Any]]:
     """Read back every acknowledged resource (`read`) and search every key (`search`),
@@ -199,9 +212,11 @@ def final_reads(config: ProbeConfig, upstream: str, operations: Sequence[Mapping
                 # Each resource as its owner (the identity whose answer named it first) and,
                 # with identities, as another one, which must not get it.
                 ids: dict[str, tuple[str | None, int | None]] = {}
+                first = owners(ops)  # the identity whose answer named it first: its creator
                 for op in ops:
                     if op.get("type") == "ok" and op.get("resource_id") is not None:
-                        ids.setdefault(str(op["resource_id"]), (op.get("idempotency_key"), op.get("identity")))
+                        ids.setdefault(str(op["resource_id"]), (op.get("idempotency_key"),
+                                                               first.get((endpoint.name, str(op["resource_id"])))))
                 for resource_id, (key, owner) in list(ids.items())[:MAX_FINAL_READS]:
                     if time.monotonic() > deadline:
                         break
