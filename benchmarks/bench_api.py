@@ -24,6 +24,16 @@ warm-up; anything else means connections churn under load, and it shows there
 instead of hiding inside the per-request figure.
 
     .venv/bin/python benchmarks/bench_api.py [--duration 3] [--rounds 6] [--workers 4] [--connections 16]
+
+`--crash-points` compares instead, in the same alternating rounds and with the layer
+on in all three, what the crash points cost when nothing is armed: the app as it
+was before them (`target_app/` of git revision `--before`, default the parent of the
+commit that added target_app/crashpoints.py, exported into a temporary folder), the
+app now without a crash-point folder, and the app now with a folder
+(TARGET_APP_CRASH_POINTS_DIR) and nothing armed, as the stack runs it. Free when off
+means the three are equal within the noise of paired rounds.
+
+    .venv/bin/python benchmarks/bench_api.py --crash-points [--before REV] [--duration 3] [--rounds 6]
 """
 
 from __future__ import annotations
@@ -37,6 +47,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import timeit
 from pathlib import Path
 
 import redis
@@ -108,14 +119,17 @@ def connections_received(client: redis.Redis) -> int:
     return int(client.info("stats")["total_connections_received"])
 
 
-def start_gunicorn(redis_url: str, unsafe: str, workers: int, log: Path) -> tuple[subprocess.Popen, str]:
+def start_gunicorn(redis_url: str, unsafe: str, workers: int, log: Path, *, source: Path = ROOT,
+                   extra_env: dict[str, str] | None = None) -> tuple[subprocess.Popen, str]:
+    """The app from `source` (a folder holding target_app/) under gunicorn."""
     port = free_port()
     env = {**os.environ, "TARGET_APP_REDIS_URL": redis_url, "TARGET_APP_UNSAFE_DISABLE": unsafe,
-           "TARGET_APP_INVENTORY": "sku-1=100000000000", "TARGET_APP_WEBHOOK_SECRET": "bench"}
+           "TARGET_APP_INVENTORY": "sku-1=100000000000", "TARGET_APP_WEBHOOK_SECRET": "bench",
+           "PYTHONPATH": str(source), **(extra_env or {})}
     process = subprocess.Popen(
         [sys.executable, "-m", "gunicorn", "--workers", str(workers), "--bind", f"127.0.0.1:{port}",
-         "--backlog", "2048", "--log-level", "warning", "target_app.wsgi:app"],
-        cwd=ROOT, env=env, stdout=open(log, "wb"), stderr=subprocess.STDOUT, start_new_session=True)
+         "--backlog", "2048", "--log-level", "warning", "--chdir", str(source), "target_app.wsgi:app"],
+        cwd=source, env=env, stdout=open(log, "wb"), stderr=subprocess.STDOUT, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
@@ -138,16 +152,97 @@ def run_wrk(url: str, script: Path, *, run_id: str, duration: int, connections: 
     return rps, total, int(bad.group(1)) if bad else 0
 
 
+def export_before(revision: str | None, into: Path) -> str:
+    """target_app/ of `revision` (default: before crash points) into `into`; the revision."""
+    if revision is None:
+        added = subprocess.run(["git", "log", "--diff-filter=A", "--format=%H", "--", "target_app/crashpoints.py"],
+                               cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
+        if not added:
+            raise SystemExit("bench_api: target_app/crashpoints.py is not in the history; give --before REV")
+        revision = added[-1] + "^"
+    into.mkdir(parents=True)
+    archive = subprocess.run(["git", "archive", revision, "target_app"], cwd=ROOT, capture_output=True, check=True)
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive.stdout, check=True)
+    return subprocess.run(["git", "rev-parse", "--short", revision], cwd=ROOT, capture_output=True, text=True,
+                          check=True).stdout.strip()
+
+
+def reach_cost(folder: Path | None, reaches: int = 1_000_000) -> float:
+    """Nanoseconds per `reach` of an unarmed point (best of 5 timings)."""
+    from target_app.crashpoints import CrashPoints
+
+    points = CrashPoints(folder, "app")
+    timer = timeit.Timer(lambda: points.reach("api.after_claim"))
+    return min(timer.repeat(repeat=5, number=reaches)) / reaches * 1e9
+
+
+def crash_points_main(args: argparse.Namespace) -> int:
+    """Crash points off against the app before them (see the module docstring)."""
+    tmp = Path(tempfile.mkdtemp(prefix="bench-crash-points-"))
+    costs = {"no folder": reach_cost(None), "folder, nothing armed": reach_cost(tmp / "micro")}
+    empty = min(timeit.Timer(lambda: None).repeat(repeat=5, number=1_000_000)) / 1e6 * 1e9
+    revision = export_before(args.before, tmp / "before")
+    server = RedisServer(data_dir=tmp / "redis", appendonly=False)
+    server.start()
+    script = tmp / "orders.lua"
+    script.write_text(WRK_SCRIPT)
+    base = f"redis://{server.host}:{server.port}"
+    folder = tmp / "crash-points"
+    variants: dict[str, tuple[str, Path, dict[str, str]]] = {
+        f"before ({revision})": (f"{base}/1", tmp / "before", {}),
+        "off, no folder": (f"{base}/2", ROOT, {}),
+        "off, folder set": (f"{base}/3", ROOT, {"TARGET_APP_CRASH_POINTS_DIR": str(folder)}),
+    }
+    processes, urls = {}, {}
+    results: dict[str, list[float]] = {name: [] for name in variants}
+    try:
+        for index, (name, (url, source, env)) in enumerate(variants.items()):
+            processes[name], urls[name] = start_gunicorn(url, "", args.workers, tmp / f"variant-{index}.log",
+                                                         source=source, extra_env=env)
+        for name in variants:
+            run_wrk(urls[name], script, run_id=f"warm-{len(results[name])}-{name[:3]}", duration=1,
+                    connections=args.connections)
+        for round_no in range(args.rounds):
+            for index, name in enumerate(variants):
+                rps, _total, bad = run_wrk(urls[name], script, run_id=f"r{round_no}-v{index}",
+                                           duration=args.duration, connections=args.connections)
+                if bad:
+                    raise SystemExit(f"bench_api: {bad} non-2xx answers from {name}")
+                results[name].append(rps)
+                print(f"round {round_no + 1} {name:18s} {rps:8.0f} req/s", flush=True)
+    finally:
+        for process in processes.values():
+            process.terminate()
+            process.wait(10)
+        server.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
+    before = next(iter(variants))
+    print()
+    print("| variant | req/s (best round) | req/s (median) | median of paired ratios to before |")
+    print("|---|---:|---:|---:|")
+    for name, values in results.items():
+        pairs = [value / base_value for value, base_value in zip(values, results[before], strict=True)]
+        print(f"| {name} | {max(values):.0f} | {statistics.median(values):.0f} | {statistics.median(pairs):.2f} |")
+    print(f"\none unarmed reach (a guarded create passes 4): {costs['no folder']:.0f} ns without a folder, "
+          f"{costs['folder, nothing armed']:.0f} ns with one; an empty lambda call: {empty:.0f} ns")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--duration", type=int, default=3, help="seconds per wrk round")
     parser.add_argument("--rounds", type=int, default=6, help="rounds per variant (alternating)")
     parser.add_argument("--workers", type=int, default=4, help="gunicorn workers per variant")
     parser.add_argument("--connections", type=int, default=16)
+    parser.add_argument("--crash-points", action="store_true",
+                        help="crash points off vs the app before them (see the module docstring)")
+    parser.add_argument("--before", metavar="REV", help="with --crash-points: the revision to compare with")
     args = parser.parse_args(argv)
     if shutil.which("wrk") is None:
         print("bench_api: wrk is not on PATH (apt-get install -y wrk)", file=sys.stderr)
         return 2
+    if args.crash_points:
+        return crash_points_main(args)
 
     tmp = Path(tempfile.mkdtemp(prefix="bench-api-"))
     server = RedisServer(data_dir=tmp / "redis", appendonly=False)
