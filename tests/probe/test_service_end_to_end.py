@@ -18,6 +18,7 @@ import sys
 import time
 import uuid
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -25,6 +26,8 @@ import requests
 from probe_helpers import ROOT
 
 from harness.cli.main import main
+from harness.probe.config import load_config
+from harness.probe.runner import ProbeSpec, run_probe
 from harness.process_handle import pid_alive
 from harness.stack.redis_server import RedisServer
 from harness.toxiproxy.server import EmbeddedToxiproxy
@@ -206,3 +209,30 @@ def test_nothing_the_probe_started_outlives_it(tmp_path: Path, redis_server: Red
     marker = json.loads((out / "interrupted.json").read_text())
     assert marker["interrupted"] is True
     assert marker["by"] == ("harness" if signum == signal.SIGTERM else "lifeline")
+
+
+@pytest.mark.parametrize("database, passes", [(":memory:", False), ("payments.sqlite", True)],
+                         ids=["in-memory", "on-disk"])
+def test_a_kill_of_the_service_finds_what_a_restart_forgets(tmp_path: Path, database: str, passes: bool) -> None:
+    """The payments example keeps its SQLite database in memory by default: a kill of
+    the process forgets every acknowledged payment, which the final reads miss
+    (acknowledged_not_lost), and the stored answers, so a replay charges again. On
+    disk it survives the restart. Network faults alone never show the difference."""
+    token = uuid.uuid4().hex
+    command = json.dumps([sys.executable, str(ROOT / "examples/payments_service.py"), "--mode", "fixed",
+                          "--port", "{port}", "--db", database])
+    plan = tmp_path / "kill.yaml"
+    plan.write_text("seed: 1\nwindows:\n  - {at: 1.5s, for: 0.2s, process: {action: kill, service: service}}\n")
+    path = payments_config(tmp_path, command, token, plan=str(plan))
+    path.write_text(path.read_text().replace("  ready:", f"  cwd: {tmp_path}\n  ready:")
+                    .replace("id: {pointer: /id},", 'id: {pointer: /id}, read: {path: "/payments/{id}"},'))
+    config = load_config(path)
+    result = run_probe(ProbeSpec(config=replace(config, load=replace(config.load, duration=3.0)),
+                                 out_dir=tmp_path / "run"))
+    failed = {inv.name for inv in result.check.invariants if not inv.passed}
+    if passes:
+        assert result.verdict == "pass", result.summary()
+    else:
+        assert "acknowledged_not_lost" in failed, result.summary()
+    kill = json.loads((tmp_path / "run" / "faults.jsonl").read_text().splitlines()[0])
+    assert kill["action"] == "kill" and kill["error"] is None
