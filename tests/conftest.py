@@ -24,7 +24,8 @@ from harness.stack.redis_server import INSTALL_HINT, RedisServer
 from tests.support.services import READY_TIMEOUT, HttpService, http_service
 
 # Fixtures that live in tests/support, offered to every test package.
-pytest_plugins = ["tests.support.toxiproxy", "tests.support.postgres"]
+pytest_plugins = ["tests.support.toxiproxy", "tests.support.postgres", "tests.support.rabbitmq",
+                  "tests.support.nats"]
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,212 @@
+"""The broker adapters (harness.probe.brokers) on real brokers: RabbitMQ, NATS JetStream
+and Redis, each started by the test session on free loopback ports.
+
+For each: a confirmed publish is stored with its id as the broker's own message id;
+a message received and not acknowledged comes back flagged as a redelivery by the
+broker's own metadata (AMQP `redelivered`, a quorum queue's `x-delivery-count`,
+JetStream's `num_delivered`, the pending entry's delivery count in Redis), and the
+adapter's `stats()` counts that redelivery the way the probe reads it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+
+import pika
+import pytest
+import requests
+
+from harness.probe.brokers import Broker, BrokerError, BrokerStats, BrokerTarget, Message, open_broker
+from tests.support.nats import NatsServer
+from tests.support.rabbitmq import RabbitServer
+
+
+@pytest.fixture
+def brokers() -> Iterator[Callable[[BrokerTarget], Broker]]:
+    opened: list[Broker] = []
+
+    def open_(target: BrokerTarget) -> Broker:
+        broker = open_broker(target)
+        opened.append(broker)
+        return broker
+
+    yield open_
+    for broker in opened:
+        broker.close()
+
+
+def wait_stats(broker: Broker, done: Callable[[BrokerStats], bool], timeout: float = 20.0) -> BrokerStats:
+    """The broker's counts once `done` holds (RabbitMQ's management statistics lag by seconds)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        stats = broker.stats()
+        if done(stats) or time.monotonic() > deadline:
+            return stats
+        time.sleep(0.2)
+
+
+# --- RabbitMQ ---------------------------------------------------------------------------
+
+def rabbit_target(server: RabbitServer, queue: str, **extra: str) -> BrokerTarget:
+    return BrokerTarget(broker="rabbitmq", url=server.url, queue=queue, management=server.management_url, **extra)
+
+
+def test_rabbitmq_confirmed_publish_carries_the_message_id(rabbitmq_server: RabbitServer, rabbitmq_queue: str,
+                                                           brokers: Callable[[BrokerTarget], Broker]) -> None:
+    broker = brokers(rabbit_target(rabbitmq_server, rabbitmq_queue))
+    broker.setup()
+    ack = broker.publish(Message("m-1", b'{"fact": 1}', {"x-probe-kind": "first"}))
+    assert ack.confirmed and ack.error is None
+    # Read back with pika itself, not the adapter: durable queue, persistent message, the id.
+    connection = pika.BlockingConnection(pika.URLParameters(rabbitmq_server.url))
+    try:
+        channel = connection.channel()
+        declared = channel.queue_declare(rabbitmq_queue, passive=True)
+        assert declared.method.message_count == 1
+        method, properties, body = channel.basic_get(rabbitmq_queue, auto_ack=True)
+        assert (properties.message_id, properties.delivery_mode, body) == ("m-1", 2, b'{"fact": 1}')
+        assert properties.headers == {"x-probe-kind": "first"}
+        assert method.redelivered is False
+    finally:
+        connection.close()
+
+
+def test_rabbitmq_unroutable_publish_is_not_confirmed(rabbitmq_server: RabbitServer,
+                                                      brokers: Callable[[BrokerTarget], Broker]) -> None:
+    # No queue of that name exists (no setup): mandatory + confirms make that a failed publish.
+    broker = brokers(rabbit_target(rabbitmq_server, f"missing-{time.monotonic_ns()}"))
+    ack = broker.publish(Message("m-2", b"{}"))
+    assert not ack.confirmed and "Unroutable" in (ack.error or "")
+
+
+def test_rabbitmq_unacked_message_is_redelivered_and_counted(rabbitmq_server: RabbitServer, rabbitmq_queue: str,
+                                                             brokers: Callable[[BrokerTarget], Broker]) -> None:
+    producer = brokers(rabbit_target(rabbitmq_server, rabbitmq_queue))
+    producer.setup()
+    assert producer.publish(Message("m-3", b"{}")).confirmed
+    consumer = brokers(rabbit_target(rabbitmq_server, rabbitmq_queue))
+    first = consumer.receive(5)
+    assert first is not None and first.message_id == "m-3" and not first.redelivered
+    assert first.delivery_count is None  # a classic queue does not count
+    consumer.release()  # the channel closes with the message unacked: the broker requeues it
+    again = consumer.receive(5)
+    assert again is not None and again.message_id == "m-3" and again.redelivered
+    consumer.ack(again)
+    stats = wait_stats(producer, lambda s: s.redeliveries == 1 and s.unacknowledged == 0)
+    assert (stats.redeliveries, stats.unacknowledged) == (1, 0)
+
+
+def test_rabbitmq_quorum_queue_counts_deliveries(rabbitmq_server: RabbitServer, rabbitmq_queue: str,
+                                                 brokers: Callable[[BrokerTarget], Broker]) -> None:
+    connection = pika.BlockingConnection(pika.URLParameters(rabbitmq_server.url))
+    connection.channel().queue_declare(rabbitmq_queue, durable=True, arguments={"x-queue-type": "quorum"})
+    connection.close()
+    broker = brokers(rabbit_target(rabbitmq_server, rabbitmq_queue))
+    broker.setup()  # the existing quorum queue is used as it is
+    assert broker.publish(Message("m-4", b"{}")).confirmed
+    counts = []
+    for _ in range(3):
+        delivery = broker.receive(5)
+        assert delivery is not None and delivery.message_id == "m-4"
+        counts.append((delivery.redelivered, delivery.delivery_count))
+        broker.release()
+    assert counts == [(False, 0), (True, 1), (True, 2)]
+
+
+def test_rabbitmq_dead_letters_are_counted(rabbitmq_server: RabbitServer, rabbitmq_queue: str,
+                                           brokers: Callable[[BrokerTarget], Broker]) -> None:
+    broker = brokers(rabbit_target(rabbitmq_server, rabbitmq_queue, dead_letter=f"{rabbitmq_queue}.dead"))
+    broker.setup()
+    assert broker.publish(Message("m-5", b"{}")).confirmed
+    delivery = broker.receive(5)
+    assert delivery is not None
+    channel = broker._open()  # type: ignore[attr-defined]  # the consumer rejects it without requeue
+    channel.basic_reject(delivery.handle, requeue=False)
+    stats = wait_stats(broker, lambda s: s.dead_letters == 1)
+    assert stats.dead_letters == 1
+    parked = broker.receive(5, queue=f"{rabbitmq_queue}.dead")
+    assert parked is not None and parked.message_id == "m-5"
+
+
+def test_rabbitmq_unreachable_is_one_broker_error(brokers: Callable[[BrokerTarget], Broker]) -> None:
+    from harness.ports import free_port
+
+    broker = brokers(BrokerTarget(broker="rabbitmq", url=f"amqp://guest:guest@127.0.0.1:{free_port()}/%2F",
+                                  queue="q"))
+    with pytest.raises(BrokerError, match="cannot connect"):
+        broker.setup()
+    assert not broker.publish(Message("m-6", b"{}")).confirmed
+
+
+def test_rabbitmq_management_is_on_loopback(rabbitmq_server: RabbitServer) -> None:
+    answer = requests.get(f"http://127.0.0.1:{rabbitmq_server.management_port}/api/overview",
+                          auth=("guest", "guest"), timeout=5)
+    assert answer.status_code == 200 and answer.json()["node"] == rabbitmq_server.node
+
+
+# --- NATS JetStream ---------------------------------------------------------------------
+
+def test_nats_publish_ack_and_duplicate_window(nats_server: NatsServer, nats_subject: str,
+                                               brokers: Callable[[BrokerTarget], Broker]) -> None:
+    broker = brokers(BrokerTarget(broker="nats", url=nats_server.url, queue=nats_subject))
+    broker.setup()
+    first = broker.publish(Message("n-1", b'{"a": 1}'))
+    again = broker.publish(Message("n-1", b'{"a": 1}'))
+    other = broker.publish(Message("n-2", b'{"a": 1}'))
+    assert first.confirmed and not first.duplicate
+    assert again.confirmed and again.duplicate  # JetStream's Nats-Msg-Id window dropped the copy
+    assert other.confirmed and not other.duplicate
+    delivery = broker.receive(3)
+    assert delivery is not None and delivery.message_id == "n-1" and delivery.delivery_count == 1
+
+
+def test_nats_unacked_message_is_redelivered_after_ack_wait(nats_server: NatsServer, nats_subject: str,
+                                                            brokers: Callable[[BrokerTarget], Broker]) -> None:
+    producer = brokers(BrokerTarget(broker="nats", url=nats_server.url, queue=nats_subject))
+    producer.setup()
+    assert producer.publish(Message("n-3", b"{}")).confirmed
+    consumer = open_broker(BrokerTarget(broker="nats", url=nats_server.url, queue=nats_subject))
+    from harness.probe.brokers.nats import NatsBroker
+
+    assert isinstance(consumer, NatsBroker)
+    consumer.durable, consumer.ack_wait = "worker", 1.0
+    try:
+        first = consumer.receive(3)
+        assert first is not None and (first.redelivered, first.delivery_count) == (False, 1)
+        again = consumer.receive(5)  # not acked: back after AckWait
+        assert again is not None and again.message_id == "n-3"
+        assert (again.redelivered, again.delivery_count) == (True, 2)
+        consumer.ack(again)
+    finally:
+        consumer.close()
+    stats = wait_stats(producer, lambda s: s.redeliveries == 1 and s.unacknowledged == 0)
+    assert (stats.redeliveries, stats.unacknowledged) == (1, 0)
+
+
+# --- Redis Streams ----------------------------------------------------------------------
+
+def test_redis_entry_carries_the_id_and_a_claim_counts(redis_url: str,
+                                                       brokers: Callable[[BrokerTarget], Broker]) -> None:
+    import redis
+
+    stream = f"probe-test-{time.monotonic_ns()}"
+    broker = brokers(BrokerTarget(broker="redis-streams", url=redis_url, queue=stream))
+    broker.setup()
+    ack = broker.publish(Message("r-1", b'{"b": 2}', {"kind": "first"}))
+    assert ack.confirmed and ack.position
+    client = redis.Redis.from_url(redis_url)
+    [(entry_id, fields)] = client.xrange(stream)
+    assert fields == {b"message_id": b"r-1", b"body": b'{"b": 2}', b"h:kind": b"first"}
+    first = broker.receive(1)
+    assert first is not None and (first.message_id, first.redelivered, first.delivery_count) == ("r-1", False, 1)
+    assert broker.stats().unacknowledged == 1
+    broker.release()  # nothing is requeued: the entry stays pending until XACK
+    again = broker.receive(1)  # claimed after its idle time (0 ms here)
+    assert again is not None and again.message_id == "r-1"
+    assert (again.redelivered, again.delivery_count) == (True, 2)
+    stats = broker.stats()
+    broker.ack(again)
+    assert stats.redeliveries == 1
+    assert broker.stats().unacknowledged == 0 and broker.stats().redeliveries == 1
+    client.close()
