@@ -16,8 +16,9 @@ Entering it, in this order:
 
 Leaving it undoes all of it in reverse: the service stopped (its whole group), the
 toxics healed, the proxies deleted from a shared Toxiproxy, the embedded one stopped,
-the guard left (lease removed; on an interrupt the run directory is marked). A failure
-half-way through entering undoes what was done so far.
+the guard left (lease removed; on an interrupt the run directory is marked), and
+`service.json` written (the command as run, its port, how often it was started, each
+dependency's proxy). A failure half-way through entering undoes what was done so far.
 
 The rig's `targets` are the plan names of the run (harness.probe.plan_targets),
 `processes` the plan's process faults (the service, or a refusal when there is none)
@@ -29,10 +30,12 @@ from __future__ import annotations
 import os
 import socket
 from contextlib import ExitStack
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from urllib.parse import quote
 
+import orjson
 import requests
 
 from harness.errors import HarnessError
@@ -45,6 +48,26 @@ from harness.stack.lifeline import RunGuard
 from harness.stack.registry import ProxyClaim, refusal
 
 HOST = "127.0.0.1"
+SERVICE_RECORD = "service.json"
+
+
+@dataclass(frozen=True)
+class DependencyRecord:
+    name: str  # the config's (and the plan's) name
+    proxy: str  # the proxy's name on the Toxiproxy
+    listen: str  # what the service was told: {dependency.NAME}
+    upstream: str  # the real dependency
+
+
+@dataclass(frozen=True)
+class ServiceRecord:
+    """service.json of a run with `service:` (docs/probe.md, Output)."""
+
+    command: list[str]  # placeholders filled
+    port: int
+    starts: int  # the first start plus one per restart or heal of a kill
+    log: str
+    dependencies: list[DependencyRecord]
 
 
 class RigError(HarnessError):
@@ -149,6 +172,7 @@ class ProbeRig:
         if config.service is not None:
             self.service = ProbedService(config.service, port=ports[-1], dependencies=self.dependencies.addresses,
                                          log_path=self.run_dir / LOG_NAME, base_env=os.environ, guard=self.guard)
+            self._stack.callback(self._record_service)
             self._stack.callback(self.service.stop)
             self.service.start()
             self.upstream = self.service.address
@@ -160,6 +184,18 @@ class ProbeRig:
         self.proxy_url = f"http://{listen}"
 
     # --- leaving ----------------------------------------------------------------------
+
+    def _record_service(self) -> None:
+        """`service.json`: what the probe ran and put in front of it, once it is stopped."""
+        service = self.service
+        if service is None:
+            return
+        record = ServiceRecord(
+            command=service.argv, port=service.port, starts=service.starts, log=LOG_NAME,
+            dependencies=[DependencyRecord(name=proxy.name, proxy=proxy.proxy, listen=proxy.listen,
+                                           upstream=proxy.upstream)
+                          for proxy in (self.dependencies.proxies if self.dependencies else [])])
+        (self.run_dir / SERVICE_RECORD).write_bytes(orjson.dumps(record, option=orjson.OPT_INDENT_2))
 
     def heal(self) -> None:
         """Remove every toxic and re-enable every proxy of this run (after the load)."""

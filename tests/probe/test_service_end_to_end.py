@@ -131,6 +131,11 @@ def test_the_target_app_behind_its_redis_proxy_passes_probe_dependencies(
     # Redis gone or reset under the app: it answers 503 on purpose, and never stores it.
     assert any(status.startswith("5") for status in statuses), statuses
     assert result["toxiproxy"] == "embedded" and result["upstream"].startswith("127.0.0.1:")
+    record = json.loads((out / "service.json").read_text())
+    assert record["starts"] == 2  # started, then started again after the plan's kill
+    assert f"127.0.0.1:{record['port']}" == result["upstream"] and "gunicorn" in record["command"]
+    (redis,) = record["dependencies"]
+    assert redis["name"] == "redis" and redis["upstream"] == f"{redis_server.host}:{redis_server.port}"
     assert marked(token) == [], "the service outlived the probe"
     assert not list((Path(os.environ["HARNESS_REGISTRY"]) / "leases").glob("*.json"))
 
