@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 
 from harness.bundled import plan_path
+from harness.errors import HarnessError
 from harness.run.rundir import RunDir
 from harness.run.runner import RunSpec, run
 
@@ -58,11 +59,17 @@ def main(argv: list[str] | None = None) -> int:
                                plan=path, seed=seed, runs_root=Path(workdir) / "runs",
                                attach=False, progress=False, app_workers=2)
                 began = time.monotonic()
-                outcome = run(spec, out=io.StringIO())
+                try:
+                    outcome = run(spec, out=io.StringIO())
+                except HarnessError as error:  # the harness failed: counted, and the next seed runs
+                    verdicts["harness error"] = verdicts.get("harness error", 0) + 1
+                    print(f"{path.stem} seed {seed:3d}: HARNESS ERROR {time.monotonic() - began:5.1f} s  {error}",
+                          flush=True)
+                    continue
                 check = outcome.check
-                verdict = check.verdict if check is not None else "error"
+                verdict = check.verdict
                 verdicts[verdict] = verdicts.get(verdict, 0) + 1
-                counts = check.counts if check is not None else {}
+                counts = check.counts
                 hits = crash_point_hits(outcome.run_dir)
                 print(f"{path.stem} seed {seed:3d}: {verdict.upper():12s} "
                       f"{counts.get('operations', 0):6d} operations {counts.get('faults', 0):3d} faults "

@@ -51,9 +51,11 @@ from harness.nemesis.toxiproxy_client import (
 # What an armed point can do, in the order users see them.
 CRASH_POINT_ACTIONS = ("crash", "error", "delay", "drop-reply")
 PATH = "/internal/v1/crash-points"
-# A crashing app worker can cut a call to the internal listener; each call is
-# idempotent (a read, or setting a point to one state), so it is tried again.
-ATTEMPTS = 3
+# A crashing app worker cuts the calls it was serving, the internal listener's too
+# (gthread: one process serves many requests), and while crash points fire several
+# workers may die in a row; each call is idempotent (a read, or setting a point to one
+# state), so a call that got no answer is tried again for up to RETRY_SECONDS.
+RETRY_SECONDS = 15.0
 RETRY_PAUSE = 0.3
 
 
@@ -166,25 +168,28 @@ def armed_as_asked(found: Arming | None, asked: Arming, *, fired: int) -> bool:
 class CrashPointClient:
     """Arm, disarm and read one app's crash points (module docstring)."""
 
-    def __init__(self, app_url: str, token: str | None, *, timeout: float = 5.0) -> None:
+    def __init__(self, app_url: str, token: str | None, *, timeout: float = 5.0,
+                 retry_seconds: float = RETRY_SECONDS) -> None:
         self.app_url = app_url.rstrip("/")
         self._headers = {"Authorization": f"Bearer {token}"} if token else {}
         self._timeout = timeout
+        self._retry_seconds = retry_seconds
 
     # -- plumbing --------------------------------------------------------------
     def _request(self, method: str, path: str, what: str, body: Any = None) -> Any:
         url = self.app_url + path
-        response: requests.Response | None = None
-        for attempt in range(ATTEMPTS):
+        deadline = time.monotonic() + self._retry_seconds
+        attempts = 0
+        while True:
+            attempts += 1
             try:
                 response = requests.request(method, url, json=body, headers=self._headers, timeout=self._timeout)
                 break
             except requests.RequestException as error:
-                if attempt + 1 == ATTEMPTS:
+                if time.monotonic() + RETRY_PAUSE >= deadline:
                     raise NemesisUnreachable(f"{what}: the app's internal listener at {self.app_url} "
-                                             f"did not answer: {error}") from None
+                                             f"did not answer ({attempts} attempts): {error}") from None
                 time.sleep(RETRY_PAUSE)
-        assert response is not None  # the loop either answered or raised
         if response.status_code >= 400:
             detail = _problem_detail(response)
             if response.status_code == 404:
