@@ -250,8 +250,9 @@ def _run_in(spec: RunSpec, run_dir: RunDir, plan: Plan | None, guard: RunGuard, 
         def heal() -> None:
             try:  # before the heal's `start` could hide it: a crashed service came back by itself
                 require_services_back(stack)
-            finally:
-                heal_everything(nemesis, stack)
+            except StackError as error:
+                cleanup.failed("every crashed service back after the load", error)
+            heal_everything(nemesis, stack)
 
         load_window = drive_load(locust, runner, windows, duration=spec.duration, cleanup=cleanup,
                                  heal=heal, progress=progress,

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 import time
 from pathlib import Path
 
@@ -14,10 +15,12 @@ import pytest
 
 from harness.process_handle import pid_alive
 from harness.stack import supervisor
+from harness.stack.info import read_info
 from harness.stack.liveness import ServicesNotBack, not_back, require_services_back
 from harness.stack.local import Stack, start_stack
 from harness.stack.protocol import ServiceStatus
 from tests.stack.conftest import create_order
+from tests.support.cli import clean_env, run_harness
 from tests.support.stacks import small_settings
 
 
@@ -110,3 +113,27 @@ def test_redis_dead_on_its_own_stays_down_and_fails_the_check(tmp_path: Path) ->
         assert "redis (pid" in (root / "logs" / "supervisor.log").read_text()
         stack.start("redis")
         require_services_back(stack, timeout=1)
+
+
+@pytest.mark.slow
+def test_a_run_in_which_a_crashed_service_never_came_back_exits_2(tmp_path: Path) -> None:
+    """Redis dies on its own in the middle of a run (no process fault: nobody asked the
+    supervisor) and is not restarted: the run is a harness failure, never a verdict."""
+    root = tmp_path / "h"
+    up = run_harness("up", "--root", str(root), "--app-workers", "1", "--consumers", "1",
+                     cwd=tmp_path, env=clean_env(), timeout=120)
+    assert up.returncode == 0, up.stderr
+    try:
+        info = read_info(root)
+        assert info is not None
+        redis_pid = info.service("redis").pid
+        assert redis_pid is not None
+        killer = threading.Timer(3.0, os.kill, args=(redis_pid, signal.SIGKILL))
+        killer.start()
+        result = run_harness("run", "timeout_replay", "--root", str(root), "--users", "2", "--duration", "6s",
+                             "--runs-dir", str(tmp_path / "runs"), cwd=tmp_path, env=clean_env(), timeout=240)
+        killer.join()
+        assert result.returncode == 2, result.stdout + result.stderr[-3000:]
+        assert "did not come back" in result.stderr and "redis (exited)" in result.stderr, result.stderr[-3000:]
+    finally:
+        run_harness("down", "--root", str(root), cwd=tmp_path, env=clean_env(), timeout=120)
