@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import yaml
 
@@ -34,7 +34,6 @@ from harness.nemesis.plans import Plan, PlanError, PlanTargets, parse_plan, sche
 APP = "app"  # how a plan names the probe's proxy in front of the service
 SERVICE = "service"  # how a plan names the service's process
 DEPENDENCIES = "dependencies"  # every dependency proxy at once
-_NetworkFault = TypeVar("_NetworkFault", ToxicFault, ProxyDownFault)
 
 
 @dataclass(frozen=True)
@@ -133,5 +132,5 @@ def probe_windows(plan: Plan, duration: float, targets: ProbeTargets, *,
     return sorted(windows, key=lambda w: (w.at, w.name))
 
 
-def _aimed(fault: _NetworkFault, proxy: str) -> _NetworkFault:
+def _aimed(fault: ToxicFault | ProxyDownFault, proxy: str) -> ToxicFault | ProxyDownFault:
     return replace(fault, proxy=proxy)
