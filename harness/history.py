@@ -340,21 +340,23 @@ def read_pairs(paths: Iterable[Path]) -> Iterator[tuple[dict[str, Any], dict[str
                 try:
                     record = loads(line)
                     kind = record["type"]
+                    op_id = record["op_id"]
                 except decode_error as error:
                     _unparsable(path, number, line, error)
                     continue
                 except (KeyError, TypeError):
                     if type(record) is not dict:
                         raise HistoryError(f"{path}:{number}: not a JSON object") from None
-                    kind = None
+                    kind = record.get("type")
+                    op_id = record.get("op_id")
                 if kind == "invoke":
-                    pending[record.get("op_id")] = record
+                    pending[op_id] = record
                     continue
                 if kind not in completions:
                     raise HistoryError(f"{path}: unknown record type {kind!r}")
-                invoke = pop(record.get("op_id"), None)
+                invoke = pop(op_id, None)
                 if invoke is None:
-                    raise HistoryError(f"{path}: completion {record.get('op_id')!r} without invoke")
+                    raise HistoryError(f"{path}: completion {op_id!r} without invoke")
                 yield invoke, record
         for invoke in pending.values():
             yield invoke, {"type": "info", "op_id": invoke.get("op_id"), "op": invoke.get("op"),

@@ -194,8 +194,9 @@ class HistoryIndex:
         self.export = export
         self.findings = findings
         self.operations = 0
-        # (op, completion, expect, status, replayed, problem type) -> operations
-        self.tallies: dict[tuple[Any, ...], int] = {}
+        # (op, completion, expect, status, replayed, problem type) -> [operations]: a list, so
+        # counting one operation hashes its tuple once
+        self._counts: dict[tuple[Any, ...], list[int]] = {}
         self.already_paid_seen = 0
         self.lost_messages = 0
         # Jepsen's element tallies, counted by no_lost_acknowledgement
@@ -242,7 +243,7 @@ class HistoryIndex:
         counter each, and nothing allocated for an operation that only repeats
         what is already known.
         """
-        tallies = self.tallies
+        counts = self._counts
         pairs = self.pairs
         orders = self.export.orders
         effects_of = self.export.effects
@@ -283,7 +284,11 @@ class HistoryIndex:
                 tally = (name, kind, expect, status, replayed,
                          answered("problem_type") if kind == "fail" else None)
                 answer = None
-            tallies[tally] = tallies.get(tally, 0) + 1
+            counter = counts.get(tally)
+            if counter is None:
+                counts[tally] = [1]
+            else:
+                counter[0] += 1
             # A JSON field: a str by the history's format (docs/internals.md), or absent.
             order_id: Any = get("order_id")
             if order_id is None:
@@ -411,7 +416,7 @@ class HistoryIndex:
             else:
                 assert isinstance(record, KeyRecord)  # (the rare case: for mypy only)
                 self._add_to_record(record, scope, name, body, heard, order_id)
-        self.operations = sum(tallies.values())
+        self.operations = sum(counter[0] for counter in counts.values())
         self.already_paid_seen += already_paid
 
     def _exported_pair(self, order_id: Any, provider_ref: Any) -> tuple[str, str]:
@@ -433,6 +438,11 @@ class HistoryIndex:
         record.add(body, heard, exported[0] if exported is not None else order_id)
 
     # -- tallies -----------------------------------------------------------------------
+
+    @property
+    def tallies(self) -> dict[tuple[Any, ...], int]:
+        """(op, completion, expect, status, replayed, problem type) -> operations."""
+        return {tally: counter[0] for tally, counter in self._counts.items()}
 
     @property
     def outcomes(self) -> dict[str, dict[str, int]]:
