@@ -164,6 +164,9 @@ def test_the_leaves_import_only_leaves() -> None:
     # which both import them: they import neither (nor the app they sign for).
     ("harness/webhooks", "target_app"), ("harness/webhooks", "harness.probe"),
     ("harness/webhooks", "harness.provider"),
+    # The payment provider is a server of its own, usable without the probe: it builds on
+    # harness.webhooks and the leaves, never on the probe or the app it charges for.
+    ("harness/provider", "harness.probe"), ("harness/provider", "target_app"),
     # The system under test knows nothing of what tests it.
     ("target_app", "harness"),
 ])

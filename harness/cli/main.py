@@ -355,9 +355,10 @@ def parser_adders() -> list[Callable[[Subparsers], None]]:
     """Every subcommand's `add_*` function; a new subcommand is one more entry here."""
     from harness.cli import fault_commands, run_commands
     from harness.cli.probe_commands import add_probe
+    from harness.cli.provider_commands import add_provider
 
     return [add_up, add_down, add_status, fault_commands.add_fault, run_commands.add_parsers, add_toxiproxy,
-            add_probe, add_completion]
+            add_probe, add_provider, add_completion]
 
 
 def package_version() -> str:
