@@ -49,7 +49,7 @@ import os
 import re
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypedDict
@@ -64,7 +64,16 @@ from harness import bundled
 from harness.catalog import SCENARIOS
 from harness.errors import HarnessError
 from harness.names import DEFAULT_STACK_ROOT, HISTORY_SUFFIX
+from harness.nemesis.crash_points import (
+    CRASH_POINT_ACTIONS,
+    Arming,
+    CrashPointClient,
+    CrashPointHit,
+    CrashPointInfo,
+    check_arming,
+)
 from harness.nemesis.faults import (
+    CrashPointFault,
     Fault,
     FaultRecord,
     FaultTargets,
@@ -177,10 +186,12 @@ class Problem(Exception):
 # --- the tab ---------------------------------------------------------------------------
 
 class _Active(TypedDict):
-    """A fault applied from the tab, until it ends: its faults.jsonl line so far."""
+    """A fault applied from the tab, until it ends: its faults.jsonl line so far, and
+    what completes that line at the end (a crash point's hits), if anything."""
 
     record: FaultRecord
     start: float
+    finish: Callable[[], FaultRecord] | None
 
 
 @dataclass(frozen=True)
@@ -239,7 +250,9 @@ class ChaosTab:
             "plans": self.plan_names(),
             "toxic_types": {name: list(attrs) for name, attrs in TOXIC_ATTRIBUTES.items()},
             "service_actions": [action.value for action in ProcessAction],
-            "stack": None, "proxies": [], "services": [], "faults": [], "error": None,
+            "crash_point_actions": list(CRASH_POINT_ACTIONS),
+            "stack": None, "proxies": [], "services": [], "crash_points": [], "faults": [], "error": None,
+            "crash_points_error": None,
         }
         try:
             stack = self.stack()
@@ -255,7 +268,9 @@ class ChaosTab:
                                 "attributes": dict(t.attributes)} for t in toxics if t.proxy == name]})
             document["services"] = [{"name": row["name"], "status": row["status"], "healthy": row["healthy"]}
                                     for row in stack.services()]
-            document["faults"] = _active_faults(document["proxies"], document["services"])
+            document["crash_points"], document["crash_points_error"] = _crash_point_rows(nemesis.crash_points)
+            document["faults"] = _active_faults(document["proxies"], document["services"],
+                                                document["crash_points"])
         except (Problem, HarnessError) as error:
             document["error"] = getattr(error, "detail", None) or str(error)
         self._snapshot = (time.monotonic(), document)
@@ -393,9 +408,60 @@ class ChaosTab:
         if not 0 <= index < len(faults):
             raise Problem(404, "No such fault", f"plan {plan} has faults 0..{len(faults) - 1}")
         fault = faults[index].fault
-        fault.apply(FaultTargets(network=_TabFaults(self), processes=_TabFaults(self)),
+        fault.apply(FaultTargets(network=_TabFaults(self), processes=_TabFaults(self),
+                                 crash_points=_TabCrashPoints(self)),
                     re.sub(r"[^A-Za-z0-9_-]", "_", f"{plan}-{index}"))
         return {"applied": fault.describe()}
+
+    # crash points (harness.nemesis.crash_points: each change read back from the app)
+
+    def _crash_points(self) -> CrashPointClient:
+        client = self.stack().nemesis().crash_points
+        if client is None:
+            raise Problem(409, "No crash points", "this stack's app has no crash points to arm")
+        return client
+
+    def arm_crash_point(self, name: str, arming: Arming) -> dict[str, Any]:
+        """Arm one of the app's crash points; logged until it is disarmed (its line
+        then counts the hits of its window, as the nemesis's do)."""
+        self._not_while_checking()
+        _check_name(name, "crash point")
+        client = self._crash_points()
+        fault, window = CrashPointFault(name, arming), f"{name.replace('.', '-')}-{arming.action}"
+        targets = FaultTargets(network=_TabFaults(self), processes=_TabFaults(self), crash_points=client)
+        start = time.time()  # before the arming: a hit may come before apply returns
+        try:
+            fault.apply(targets, window)
+        except NemesisError as error:
+            raise _nemesis_problem(error) from error
+
+        def finish() -> FaultRecord:
+            fault.heal(targets, window)  # disarmed already: reads the window's hits back
+            return fault.record(window)
+
+        self._began(f"crash_point:{name}", fault.record(window), finish, start=start)
+        return _crash_point_row(client.point(name))
+
+    def disarm_crash_point(self, name: str) -> dict[str, Any]:
+        self._not_while_checking()
+        _check_name(name, "crash point")
+        client = self._crash_points()
+        try:
+            point = client.disarm(name)
+        except NemesisError as error:
+            raise _nemesis_problem(error) from error
+        self._ended(f"crash_point:{name}")
+        return _crash_point_row(point)
+
+    def disarm_crash_points(self) -> dict[str, Any]:
+        self._not_while_checking()
+        try:
+            disarmed = self._crash_points().disarm_all()
+        except NemesisError as error:
+            raise _nemesis_problem(error) from error
+        for key in [key for key in list(self._active) if key.startswith("crash_point:")]:
+            self._ended(key)
+        return {"disarmed": disarmed}
 
     def heal(self) -> None:
         self._not_while_checking()
@@ -408,9 +474,10 @@ class ChaosTab:
 
     # the fault log of the current run (faults.jsonl, as NemesisRunner writes it)
 
-    def _began(self, key: str, record: FaultRecord) -> None:
+    def _began(self, key: str, record: FaultRecord, finish: Callable[[], FaultRecord] | None = None,
+               start: float | None = None) -> None:
         with self._lock:
-            self._active[key] = _Active(record=record, start=time.time())
+            self._active[key] = _Active(record=record, start=time.time() if start is None else start, finish=finish)
             self._snapshot = None
 
     def _ended(self, key: str, error: str | None = None) -> None:
@@ -419,8 +486,15 @@ class ChaosTab:
             self._snapshot = None
             run_dir = self.run_dir
         if record is not None and run_dir is not None:
-            log_fault(RunDir(run_dir).faults, record["record"], start=record["start"], end=time.time(),
-                      error=error)
+            line = record["record"]
+            if record["finish"] is not None:
+                try:
+                    line = record["finish"]()
+                except HarnessError as failure:  # the fault ended; only its count is missing
+                    error = error or str(failure)
+            # After the finish: a crash point's window ends once it reads back disarmed,
+            # and every hit it counts (even one landing during the disarm) lies inside.
+            log_fault(RunDir(run_dir).faults, line, start=record["start"], end=time.time(), error=error)
 
     def _end_all(self) -> None:
         for key in list(self._active):
@@ -559,6 +633,49 @@ class _TabFaults:
         self.tab.service_action(service, ProcessAction.RESTART)
 
 
+class _TabCrashPoints:
+    """The tab's crash-point actions as a fault's targets (FaultTargets.crash_points):
+    a plan's crash point applied from the tab is logged like one armed by hand."""
+
+    def __init__(self, tab: ChaosTab) -> None:
+        self.tab = tab
+
+    def point(self, name: str) -> CrashPointInfo:
+        return self.tab._crash_points().point(name)
+
+    def arm(self, name: str, arming: Arming) -> CrashPointInfo:
+        self.tab.arm_crash_point(name, arming)
+        return self.point(name)
+
+    def disarm(self, name: str) -> CrashPointInfo:
+        self.tab.disarm_crash_point(name)
+        return self.point(name)
+
+    def hits(self) -> list[CrashPointHit]:
+        return self.tab._crash_points().hits()
+
+
+def _crash_point_row(point: CrashPointInfo) -> dict[str, Any]:
+    armed = point.armed
+    return {"name": point.name, "layer": point.layer, "process": point.process,
+            "description": point.description, "actions": list(point.actions), "hits": point.hits,
+            "armed": armed.to_json() if armed is not None else None,
+            "armed_describe": armed.describe() if armed is not None else None}
+
+
+def _crash_point_rows(client: CrashPointClient | None) -> tuple[list[dict[str, Any]], str | None]:
+    """Every crash point of the app with its arming, or why there is no list (the app may
+    be down on purpose: the rest of the state still holds)."""
+    if client is None:
+        return [], None
+    try:
+        return [_crash_point_row(point) for _, point in sorted(client.points().items())], None
+    except NemesisNotFound:
+        return [], None  # an app without crash points
+    except NemesisError as error:
+        return [], str(error)
+
+
 def _check_name(value: str, what: str) -> None:
     if not isinstance(value, str) or not _NAME.match(value):
         raise Problem(400, f"Bad {what}", f"{what} must be letters, digits, '.', '_' or '-', not {value!r}")
@@ -570,7 +687,8 @@ def _nemesis_problem(error: NemesisError) -> Problem:
     return Problem(status, "Toxiproxy refused" if status < 500 else "Toxiproxy failed", str(error))
 
 
-def _active_faults(proxies: list[dict[str, Any]], services: list[dict[str, Any]]) -> list[dict[str, str]]:
+def _active_faults(proxies: list[dict[str, Any]], services: list[dict[str, Any]],
+                   crash_points: Sequence[dict[str, Any]] = ()) -> list[dict[str, str]]:
     faults = []
     for proxy in proxies:
         if not proxy["enabled"]:
@@ -583,6 +701,10 @@ def _active_faults(proxies: list[dict[str, Any]], services: list[dict[str, Any]]
     for service in services:
         if service["status"] not in ("running", "external"):
             faults.append({"kind": "process", "target": service["name"], "detail": str(service["status"])})
+    for point in crash_points:
+        if point["armed"] is not None:
+            faults.append({"kind": "crash_point", "target": point["name"],
+                           "detail": f"{point['armed_describe']} hits={point['hits']}"})
     return faults
 
 
@@ -693,6 +815,24 @@ def blueprint(tab: ChaosTab, auth: Callable[[Callable[..., Any]], Callable[..., 
         applied = [tab.apply_plan_fault(plan, fault.index) for fault in tab.plan_faults(plan)
                    if fault.fault.kind == ToxicFault.kind]
         return {"applied": applied}
+
+    @route("/api/crash-points/<name>", ("POST",))
+    def arm_crash_point(name: str) -> Any:
+        data = _body()
+        try:
+            arming = check_arming(data.get("action"), data.get("probability", 1.0), data.get("count"),
+                                  data.get("delay_ms"))
+        except NemesisError as error:
+            raise Problem(400, "Bad arming", str(error)) from error
+        return tab.arm_crash_point(name, arming)
+
+    @route("/api/crash-points/<name>", ("DELETE",))
+    def disarm_crash_point(name: str) -> Any:
+        return tab.disarm_crash_point(name)
+
+    @route("/api/crash-points", ("DELETE",))
+    def disarm_crash_points() -> Any:
+        return tab.disarm_crash_points()
 
     @route("/api/heal", ("POST",))
     def heal() -> Any:

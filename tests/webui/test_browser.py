@@ -3,8 +3,8 @@
 
 Start a swarm from Locust's own form, open the Chaos tab, add a toxic with the tab's
 form and see it listed, stop, and see the verdict (PASS) with a working report link.
-The standalone page /chaos/ pauses and resumes a consumer (its script sends the
-page's token). A page of another origin posting a form (or a JSON fetch) to the kill
+The standalone page /chaos/ pauses and resumes a consumer, and arms and disarms a
+crash point (its script sends the page's token). A page of another origin posting a form (or a JSON fetch) to the kill
 route is refused and kills nothing (docs/security.md).
 Without Chromium the test fails and says how to install it (scripts/setup.sh does).
 """
@@ -116,7 +116,7 @@ def service_status(web: LocustWebUI, name: str) -> str:
     return str({row["name"]: row["status"] for row in services}[name])
 
 
-def test_the_standalone_page_drives_the_processes(web: LocustWebUI, page: object) -> None:
+def test_the_standalone_page_drives_processes_and_crash_points(web: LocustWebUI, page: object) -> None:
     """/chaos/ on its own: its script sends the page's token, as JSON, from this origin."""
     page.goto(web.url + "/chaos/")
     row = page.locator('#chaos-services tr[data-service="consumer-1"]')
@@ -126,6 +126,23 @@ def test_the_standalone_page_drives_the_processes(web: LocustWebUI, page: object
     row.locator('button[data-action="resume"]').click()
     row.locator("td", has_text="running").wait_for()
     assert service_status(web, "consumer-1") == "running"
+    assert page.locator(".chaos-message").inner_text() == ""
+
+    # A crash point armed with the tab's form, listed, and disarmed with its button.
+    form = page.locator("#chaos-arm-crash-point")
+    form.locator('select[name="point"]').select_option("api.after_domain")
+    form.locator('select[name="action"]').select_option("delay")
+    form.locator('input[name="probability"]').fill("0.25")
+    form.locator('input[name="delay_ms"]').fill("7")
+    form.locator("#chaos-arm-button").click()
+    armed = page.locator('#chaos-crash-points tr[data-point="api.after_domain"][data-armed="yes"]')
+    armed.wait_for()
+    assert "delay 7ms probability=0.25" in armed.inner_text()
+    page.locator('#chaos-faults li[data-kind="crash_point"][data-target="api.after_domain"]').wait_for()
+    point = {row["name"]: row for row in web.get("/chaos/api/state", params={"fresh": "1"}).json()["crash_points"]}
+    assert point["api.after_domain"]["armed"] == {"action": "delay", "probability": 0.25, "count": None, "delay_ms": 7}
+    armed.locator('button[data-action="disarm"]').click()
+    page.locator('#chaos-crash-points tr[data-point="api.after_domain"][data-armed="no"]').wait_for()
     assert page.locator(".chaos-message").inner_text() == ""
 
 

@@ -94,6 +94,47 @@ def test_proxy_and_process_faults(web: LocustWebUI) -> None:
     assert bad.status_code == 400 and bad.headers["Content-Type"] == "application/problem+json"
 
 
+def crash_point(document: dict, name: str) -> dict:
+    return {row["name"]: row for row in document["crash_points"]}[name]
+
+
+def test_crash_points_are_armed_listed_and_disarmed(web: LocustWebUI) -> None:
+    document = state(web)
+    assert document["crash_points_error"] is None and len(document["crash_points"]) >= 10
+    assert crash_point(document, "api.after_store")["armed"] is None
+    armed = web.act("POST", "/chaos/api/crash-points/api.after_store",
+                    {"action": "delay", "delay_ms": 5, "probability": 0.5, "count": 3})
+    assert armed.status_code == 200, armed.text
+    assert armed.json()["armed"] == {"action": "delay", "probability": 0.5, "count": 3, "delay_ms": 5}
+    document = state(web)
+    assert crash_point(document, "api.after_store")["armed"]["action"] == "delay"
+    assert [(f["kind"], f["target"]) for f in document["faults"]] == [("crash_point", "api.after_store")]
+    rows = {item["key"]: item["data"] for item in web.get("/stats/requests").json()["extended_stats"]}["chaos"]
+    assert any(row["what"] == "crash_point" and row["target"] == "api.after_store" for row in rows)
+
+    disarmed = web.act("DELETE", "/chaos/api/crash-points/api.after_store")
+    assert disarmed.status_code == 200 and disarmed.json()["armed"] is None
+    assert crash_point(state(web), "api.after_store")["armed"] is None
+    # Heal everything disarms them too.
+    assert web.act("POST", "/chaos/api/crash-points/consumer.after_ack", {"action": "error", "count": 1}).ok
+    assert web.act("POST", "/chaos/api/heal").status_code == 200
+    assert all(row["armed"] is None for row in state(web)["crash_points"])
+
+
+@pytest.mark.parametrize(("path", "body", "status"), [
+    ("/chaos/api/crash-points/no.such_point", {"action": "crash"}, 404),
+    ("/chaos/api/crash-points/api.after_store", {"action": "explode"}, 400),
+    ("/chaos/api/crash-points/api.after_store", {"action": "crash", "probability": 2}, 400),
+    ("/chaos/api/crash-points/api.after_store", {"action": "delay"}, 400),  # a delay needs delay_ms
+    ("/chaos/api/crash-points/bad;name", {"action": "crash"}, 400),
+])
+def test_bad_armings_are_problems(web: LocustWebUI, path: str, body: dict, status: int) -> None:
+    response = web.act("POST", path, body)
+    assert response.status_code == status, response.text
+    assert response.headers["Content-Type"] == "application/problem+json"
+    assert all(row["armed"] is None for row in state(web)["crash_points"])
+
+
 def test_plan_faults(web: LocustWebUI) -> None:
     faults = web.get("/chaos/api/plans/flaky-network").json()
     assert faults and faults[0]["kind"] == "toxic" and "latency" in faults[0]["describe"]
@@ -155,6 +196,28 @@ def test_each_start_gets_a_run_directory_and_stop_a_verdict(web: LocustWebUI, st
         assert leaks == [], leaks
     assert state(web)["faults"] == []
 
+
+
+def test_a_crash_point_armed_during_a_run_is_logged_with_its_hits(web: LocustWebUI, stack: Stack) -> None:
+    started = web.post("/swarm", data={"user_count": "4", "spawn_rate": "4", "host": stack.info.app_url})
+    assert started.status_code == 200 and started.json()["success"], started.text
+    run_id = state(web)["run"]["id"]
+    time.sleep(1)
+    before = crash_point(state(web), "api.after_domain")["hits"]
+    armed = web.act("POST", "/chaos/api/crash-points/api.after_domain", {"action": "delay", "delay_ms": 1})
+    assert armed.status_code == 200, armed.text
+    time.sleep(2)
+    assert web.act("DELETE", "/chaos/api/crash-points/api.after_domain").status_code == 200
+    hits = crash_point(state(web), "api.after_domain")["hits"] - before
+    assert web.post("/stop").json()["success"]
+    assert web.wait_verdict()["status"] == "done"
+    [line] = [json.loads(text) for text in (web.runs / run_id / "faults.jsonl").read_text().splitlines()]
+    assert (line["kind"], line["crash_point"], line["action"], line["delay_ms"]) == \
+        ("crash_point", "api.after_domain", "delay", 1)
+    # The log counts up to its own read-back of the disarmed point, after ours: a request
+    # of the 4 users already inside the point may land one more hit in between.
+    assert hits >= 1 and hits <= line["hits"] <= hits + 4 and len(line["hit_times"]) == line["hits"]
+    assert line["start"] <= min(line["hit_times"]) <= max(line["hit_times"]) <= line["end"]
 
 
 def test_a_master_judges_its_workers_swarm(stack: Stack, tmp_path: Path) -> None:

@@ -105,6 +105,19 @@ def test_a_forged_toxic_and_a_forged_start_change_nothing(web: LocustWebUI, stac
     assert after["run"] == before["run"]
 
 
+def test_a_forged_crash_point_arming_arms_nothing(web: LocustWebUI) -> None:
+    path = "/chaos/api/crash-points/consumer.after_effect"
+    for headers, body in (({"Origin": EVIL, "User-Agent": BROWSER}, {"action": "crash"}),
+                          ({"Origin": EVIL, "X-Chaos-Token": web.token}, {"action": "crash"})):
+        refused = requests.post(web.url + path, data=body if "X-Chaos-Token" not in headers else None,
+                                json=body if "X-Chaos-Token" in headers else None, headers=headers, timeout=10)
+        assert refused.status_code == 403, refused.text
+    for headers in ({"Origin": EVIL}, {}):  # clearing is a change too
+        assert requests.delete(web.url + "/chaos/api/crash-points", headers=headers, timeout=10).status_code == 403
+    points = web.get("/chaos/api/state", params={"fresh": "1"}).json()["crash_points"]
+    assert points and all(point["armed"] is None for point in points)
+
+
 def test_the_tabs_own_calls_work(web: LocustWebUI, stack: Stack) -> None:
     """Same origin (as the browser sends it), JSON and the page's token: done."""
     headers = {"Origin": web.url, "Referer": web.url + "/chaos/", "X-Chaos-Token": web.token, "User-Agent": BROWSER}

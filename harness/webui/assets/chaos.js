@@ -98,6 +98,24 @@
       h("input", { name: "name", placeholder: "name (optional)", size: 14, "aria-label": "toxic name" }),
       h("button", { type: "submit", id: "chaos-add-toxic-button" }, "Add toxic"));
 
+    const number = (value) => (value === null || value === "" ? null : Number(value));
+    const arm = h("form", { id: "chaos-arm-crash-point", onsubmit: (event) => {
+      event.preventDefault();
+      const data = new FormData(event.target);
+      act("POST", `api/crash-points/${encodeURIComponent(data.get("point"))}`, {
+        action: data.get("action"), probability: number(data.get("probability")) ?? 1,
+        count: number(data.get("count")), delay_ms: number(data.get("delay_ms")),
+      });
+    } },
+      h("select", { name: "point", "aria-label": "crash point" }),
+      h("select", { name: "action", "aria-label": "crash-point action" }),
+      h("input", { name: "probability", value: "1", size: 4, "aria-label": "probability" }),
+      h("input", { name: "count", placeholder: "count (optional)", size: 12, "aria-label": "count" }),
+      h("input", { name: "delay_ms", placeholder: "delay ms (delay)", size: 12, "aria-label": "delay ms" }),
+      h("button", { type: "submit", id: "chaos-arm-button" }, "Arm"), " ",
+      h("button", { type: "button", id: "chaos-disarm-all", onclick: () => act("DELETE", "api/crash-points") },
+        "Disarm all"));
+
     const planSelect = h("select", { id: "chaos-plan", "aria-label": "fault plan", onchange: loadPlan });
     return h("div", { id: "harness-chaos" },
       h("div", { className: "chaos-message", role: "status" }),
@@ -113,7 +131,9 @@
           if (planSelect.value) act("POST", `api/plans/${encodeURIComponent(planSelect.value)}/toxics`);
         } }, "Add the plan's toxics"),
         h("ul", { id: "chaos-plan-faults" })),
-      h("section", {}, h("h3", {}, "Processes"), h("table", { id: "chaos-services" })));
+      h("section", {}, h("h3", {}, "Processes"), h("table", { id: "chaos-services" })),
+      h("section", {}, h("h3", {}, "Crash points"), h("div", { id: "chaos-crash-points-error", className: "chaos-bad" }),
+        h("table", { id: "chaos-crash-points" }), arm));
   }
 
   function hintAttributes() {
@@ -196,6 +216,8 @@
     fillSelect(planSelect, ["", ...state.plans]);
     if (plansLoaded !== planSelect.value) loadPlan();
 
+    renderCrashPoints(panel, state);
+
     const services = panel.querySelector("#chaos-services");
     services.replaceChildren(
       h("tr", {}, h("th", {}, "service"), h("th", {}, "status"), h("th", {}, "healthy"), h("th", {}, "")),
@@ -205,6 +227,24 @@
         h("td", {}, service.status === "external" ? "" : state.service_actions.map((action) =>
           h("button", { "data-action": action,
             onclick: () => act("POST", `api/services/${encodeURIComponent(service.name)}/${action}`) }, action))))));
+  }
+
+  function renderCrashPoints(panel, state) {
+    const points = state.crash_points || [];
+    panel.querySelector("#chaos-crash-points-error").textContent = state.crash_points_error || "";
+    panel.querySelector("#chaos-crash-points").replaceChildren(
+      h("tr", {}, h("th", {}, "crash point"), h("th", {}, "layer · process"), h("th", {}, "armed"),
+        h("th", {}, "hits"), h("th", {}, "")),
+      ...points.map((point) => h("tr", { "data-point": point.name, "data-armed": point.armed ? "yes" : "no" },
+        h("td", { title: point.description }, point.name), h("td", {}, `${point.layer} · ${point.process}`),
+        h("td", {}, point.armed ? h("span", { className: "chaos-bad" }, point.armed_describe) : "off"),
+        h("td", {}, point.hits),
+        h("td", {}, point.armed ? h("button", { "data-action": "disarm", onclick: () => act("DELETE",
+          `api/crash-points/${encodeURIComponent(point.name)}`) }, "Disarm") : ""))));
+    const form = panel.querySelector("#chaos-arm-crash-point");
+    fillSelect(form.elements.point, points.map((point) => point.name));
+    const chosen = points.find((point) => point.name === form.elements.point.value);
+    fillSelect(form.elements.action, chosen ? chosen.actions : state.crash_point_actions || []);
   }
 
   function renderVerdict(box, verdict) {
