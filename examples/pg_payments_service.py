@@ -37,6 +37,8 @@ Modes (`--mode`):
   a retry between the two finds no stored answer and charges again.
 - `store-5xx`: as correct, but when the payment's transaction fails the 503 is stored
   under the key (on a fresh connection) and replayed to every retry.
+- `store-5xx-unmarked`: store-5xx whose replays carry no `Idempotent-Replayed` mark
+  (as many middlewares do): from outside, a replayed 503 looks like a new failure.
 - `check-then-insert`: the key is looked up, and if unknown the payment is made and
   the answer stored, without a lock: two requests with one key that arrive within the
   provider call both miss the lookup and both charge.
@@ -59,8 +61,8 @@ from typing import Any
 import psycopg
 from aiohttp import web
 
-MODES = ("correct", "unscoped-keys", "store-after-commit", "store-5xx", "check-then-insert",
-         "effect-before-check")
+MODES = ("correct", "unscoped-keys", "store-after-commit", "store-5xx", "store-5xx-unmarked",
+         "check-then-insert", "effect-before-check")
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS payments (
     id text PRIMARY KEY, owner text NOT NULL, idempotency_key text, amount_cents integer NOT NULL,
@@ -87,9 +89,10 @@ class Refusal(Exception):
         self.response = response
 
 
-def replay(status: int, body: str) -> web.Response:
+def replay(status: int, body: str, *, mark: bool = True) -> web.Response:
     response = web.Response(status=status, text=body, content_type=PROBLEM if status >= 400 else "application/json")
-    response.headers["Idempotent-Replayed"] = "true"
+    if mark:
+        response.headers["Idempotent-Replayed"] = "true"
     return response
 
 
@@ -164,7 +167,7 @@ class PaymentsService:
         if self.mode == "store-after-commit":
             return await self._database(lambda: self._store_after_commit(scope, key, fingerprint, payment))
         response = await self._database(lambda: self._claimed(scope, key, fingerprint, payment))
-        if self.mode == "store-5xx" and response.status >= 500:
+        if self.mode in ("store-5xx", "store-5xx-unmarked") and response.status >= 500:
             await self._store_failure(scope, key, fingerprint, response)
         return response
 
@@ -172,8 +175,7 @@ class PaymentsService:
         # The payment provider: slow, and the moment a race opens.
         await asyncio.sleep(self.work)
 
-    @staticmethod
-    async def _lookup(connection: psycopg.AsyncConnection[Any], scope: str, key: str, fingerprint: str) -> None:
+    async def _lookup(self, connection: psycopg.AsyncConnection[Any], scope: str, key: str, fingerprint: str) -> None:
         """Raise the answer a stored key gives (422 or the replay); return when the key is new."""
         cursor = await connection.execute(
             "SELECT fingerprint, status, body FROM idempotency_keys WHERE scope = %s AND key = %s", (scope, key))
@@ -182,7 +184,7 @@ class PaymentsService:
             return
         if row[0] != fingerprint:
             raise Refusal(problem(422, "Idempotency-Key reused", "the key was used with another payload"))
-        raise Refusal(replay(row[1], row[2]))
+        raise Refusal(replay(row[1], row[2], mark=self.mode != "store-5xx-unmarked"))
 
     @staticmethod
     async def _insert_payment(connection: psycopg.AsyncConnection[Any], payment: dict[str, Any]) -> str:

@@ -10,7 +10,9 @@ Invariants (each with its evidence when violated):
   a search by key (when configured) finds at most one resource.
 - `replay_fidelity`: every 2xx answer to one key and one payload has the same status
   and the same body (canonical JSON); a retry sent after the client saw the request
-  succeed is not refused; an answer marked as a replay is never a 5xx.
+  succeed is not refused; an answer marked as a replay is never a 5xx, and neither
+  is an unmarked one (harness.probe.replays: the first failure's 5xx repeated byte
+  for byte while the service was demonstrably well).
 - `payload_mismatch_refused`: a key reused with another payload is never accepted.
 - `in_flight_refused_or_waited`: a concurrent duplicate is either answered with the
   first request's result or refused with the in-flight status, never another 4xx.
@@ -49,6 +51,7 @@ from typing import Any
 from harness.probe.config import Endpoint, ProbeConfig
 from harness.probe.effect_checks import EffectRecord, check_effects
 from harness.probe.identities import check_isolation
+from harness.probe.replays import check_unmarked_replays
 
 MAX_EVIDENCE = 25
 DEFAULT_MIN_ACKNOWLEDGED = 10
@@ -116,7 +119,7 @@ def _evidence(op: Mapping[str, Any]) -> dict[str, Any]:
 def check(operations: Iterable[Mapping[str, Any]], config: ProbeConfig, *,
           reads: Sequence[Mapping[str, Any]] = (),
           min_acknowledged: int = DEFAULT_MIN_ACKNOWLEDGED,
-          effects: Sequence[EffectRecord] = ()) -> ProbeCheck:
+          effects: Sequence[EffectRecord] = (), faults: Sequence[Mapping[str, Any]] = ()) -> ProbeCheck:
     """Judge a probe's history (`create_order` operations), its final reads and the
     oracles' effects."""
     endpoints = {endpoint.name: endpoint for endpoint in config.endpoints}
@@ -159,6 +162,8 @@ def check(operations: Iterable[Mapping[str, Any]], config: ProbeConfig, *,
             duplicated_keys += 1
         _check_key(key, ops, endpoint, results)
     _check_reads(reads, by_key, endpoints, results)
+    # A stored 5xx replayed without a mark (the fault log says when the service was well).
+    check_unmarked_replays(judged, faults, results["replay_fidelity"], _evidence)
     if "identities_isolated" in results:
         check_isolation(judged, reads, results["identities_isolated"], _evidence)
     if "one_effect_per_key" in results:
@@ -263,6 +268,11 @@ def _check_key(key: str, ops: list[Mapping[str, Any]], endpoint: Endpoint,
             continue
         in_flight.checked += 1
         status = op.get("status")
+        if status == endpoint.expect.in_flight and op.get("expect") == "late_retry":
+            # Sent after the load, every fault healed: nothing can still be in flight.
+            in_flight.violate(f"{endpoint.name}: key {key!r} is stuck in flight: the late retry, sent after "
+                              f"the load, was refused with {status}", key=key, operation=_evidence(op))
+            continue
         if status == endpoint.expect.in_flight:
             continue
         if succeeded and status != endpoint.expect.payload_mismatch:

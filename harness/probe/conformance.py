@@ -185,6 +185,9 @@ def _judge(rid: str, check: ProbeCheck, by_name: Mapping[str, Any], ops: list[Ma
         errors = [op for op in ops if isinstance(op.get("status"), int) and op["status"] >= 500]
         if replayed:
             return "fail", f"{len(replayed)} 5xx answers were marked as replays"
+        unmarked = [v for v in by_name["replay_fidelity"].violations if "without a replay mark" in v["message"]]
+        if unmarked:
+            return "fail", f"a 5xx was replayed without a mark, e.g. {unmarked[0]['message']}"
         if not errors:
             return "not observed", "the service answered no 5xx"
         return "pass", f"{len(errors)} 5xx answers, none marked as a replay"

@@ -12,7 +12,8 @@
    `dependencies`) and the service's process as `service` (harness.probe.plan_targets),
    so the project's own network plans work unchanged; a service that ends on its own
    stops the run (exit 2, with its log's tail);
-3. after the load and the healing, reads back (directly from the upstream) every
+3. after the load and the healing, retries once more every request that never got
+   a 2xx (harness.probe.late_retries), reads back (directly from the upstream) every
    acknowledged resource and searches every key, when the config gives the URLs
    (as the identity that sent it, and each resource also as another identity, with
    `identities:`), and asks each endpoint's oracle about the effects (`effects:`);
@@ -54,6 +55,7 @@ from harness.probe.conformance import DRAFT, ConformanceRow, conformance, rows_t
 from harness.probe.effect_checks import EffectRecord
 from harness.probe.effects import EFFECTS_FILE, collect_effects
 from harness.probe.identities import READ_AS_OTHER, other_identity, owners, request_headers
+from harness.probe.late_retries import late_retries
 from harness.probe.plan_targets import ProbeTargets, load_probe_plan, probe_windows
 from harness.probe.rig import ProbeRig
 from harness.report.junit import write_junit
@@ -147,6 +149,9 @@ def run_probe(spec: ProbeSpec) -> ProbeResult:
         rig.heal()
         rig.check()
         upstream = rig.upstream
+        # What never succeeded is retried once more, now that the service is well.
+        late_retries(config, upstream, list(iter_operations(history_files(run_dir / "history"))),
+                     run_dir / "history")
         operations = list(iter_operations(history_files(run_dir / "history")))
         reads = final_reads(config, upstream, operations, run_dir / "final-reads.jsonl")
         effects = (collect_effects(config, upstream, operations, run_dir / EFFECTS_FILE)
@@ -278,10 +283,11 @@ def judge(config: ProbeConfig, operations: Sequence[Mapping[str, Any]], reads: S
     """Check, build the conformance table and write result.json, junit.xml, report.html."""
     from harness.probe.report import write_report
 
-    result = check(operations, config, reads=reads, min_acknowledged=min_acknowledged, effects=effects)
+    faults = _fault_log(run_dir / FAULT_LOG)
+    result = check(operations, config, reads=reads, min_acknowledged=min_acknowledged, effects=effects,
+                   faults=faults)
     rows = conformance(result, operations, requires_key=any(e.requires_key for e in config.endpoints),
                        read_back=any(e.read or e.search for e in config.endpoints))
-    faults = _fault_log(run_dir / FAULT_LOG)
     document = {
         "kind": "probe",
         "run_id": run_dir.name,

@@ -46,11 +46,10 @@ from locust.runners import MasterRunner
 from harness.history import Client, HistoryWriter, history_path
 from harness.load.recording import Completion, listen, recorded_operation
 from harness.load.signing import fingerprint
-from harness.probe.answers import CONFIG_ENV, HISTORY_ENV, answer_digest, json_pointer
+from harness.probe.answers import CONFIG_ENV, HISTORY_ENV, classify
 from harness.probe.config import Endpoint, ProbeConfig, mutate_body, parse_config, render_body
 from harness.probe.identities import other_identity, request_headers
 
-EVIDENCE_BYTES = 400
 # The impatient client sends the whole request, then waits this long for the answer:
 # long enough that the request reached the server, short enough to lose the answer.
 IMPATIENT_READ_TIMEOUT = 0.02
@@ -116,17 +115,6 @@ def install(events: Events) -> None:
     listen(events.quitting, on_stop)
 
 
-def find_id(endpoint: Endpoint, response: requests.Response, data: Any) -> str | None:
-    """The created resource's id where the config says it is, as text."""
-    if endpoint.id.header is not None:
-        value = response.headers.get(endpoint.id.header)
-        return value or None
-    value = json_pointer(data, endpoint.id.pointer or "")
-    if isinstance(value, bool):  # an int to Python, never an id
-        return None
-    return str(value) if isinstance(value, (str, int)) else None
-
-
 class Sender:
     """One Jepsen process's requests: one invoke and one completion each."""
 
@@ -165,7 +153,7 @@ class Sender:
             fields={"endpoint": endpoint.name, "idempotency_key": key, "round": round_id,
                     "fingerprint": fingerprint(endpoint.method, endpoint.path, raw_body),
                     **({"identity": self.identity} if self.identity is not None else {}),
-                    **({"body": body} if endpoint.effects is not None else {})},
+                    "body": body},  # what a late retry resends, what an oracle binds
             unanswered={"status": None})
         return recorded.value if recorded.value is not None else Reply("info", None, None, False)
 
@@ -173,39 +161,9 @@ class Sender:
 def _classify(endpoint: Endpoint, response: requests.Response,
               raw: bytes) -> tuple[str, Reply, dict[str, Any]]:
     """The completion of one answer, the Reply the user acts on, the completion's fields."""
-    status = response.status_code
-    data: Any = None
-    parsed = True
-    try:
-        data = orjson.loads(raw) if raw else None
-    except orjson.JSONDecodeError:
-        parsed = False
-    fields: dict[str, Any] = {
-        "status": status,
-        "body_digest": answer_digest(raw),
-        "evidence": raw[:EVIDENCE_BYTES].decode("utf-8", errors="replace"),
-        "content_type": response.headers.get("Content-Type"),
-        "replayed": _replay_header(response),
-    }
-    retry_after = status == endpoint.expect.in_flight
-    if 200 <= status < 300:
-        resource_id = find_id(endpoint, response, data)
-        if not parsed and endpoint.id.pointer is not None:
-            # A 2xx whose body was cut off: the effect happened, the answer is lost.
-            return "info", Reply("info", status, None, False), {"error": "unparsable 2xx body", **fields}
-        return "ok", Reply("ok", status, resource_id, False), {"resource_id": resource_id, **fields}
-    if 400 <= status < 500:
-        return "fail", Reply("fail", status, None, retry_after), fields
-    return "info", Reply("info", status, None, False), {"error": f"HTTP {status}", **fields}
-
-
-def _replay_header(response: requests.Response) -> bool | None:
-    # Implementations name it differently; None when none of the names is present.
-    for name in ("Idempotent-Replayed", "Idempotency-Replayed", "Idempotency-Replay", "X-Idempotent-Replayed"):
-        value = response.headers.get(name)
-        if value is not None:
-            return value.strip().lower() in ("true", "1", "yes")
-    return None
+    answer = classify(endpoint, response.status_code, response.headers, raw)
+    return answer.completion, Reply(answer.completion, answer.status, answer.resource_id,
+                                    answer.retry_after), answer.fields
 
 
 class ProbeUser(User):

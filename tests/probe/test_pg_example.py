@@ -174,6 +174,7 @@ def service_config(mode: str, database: PostgresDatabase) -> ProbeConfig:
 @pytest.mark.parametrize(("mode", "invariant"), [
     ("correct", None),
     ("store-5xx", "replay_fidelity"),
+    ("store-5xx-unmarked", "replay_fidelity"),
     ("unscoped-keys", "identities_isolated"),
 ])
 def test_under_probe_dependencies_the_database_and_the_process_fail_for_real(
@@ -194,6 +195,12 @@ def test_under_probe_dependencies_the_database_and_the_process_fail_for_real(
         assert {row.id: row.status for row in result.conformance}["no-5xx-replay"] == "pass"
     else:
         assert invariant in failed(result), explain(result)
+    if mode == "store-5xx-unmarked":
+        # No answer said it was a replay: the 503 repeated byte for byte while the
+        # database was well (outside every fault window, fresh payments succeeding).
+        messages = [v["message"] for v in result.violations if v["invariant"] == "replay_fidelity"]
+        assert any("without a replay mark" in message for message in messages), explain(result)
+        assert {row.id: row.status for row in result.conformance}["no-5xx-replay"] == "fail"
 
 
 def test_the_plugin_takes_identities_and_effects(pytester: pytest.Pytester, pg_service: Callable[..., HttpService],

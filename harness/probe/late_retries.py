@@ -1,0 +1,97 @@
+"""After the load, once every fault has healed: retry what never succeeded.
+
+Real clients retry later too, and that is when a stored failure shows: the service is
+well again, so a request that was never answered with a 2xx runs now (or its stored
+success is replayed), unless the service stored the 5xx and replays it, or left the
+key stuck in flight. For every key (per identity) whose requests got no 2xx and whose
+last answer was indeterminate (a 5xx, a timeout, a reset), the same request (same
+key, body and identity) is sent once more, straight to the service, as kind
+`late_retry`. First, one fresh request per endpoint (kind `first`, a new key) shows
+the service answering again: the evidence that a repeated 5xx is a replay
+(harness.probe.replays). Bounded in count and time; recorded in the run's history like
+every other request, so every invariant judges them.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import time
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import orjson
+import requests
+
+from harness.history import Client, HistoryWriter, history_path
+from harness.load.signing import fingerprint
+from harness.probe.answers import classify
+from harness.probe.config import Endpoint, ProbeConfig, render_body
+from harness.probe.identities import request_headers
+
+LATE_RETRY = "late_retry"
+MAX_LATE_RETRIES = 300
+LATE_BUDGET = 20.0  # seconds for all late retries together
+SETTLE = 0.5  # seconds given to the service after the heal (reconnecting to its dependencies)
+OPERATION = "create_order"
+
+
+def late_retries(config: ProbeConfig, upstream: str, operations: Sequence[Mapping[str, Any]],
+                 history_dir: Path) -> int:
+    """Send the late retries (see the module docstring); how many were sent."""
+    groups: dict[tuple[str, str, Any], list[Mapping[str, Any]]] = defaultdict(list)
+    for op in operations:
+        if op.get("op") == OPERATION and op.get("idempotency_key") is not None:
+            groups[(str(op.get("endpoint")), str(op["idempotency_key"]), op.get("identity"))].append(op)
+    endpoints = {endpoint.name: endpoint for endpoint in config.endpoints}
+    pending = []
+    for (name, key, identity), ops in groups.items():
+        same = [op for op in ops if op.get("expect") != "payload_mismatch" and isinstance(op.get("body"), (dict, list))]
+        if name not in endpoints or not same or any(op.get("type") == "ok" for op in same):
+            continue
+        last = max(same, key=lambda op: float(op.get("invoke_time") or 0.0))
+        if last.get("type") == "info":
+            pending.append((endpoints[name], key, identity, last["body"]))
+    if not pending:
+        return 0
+    time.sleep(SETTLE)
+    deadline = time.monotonic() + LATE_BUDGET
+    token = os.urandom(3).hex()
+    rng = random.Random(f"{config.load.seed}:late")
+    with HistoryWriter(history_path(history_dir, worker="late")) as writer:
+        client = Client(writer, worker="late", user=0)
+        for n, endpoint in enumerate(config.endpoints):
+            if any(item[0] is endpoint for item in pending):
+                key = f"probe-late-{token}-{n}"
+                _send(client, config, upstream, endpoint, render_body(endpoint.body, rng, key=key), key=key,
+                      identity=0 if config.identities else None, kind="first")
+        sent = 0
+        for endpoint, key, identity, body in pending[:MAX_LATE_RETRIES]:
+            if time.monotonic() > deadline:
+                break
+            _send(client, config, upstream, endpoint, body, key=key, identity=identity, kind=LATE_RETRY)
+            sent += 1
+    return sent
+
+
+def _send(client: Client, config: ProbeConfig, upstream: str, endpoint: Endpoint, body: Any, *, key: str,
+          identity: int | None, kind: str) -> None:
+    raw = orjson.dumps(body)  # the bytes the load sent: orjson writes one dict one way
+    headers = {"Content-Type": "application/json", **request_headers(config, endpoint, identity),
+               config.key_header: key}
+    fields: dict[str, Any] = {"endpoint": endpoint.name, "idempotency_key": key, "expect": kind,
+                              "fingerprint": fingerprint(endpoint.method, endpoint.path, raw), "body": body}
+    if identity is not None:
+        fields["identity"] = identity
+    operation = client.invoke(OPERATION, **fields)
+    timeout = config.load.client_timeout * 2
+    try:
+        response = requests.request(endpoint.method, f"http://{upstream}{endpoint.path}", data=raw,
+                                    headers=headers, timeout=(timeout, timeout))
+    except requests.RequestException as error:
+        operation.info(error=f"{type(error).__name__}: {error}"[:300], status=None)
+        return
+    answer = classify(endpoint, response.status_code, response.headers, response.content)
+    {"ok": operation.ok, "fail": operation.fail, "info": operation.info}[answer.completion](**answer.fields)

@@ -1,0 +1,75 @@
+"""A stored 5xx replayed without a mark: told from a new failure by the service's health.
+
+A service that stores a failure's answer and replays it (a 500 kept for minutes)
+often does not mark the replay (no `Idempotent-Replayed`), so from outside the
+replayed 5xx looks like the service failing again. It is not, when the service was
+demonstrably well at that moment: the retry came outside every fault window of the
+run and after a fresh request (a `first` one, answered 2xx and not marked as a
+replay) had succeeded since the failure, and yet it got the same status and the
+same body (canonical JSON digest) as the failure. A service that runs the retry
+again either succeeds or fails anew; repeating the first failure byte for byte
+while healthy is a replay. Judged into `replay_fidelity`.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
+
+RECOVERY = 0.3  # seconds after a fault window ends during which the service may still be failing
+
+
+class _Result(Protocol):
+    checked: int
+
+    def violate(self, message: str, **evidence: Any) -> None: ...
+
+
+def fault_windows(faults: Sequence[Mapping[str, Any]]) -> list[tuple[float, float]]:
+    """(start, end + RECOVERY) of every fault the run applied (a fault still on: to infinity)."""
+    windows = []
+    for fault in faults:
+        start = fault.get("start")
+        if isinstance(start, (int, float)):
+            end = fault.get("end")
+            windows.append((float(start), float(end) + RECOVERY if isinstance(end, (int, float)) else float("inf")))
+    return windows
+
+
+def check_unmarked_replays(operations: Sequence[Mapping[str, Any]], faults: Sequence[Mapping[str, Any]],
+                           result: _Result, evidence: Any) -> None:
+    windows = fault_windows(faults)
+    fresh = sorted(float(op["complete_time"]) for op in operations
+                   if op.get("type") == "ok" and op.get("expect") == "first" and not op.get("replayed")
+                   and isinstance(op.get("complete_time"), (int, float)))
+    groups: dict[tuple[Any, Any, Any], list[Mapping[str, Any]]] = defaultdict(list)
+    for op in operations:
+        if op.get("idempotency_key") is not None and isinstance(op.get("invoke_time"), (int, float)):
+            groups[(op.get("endpoint"), op.get("idempotency_key"), op.get("identity"))].append(op)
+    for (endpoint, key, _), ops in groups.items():
+        ops = sorted(ops, key=lambda op: float(op["invoke_time"]))
+        failures = [op for op in ops if isinstance(op.get("status"), int) and op["status"] >= 500
+                    and isinstance(op.get("complete_time"), (int, float))]
+        if not failures:
+            continue
+        first = failures[0]
+        for later in ops:
+            at = float(later["invoke_time"])
+            if at <= float(first["complete_time"]) or later.get("status") is None:
+                continue
+            result.checked += 1
+            if (later.get("status"), later.get("body_digest")) != (first.get("status"), first.get("body_digest")):
+                continue
+            if any(start <= at <= end for start, end in windows):
+                continue
+            # A fresh request succeeded after the failure and before this retry.
+            index = bisect.bisect_right(fresh, float(first["complete_time"]))
+            if index >= len(fresh) or fresh[index] >= at:
+                continue
+            result.violate(f"{endpoint}: key {key!r}: the first answer's {first['status']} came again, byte for "
+                           f"byte, to a retry sent outside every fault window after fresh requests had "
+                           f"succeeded: a stored 5xx replayed without a replay mark",
+                           key=key, failure=evidence(first), replayed=evidence(later))
+            break
