@@ -135,6 +135,20 @@ def test_bad_armings_are_problems(web: LocustWebUI, path: str, body: dict, statu
     assert all(row["armed"] is None for row in state(web)["crash_points"])
 
 
+def test_a_plans_crash_point_is_armed_through_the_tab(web: LocustWebUI) -> None:
+    faults = web.get("/chaos/api/plans/crash-points").json()
+    [drop] = [fault for fault in faults if fault["kind"] == "crash_point" and "drop-reply" in fault["describe"]]
+    applied = web.act("POST", f"/chaos/api/plans/crash-points/faults/{drop['index']}")
+    assert applied.status_code == 200, applied.text
+    assert applied.json()["applied"] == drop["describe"]
+    document = state(web)
+    armed = crash_point(document, "api.after_store")["armed"]
+    assert armed is not None and armed["action"] == "drop-reply"
+    assert ("crash_point", "api.after_store") in [(f["kind"], f["target"]) for f in document["faults"]]
+    assert web.act("POST", "/chaos/api/heal").status_code == 200
+    assert crash_point(state(web), "api.after_store")["armed"] is None
+
+
 def test_plan_faults(web: LocustWebUI) -> None:
     faults = web.get("/chaos/api/plans/flaky-network").json()
     assert faults and faults[0]["kind"] == "toxic" and "latency" in faults[0]["describe"]
