@@ -16,10 +16,11 @@ on its internal listener only (`StackInfo.app_direct_url`, `Authorization: Beare
 
 `CrashPointClient` is the one caller of those endpoints. Like the Toxiproxy client
 (harness.nemesis.toxiproxy_client) it verifies every change by reading the app back:
-`arm` returns only once a fresh read shows the point armed as asked (otherwise it
-disarms it again and raises `NemesisVerifyError`), `disarm` and `disarm_all` only
-once a read shows it off (otherwise `NemesisHealError` says which points may still
-be armed). Errors are the nemesis's own (`NemesisError` and its subclasses), so a
+`arm` returns only once the app's read-back (the PUT's answer: the point as read
+back from the state every process shares) shows the point armed as asked (otherwise
+it disarms it again and raises `NemesisVerifyError`), `disarm` and `disarm_all` only
+once a read-back shows it off (otherwise `NemesisHealError` says which points may
+still be armed). Errors are the nemesis's own (`NemesisError` and its subclasses), so a
 caller handles a crash point like any other fault.
 
 `Arming` is what a point is armed with, checked before anything is sent
@@ -208,6 +209,13 @@ class CrashPointClient:
     def _path(name: str) -> str:
         return f"{PATH}/{quote(name, safe='')}"
 
+    @staticmethod
+    def _entry(data: Any, what: str) -> CrashPointInfo:
+        try:
+            return CrashPointInfo.from_json(data)
+        except (TypeError, KeyError, ValueError) as error:
+            raise NemesisError(f"{what}: unexpected answer from the app: {error}") from None
+
     # -- reads -----------------------------------------------------------------
     def points(self) -> dict[str, CrashPointInfo]:
         """Every crash point the app has, by name."""
@@ -240,15 +248,19 @@ class CrashPointClient:
 
     # -- changes, each read back -------------------------------------------------
     def arm(self, name: str, arming: Arming) -> CrashPointInfo:
-        """Arm `name`; returns the read-back once it shows the point armed as asked."""
+        """Arm `name`; returns the read-back once it shows the point armed as asked.
+
+        The read-back is the PUT's answer: the app answers with the point as it reads
+        it back from the state every process shares, so one call arms and verifies
+        (under load each call to the app waits its turn behind the load's requests,
+        and a schedule of many windows must not fall behind)."""
         what = f"arm crash point {name}"
-        before = self.point(name)
-        if arming.action not in before.actions:
-            raise NemesisInvalid(f"{what}: {name} takes {', '.join(before.actions) or 'no action'}, "
-                                 f"not {arming.action}")
-        self._request("PUT", self._path(name), what, arming.to_json())
-        after = self.point(name)
-        if not armed_as_asked(after.armed, arming, fired=after.hits - before.hits):
+        try:
+            after = self._entry(self._request("PUT", self._path(name), what, arming.to_json()), what)
+        except NemesisNotFound:
+            raise NemesisNotFound(f"{what}: unknown crash point {name!r} "
+                                  f"(crash points: {', '.join(sorted(self.points())) or 'none'})") from None
+        if after.name != name or not armed_as_asked(after.armed, arming, fired=0):
             shown = after.armed.describe() if after.armed is not None else "not armed"
             try:
                 self.disarm(name)
@@ -260,11 +272,11 @@ class CrashPointClient:
         return after
 
     def disarm(self, name: str) -> CrashPointInfo:
-        """Disarm `name`; returns the read-back once it shows the point off."""
+        """Disarm `name`; returns the read-back (the DELETE's answer, as for `arm`) once
+        it shows the point off."""
         what = f"disarm crash point {name}"
-        self._request("DELETE", self._path(name), what)
-        after = self.point(name)
-        if after.armed is not None:
+        after = self._entry(self._request("DELETE", self._path(name), what), what)
+        if after.name != name or after.armed is not None:
             raise NemesisVerifyError(f"{what}: the app acknowledged it but still reads back "
                                      f"{after.armed.describe()}")
         return after

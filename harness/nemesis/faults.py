@@ -347,8 +347,9 @@ class CrashPointFault:
     def apply(self, targets: FaultTargets, window: str) -> None:
         client = self._client(targets)
         armed_at = time.time()
-        before = client.point(self.point).hits
-        client.arm(self.point, self.arming)
+        # Hits only happen while armed: the counter in the arming's read-back is the
+        # window's zero.
+        before = client.arm(self.point, self.arming).hits
         with self._lock:
             self._observed[window] = _Observed(armed_at=armed_at, hits_before=before)
 

@@ -108,8 +108,8 @@ def test_arm_reads_back_and_disarm_turns_it_off(client: CrashPointClient, fake: 
     point = client.arm(POINT, Arming("crash", 0.3, 4))
     assert point.armed == Arming("crash", 0.3, 4) and point.layer == "message"
     assert fake.armed[POINT]["probability"] == 0.3
-    # read back from a fresh GET, not from the PUT's answer
-    assert fake.requests[-2:] == [("PUT", f"/internal/v1/crash-points/{POINT}"), ("GET", "/internal/v1/crash-points")]
+    # one call: the PUT's answer is the app's read-back of the shared state
+    assert fake.requests == [("PUT", f"/internal/v1/crash-points/{POINT}")]
     assert [p.name for p in client.armed()] == [POINT]
     fake.fire(POINT)
     off = client.disarm(POINT)
@@ -125,11 +125,11 @@ def test_each_action_is_armed_as_asked(client: CrashPointClient, action: str) ->
     client.disarm("api.after_store")
 
 
-def test_an_action_the_point_does_not_take_is_refused_before_arming(client: CrashPointClient,
-                                                                     fake: FakeCrashPoints) -> None:
+def test_an_action_the_point_does_not_take_is_refused(client: CrashPointClient,
+                                                       fake: FakeCrashPoints) -> None:
     with pytest.raises(NemesisInvalid, match="takes crash, error, delay, not drop-reply"):
         client.arm("consumer.after_read", Arming("drop-reply"))
-    assert not any(method == "PUT" for method, _ in fake.requests)
+    assert fake.armed == {}
 
 
 def test_an_unknown_point_names_the_known_ones(client: CrashPointClient) -> None:

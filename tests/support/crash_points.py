@@ -91,7 +91,8 @@ class FakeCrashPoints:
             document = json.loads(environ["wsgi.input"].read(length) or b"{}")
             if document.get("action") not in self.actions(rest):
                 return 422, {"title": "Unprocessable", "status": 422,
-                             "detail": f"action: {rest} takes {', '.join(self.actions(rest))}"}
+                             "detail": f"action: {rest} takes {', '.join(self.actions(rest))}, "
+                                       f"not {document.get('action')}"}
             arming = {"action": document["action"], "probability": document.get("probability", 1.0),
                       "count": document.get("count"), "delay_ms": document.get("delay_ms", 0)}
             if self.wrong_probability:
