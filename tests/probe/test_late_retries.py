@@ -1,0 +1,120 @@
+"""Stored failures: the late retries after the load (against a small HTTP server) and
+the rule that tells an unmarked replayed 5xx from a new failure (hand-built histories)."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from harness.history import history_files, iter_operations
+from harness.probe.checker import check
+from harness.probe.config import parse_config
+from harness.probe.late_retries import LATE_RETRY, late_retries
+
+ENDPOINT = {"name": "pay", "path": "/p", "body": {"a": "{int:1-9}"}, "id": {"pointer": "/id"}}
+CONFIG = parse_config({"identities": [{"Authorization": "Bearer a"}, {"Authorization": "Bearer b"}],
+                       "endpoints": [ENDPOINT]})
+
+
+def op(key: str | None, kind: str = "first", type: str = "ok", *, status: int | None = None, at: float = 1.0,
+       digest: str = "d", rid: str | None = "r1", identity: int | None = 0, replayed: bool | None = None,
+       body: Any = None) -> dict[str, Any]:
+    return {"op": "create_order", "op_id": f"{key}-{kind}-{at}", "type": type, "endpoint": "pay",
+            "idempotency_key": key, "identity": identity, "expect": kind, "fingerprint": "f1",
+            "status": status or {"ok": 201, "fail": 409, "info": 503}[type], "body_digest": digest,
+            "resource_id": rid if type == "ok" else None, "invoke_time": at, "complete_time": at + 0.05,
+            "replayed": replayed, "body": body if body is not None else {"a": 1}}
+
+
+def fidelity(ops: list[dict[str, Any]], faults: list[dict[str, Any]]) -> Any:
+    result = check(ops, CONFIG, faults=faults, min_acknowledged=1)
+    return next(inv for inv in result.invariants if inv.name == "replay_fidelity")
+
+
+WINDOW = [{"start": 0.5, "end": 1.5, "name": "w0"}]
+
+
+def test_a_5xx_repeated_while_the_service_is_well_is_a_replay() -> None:
+    ops = [op("k", "first", "info", at=1.0, digest="e503"), op("f", "first", at=2.0, rid="r2"),
+           op("k", LATE_RETRY, "info", at=3.0, digest="e503")]
+    found = fidelity(ops, WINDOW)
+    assert not found.passed and "without a replay mark" in found.violations[0]["message"]
+
+
+@pytest.mark.parametrize(("change", "why"), [
+    ({"at": 1.2}, "the retry came inside the fault window"),
+    ({"digest": "other"}, "another failure, not the same answer"),
+])
+def test_a_new_failure_is_not_a_replay(change: dict[str, Any], why: str) -> None:
+    retry = {"at": 3.0, "digest": "e503", **change}
+    ops = [op("k", "first", "info", at=1.0, digest="e503"), op("f", "first", at=0.1, rid="r2"),
+           op("f2", "first", at=max(1.1, retry["at"] - 0.5), rid="r3"),
+           op("k", "retry_after_timeout", "info", at=retry["at"], digest=retry["digest"])]
+    assert fidelity(ops, WINDOW).passed, why
+
+
+def test_without_a_fresh_success_since_the_failure_nothing_is_proved() -> None:
+    ops = [op("f", "first", at=0.1, rid="r2"), op("k", "first", "info", at=1.0, digest="e503"),
+           op("k", LATE_RETRY, "info", at=3.0, digest="e503"),
+           op("g", "replay", at=2.0, rid="r3", replayed=True)]  # a replayed success proves no health
+    assert fidelity(ops, WINDOW).passed
+
+
+def test_a_late_retry_refused_as_in_flight_is_a_stuck_key() -> None:
+    ops = [op("k", "first", "info", at=1.0), op("k", LATE_RETRY, "fail", status=409, at=3.0)]
+    result = check(ops, CONFIG, min_acknowledged=1)
+    in_flight = next(inv for inv in result.invariants if inv.name == "in_flight_refused_or_waited")
+    assert "stuck in flight" in in_flight.violations[0]["message"]
+
+
+@pytest.fixture
+def service() -> Iterator[tuple[str, list[dict[str, Any]]]]:
+    """Answers 201 with a new id, and records each request (key, authorization, body)."""
+    seen: list[dict[str, Any]] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # noqa: N802 - the stdlib's name
+            raw = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+            seen.append({"key": self.headers.get("Idempotency-Key"), "auth": self.headers.get("Authorization"),
+                         "body": json.loads(raw)})
+            answer = json.dumps({"id": f"r{len(seen)}"}).encode()
+            self.send_response(201)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(answer)))
+            self.end_headers()
+            self.wfile.write(answer)
+
+        def log_message(self, *_: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"127.0.0.1:{server.server_address[1]}", seen
+    server.shutdown()
+    server.server_close()
+
+
+def test_what_never_succeeded_is_retried_once_as_it_was_sent(service: tuple[str, list[dict[str, Any]]],
+                                                             tmp_path: Path) -> None:
+    upstream, seen = service
+    ops = [op("lost", "first", "info", at=1.0, identity=1, body={"a": 7}),
+           op("lost", "retry_after_timeout", "info", at=1.2, identity=1, body={"a": 7}),
+           op("done", "first", "info", at=1.0, body={"a": 2}), op("done", "retry_after_timeout", at=1.3),
+           op("refused", "first", "fail", status=422, at=1.0),
+           op("mismatch", "first", at=1.0), op("mismatch", "payload_mismatch", "info", at=1.5, body={"a": 9})]
+    history = tmp_path / "history"
+    history.mkdir()
+    assert late_retries(CONFIG, upstream, ops, history) == 1
+    # One fresh request first (the service answers again), then the lost one, as Bob, same body.
+    assert [(r["key"], r["auth"], r["body"]) for r in seen][1:] == [("lost", "Bearer b", {"a": 7})]
+    assert seen[0]["key"].startswith("probe-late-")
+    recorded = list(iter_operations(history_files(history)))
+    late = [r for r in recorded if r.get("expect") == LATE_RETRY]
+    assert len(late) == 1 and late[0]["type"] == "ok" and late[0]["identity"] == 1 and late[0]["resource_id"] == "r2"
+    assert late_retries(CONFIG, upstream, [op("k", "first", at=1.0)], history) == 0
