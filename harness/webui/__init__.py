@@ -6,6 +6,8 @@ harness did not start.
 - `harness.webui.chaos`: the Chaos tab; a locustfile installs it with one line,
   `harness.webui.install(events)`, and it is active only on the process that runs the
   web UI (a master or a standalone runner), never on a worker.
+- `harness.webui.guard`: what keeps the tab to its own page and user (loopback by
+  default, JSON + token + same origin on every change, `--web-login`; docs/security.md).
 
 Details: docs/webui.md.
 """
