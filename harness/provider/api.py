@@ -98,7 +98,7 @@ class ProviderApi:
             return self._error(error, base, {"WWW-Authenticate": 'Basic realm="Stripe"'})
         if request.path.startswith(CONTROL_PREFIX):
             return self._control(request, base)
-        scope = key_scope(secret)
+        scope = key_scope(secret)  # what the ledger shows; idempotency keys are scoped by the whole key
         found = find_route(request.method, request.path)
         operation = found[0].operation if found else "unknown"
 
@@ -124,7 +124,7 @@ class ProviderApi:
                 log(400)
                 return self._error(invalid(f"Idempotency-Key must be 1-{MAX_KEY_LENGTH} characters",
                                            param="Idempotency-Key"), base)
-            claim = self.idempotency.claim(scope, key, fingerprint=canonical(
+            claim = self.idempotency.claim(secret, key, fingerprint=canonical(
                 {"method": request.method, "path": request.path, "params": params}), path=request.path)
             if isinstance(claim, InUse):
                 log(409)
@@ -173,11 +173,11 @@ class ProviderApi:
             if fault is not None and fault.delay:
                 self.sleep(fault.delay)
             if key is not None:
-                self.idempotency.complete(scope, key, StoredAnswer(stored.status, _stored_headers(stored),
+                self.idempotency.complete(secret, key, StoredAnswer(stored.status, _stored_headers(stored),
                                                                    stored.body))
         except ApiError as error:  # not stored: validation, a fault before running
             if key is not None:
-                self.idempotency.release(scope, key)
+                self.idempotency.release(secret, key)
             if fault is not None and fault.delay:
                 self.sleep(fault.delay)
             answer = self._error(error, base)
