@@ -130,9 +130,10 @@ class InvariantResult:
     first_violation_s: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
+        # first_violation_s only when known: a result without it reads back unchanged
         return {"name": self.name, "title": self.title, "passed": self.passed,
                 "checked": self.checked, "violation_count": self.violation_count,
-                "first_violation_s": self.first_violation_s,
+                **({"first_violation_s": self.first_violation_s} if self.first_violation_s is not None else {}),
                 "violations": [violation.to_dict() for violation in self.violations]}
 
     @classmethod

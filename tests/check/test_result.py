@@ -234,6 +234,8 @@ def test_first_violation_s_survives_result_json_and_older_results_read_none() ->
     data = json.loads(json.dumps(result.to_dict()))
     again = CheckResult.from_dict(data)
     assert again.invariant("no_lost_acknowledgement").first_violation_s == 5.0
-    for entry in data["invariants"]:
-        del entry["first_violation_s"]  # a result.json written before issue 24
+    assert [entry.get("first_violation_s") for entry in data["invariants"]] == [
+        5.0 if entry["name"] == "no_lost_acknowledgement" else None for entry in data["invariants"]]
+    assert sum("first_violation_s" in entry for entry in data["invariants"]) == 1  # only where known
+    data["invariants"][1].pop("first_violation_s")  # a result.json written before issue 24
     assert all(r.first_violation_s is None for r in CheckResult.from_dict(data).invariants)
