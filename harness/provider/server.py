@@ -64,6 +64,7 @@ class ProviderConfig:
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server_version = "harness-provider"
+    disable_nagle_algorithm = True  # headers and body are two writes: without it, 40 ms per answer
     sys_version = ""
 
     def _serve(self) -> None:
