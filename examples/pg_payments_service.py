@@ -45,6 +45,10 @@ Modes (`--mode`):
 - `effect-before-check`: the payment is inserted (committed) before the key and the
   payload are checked: a request without the key, or a key reused with another body,
   is refused (400, 422) after its charge was made.
+- `claim-not-released`: the key is claimed in a transaction of its own (committed,
+  state in flight), then the payment and the answer in a second one; when that one
+  fails the claim is never released, so every later request with the key is answered
+  409 for ever (a stuck key).
 """
 
 from __future__ import annotations
@@ -62,7 +66,7 @@ import psycopg
 from aiohttp import web
 
 MODES = ("correct", "unscoped-keys", "store-after-commit", "store-5xx", "store-5xx-unmarked",
-         "check-then-insert", "effect-before-check")
+         "check-then-insert", "effect-before-check", "claim-not-released")
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS payments (
     id text PRIMARY KEY, owner text NOT NULL, idempotency_key text, amount_cents integer NOT NULL,
@@ -164,6 +168,8 @@ class PaymentsService:
         scope = "*" if self.mode == "unscoped-keys" else user
         if self.mode == "check-then-insert":
             return await self._database(lambda: self._check_then_insert(scope, key, fingerprint, payment))
+        if self.mode == "claim-not-released":
+            return await self._database(lambda: self._claim_first(scope, key, fingerprint, payment))
         if self.mode == "store-after-commit":
             return await self._database(lambda: self._store_after_commit(scope, key, fingerprint, payment))
         response = await self._database(lambda: self._claimed(scope, key, fingerprint, payment))
@@ -242,6 +248,31 @@ class PaymentsService:
                 text = await self._insert_payment(connection, payment)
             await asyncio.sleep(self.work)  # publish the payment event, then remember the answer
             async with connection.transaction():
+                await self._store(connection, scope, key, fingerprint, 201, text)
+        return web.Response(status=201, text=text, content_type="application/json")
+
+    # --- claim-not-released: the claim commits alone, and a failure leaves it --------------
+    async def _claim_first(self, scope: str, key: str, fingerprint: str, payment: dict[str, Any]) -> web.Response:
+        async with await self._connect() as connection:
+            async with connection.transaction():
+                cursor = await connection.execute(
+                    "INSERT INTO idempotency_keys (scope, key, fingerprint, status, body) "
+                    "VALUES (%s, %s, %s, 0, '') ON CONFLICT DO NOTHING RETURNING key", (scope, key, fingerprint))
+                claimed = await cursor.fetchone()
+            if claimed is None:
+                async with connection.transaction():
+                    cursor = await connection.execute(
+                        "SELECT fingerprint, status, body FROM idempotency_keys WHERE scope = %s AND key = %s",
+                        (scope, key))
+                    row = await cursor.fetchone()
+                if row is not None and row[0] != fingerprint:
+                    return problem(422, "Idempotency-Key reused", "the key was used with another payload")
+                if row is None or row[1] == 0:
+                    return problem(409, "Request in progress", "a request with this key is still running")
+                return replay(row[1], row[2])
+            async with connection.transaction():
+                await self._charge()
+                text = await self._insert_payment(connection, payment)
                 await self._store(connection, scope, key, fingerprint, 201, text)
         return web.Response(status=201, text=text, content_type="application/json")
 

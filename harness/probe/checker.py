@@ -51,7 +51,7 @@ from typing import Any
 from harness.probe.config import Endpoint, ProbeConfig
 from harness.probe.effect_checks import EffectRecord, check_effects
 from harness.probe.identities import check_isolation
-from harness.probe.replays import check_unmarked_replays
+from harness.probe.replays import check_stuck_keys, check_unmarked_replays
 
 MAX_EVIDENCE = 25
 DEFAULT_MIN_ACKNOWLEDGED = 10
@@ -164,6 +164,7 @@ def check(operations: Iterable[Mapping[str, Any]], config: ProbeConfig, *,
     _check_reads(reads, by_key, endpoints, results)
     # A stored 5xx replayed without a mark (the fault log says when the service was well).
     check_unmarked_replays(judged, faults, results["replay_fidelity"], _evidence)
+    check_stuck_keys(judged, faults, results["in_flight_refused_or_waited"], _evidence)
     if "identities_isolated" in results:
         check_isolation(judged, reads, results["identities_isolated"], _evidence)
     if "one_effect_per_key" in results:

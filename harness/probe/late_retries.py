@@ -4,7 +4,7 @@ Real clients retry later too, and that is when a stored failure shows: the servi
 well again, so a request that was never answered with a 2xx runs now (or its stored
 success is replayed), unless the service stored the 5xx and replays it, or left the
 key stuck in flight. For every key (per identity) whose requests got no 2xx and whose
-last answer was indeterminate (a 5xx, a timeout, a reset), the same request (same
+last answer was indeterminate (a 5xx, a timeout, a reset) or the in-flight status, the same request (same
 key, body and identity) is sent once more, straight to the service, as kind
 `late_retry`. First, one fresh request per endpoint (kind `first`, a new key) shows
 the service answering again: the evidence that a repeated 5xx is a replay
@@ -52,7 +52,7 @@ def late_retries(config: ProbeConfig, upstream: str, operations: Sequence[Mappin
         if name not in endpoints or not same or any(op.get("type") == "ok" for op in same):
             continue
         last = max(same, key=lambda op: float(op.get("invoke_time") or 0.0))
-        if last.get("type") == "info":
+        if last.get("type") == "info" or last.get("status") == endpoints[name].expect.in_flight:
             pending.append((endpoints[name], key, identity, last["body"]))
     if not pending:
         return 0

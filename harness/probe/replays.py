@@ -9,6 +9,12 @@ replay) had succeeded since the failure, and yet it got the same status and the
 same body (canonical JSON digest) as the failure. A service that runs the retry
 again either succeeds or fails anew; repeating the first failure byte for byte
 while healthy is a replay. Judged into `replay_fidelity`.
+
+The same evidence of health shows a stuck key (`check_stuck_keys`, judged into
+`in_flight_refused_or_waited`): a late retry (harness.probe.late_retries, sent after
+every fault healed) that got no answer at all, while a fresh request sent after the
+last fault was answered 2xx: the service works, but not for this key (a lock a failed
+request never released).
 """
 
 from __future__ import annotations
@@ -73,3 +79,23 @@ def check_unmarked_replays(operations: Sequence[Mapping[str, Any]], faults: Sequ
                            f"succeeded: a stored 5xx replayed without a replay mark",
                            key=key, failure=evidence(first), replayed=evidence(later))
             break
+
+
+def check_stuck_keys(operations: Sequence[Mapping[str, Any]], faults: Sequence[Mapping[str, Any]],
+                     result: _Result, evidence: Any) -> None:
+    windows = fault_windows(faults)
+    healed = max((end for _, end in windows), default=0.0)
+    fresh = sorted(float(op["invoke_time"]) for op in operations
+                   if op.get("type") == "ok" and op.get("expect") == "first" and not op.get("replayed")
+                   and isinstance(op.get("invoke_time"), (int, float)) and float(op["invoke_time"]) > healed)
+    if not fresh:
+        return
+    for op in operations:
+        if op.get("expect") != "late_retry" or not isinstance(op.get("invoke_time"), (int, float)):
+            continue
+        if op.get("type") != "info" or op.get("status") is not None or float(op["invoke_time"]) < fresh[0]:
+            continue
+        result.checked += 1
+        result.violate(f"{op.get('endpoint')}: key {op.get('idempotency_key')!r} is stuck: its late retry, sent "
+                       f"after every fault healed, got no answer ({op.get('error')}) while a fresh request was "
+                       f"answered", key=op.get("idempotency_key"), operation=evidence(op))

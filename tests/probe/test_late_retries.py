@@ -107,14 +107,32 @@ def test_what_never_succeeded_is_retried_once_as_it_was_sent(service: tuple[str,
            op("lost", "retry_after_timeout", "info", at=1.2, identity=1, body={"a": 7}),
            op("done", "first", "info", at=1.0, body={"a": 2}), op("done", "retry_after_timeout", at=1.3),
            op("refused", "first", "fail", status=422, at=1.0),
+           op("waited", "first", "fail", status=409, at=1.0, identity=0, body={"a": 3}),
            op("mismatch", "first", at=1.0), op("mismatch", "payload_mismatch", "info", at=1.5, body={"a": 9})]
     history = tmp_path / "history"
     history.mkdir()
-    assert late_retries(CONFIG, upstream, ops, history) == 1
-    # One fresh request first (the service answers again), then the lost one, as Bob, same body.
-    assert [(r["key"], r["auth"], r["body"]) for r in seen][1:] == [("lost", "Bearer b", {"a": 7})]
+    assert late_retries(CONFIG, upstream, ops, history) == 2
+    # One fresh request first (the service answers again), then the lost one, as Bob, same
+    # body, and the one last refused as in flight.
+    assert sorted((r["key"], r["auth"], json.dumps(r["body"])) for r in seen[1:]) == [
+        ("lost", "Bearer b", '{"a": 7}'), ("waited", "Bearer a", '{"a": 3}')]
     assert seen[0]["key"].startswith("probe-late-")
     recorded = list(iter_operations(history_files(history)))
     late = [r for r in recorded if r.get("expect") == LATE_RETRY]
-    assert len(late) == 1 and late[0]["type"] == "ok" and late[0]["identity"] == 1 and late[0]["resource_id"] == "r2"
+    lost = next(r for r in late if r["idempotency_key"] == "lost")
+    assert len(late) == 2 and lost["type"] == "ok" and lost["identity"] == 1 and lost["resource_id"]
     assert late_retries(CONFIG, upstream, [op("k", "first", at=1.0)], history) == 0
+
+
+def test_a_late_retry_without_an_answer_while_fresh_requests_work_is_a_stuck_key() -> None:
+    timeout = {"type": "info", "status": None, "error": "ReadTimeout"}
+    ops = [op("k", "first", "info", at=1.0), op("f", "first", at=2.0, rid="r2"),
+           {**op("k", LATE_RETRY, at=2.1), **timeout, "resource_id": None}]
+    result = check(ops, CONFIG, faults=WINDOW, min_acknowledged=1)
+    in_flight = next(inv for inv in result.invariants if inv.name == "in_flight_refused_or_waited")
+    assert "is stuck: its late retry" in in_flight.violations[0]["message"]
+    # Without a fresh success after the last fault, a silent service proves nothing about the key.
+    early = [op("k", "first", "info", at=1.0), op("f", "first", at=1.2, rid="r2"),
+             {**op("k", LATE_RETRY, at=2.1), **timeout, "resource_id": None}]
+    assert all(inv.passed for inv in check(early, CONFIG, faults=WINDOW, min_acknowledged=1).invariants
+               if inv.name == "in_flight_refused_or_waited")

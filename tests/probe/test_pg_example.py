@@ -4,8 +4,9 @@ service's own database as the oracle of effects.
 
 The correct mode passes; each buggy mode fails by its own invariant:
 unscoped-keys → identities_isolated, store-after-commit and check-then-insert →
-one_effect_per_key, effect-before-check → refused_no_effect, store-5xx →
-replay_fidelity (a 503 replayed). The 5xx are real: the service reaches its database
+one_effect_per_key, effect-before-check → refused_no_effect, store-5xx and
+store-5xx-unmarked → replay_fidelity (a 503 replayed, marked or not),
+claim-not-released → in_flight_refused_or_waited (a key stuck after a failure). The 5xx are real: the service reaches its database
 through a Toxiproxy proxy that resets a share of the new connections during the load
 (until the probe's own `dependencies:` lands, the test drives that proxy itself)."""
 
@@ -175,6 +176,7 @@ def service_config(mode: str, database: PostgresDatabase) -> ProbeConfig:
     ("correct", None),
     ("store-5xx", "replay_fidelity"),
     ("store-5xx-unmarked", "replay_fidelity"),
+    ("claim-not-released", "in_flight_refused_or_waited"),
     ("unscoped-keys", "identities_isolated"),
 ])
 def test_under_probe_dependencies_the_database_and_the_process_fail_for_real(
@@ -195,6 +197,9 @@ def test_under_probe_dependencies_the_database_and_the_process_fail_for_real(
         assert {row.id: row.status for row in result.conformance}["no-5xx-replay"] == "pass"
     else:
         assert invariant in failed(result), explain(result)
+    if mode == "claim-not-released":
+        messages = [v["message"] for v in result.violations if v["invariant"] == invariant]
+        assert any("stuck in flight" in message for message in messages), explain(result)
     if mode == "store-5xx-unmarked":
         # No answer said it was a replay: the 503 repeated byte for byte while the
         # database was well (outside every fault window, fresh payments succeeding).
