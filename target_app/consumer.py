@@ -86,7 +86,12 @@ class Consumer:
         """Reclaim stuck entries, then read new ones; returns how many were handled."""
         stop = stop or threading.Event()
         handled = 0
-        for entry_id, fields, deliveries in self.reclaim():
+        try:
+            reclaimed = self.reclaim()
+        except CrashPointError as exc:
+            log.warning("reclaimed entries left pending: %s", exc)  # taken over again later
+            reclaimed = []
+        for entry_id, fields, deliveries in reclaimed:
             if stop.is_set():
                 return handled
             handled += self.handle(entry_id, fields, deliveries)

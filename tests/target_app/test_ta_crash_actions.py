@@ -209,6 +209,23 @@ def test_an_error_after_the_effect_and_the_redelivery(cp_settings, rclient, unsa
     assert [e["outcome"] for e in effects(rclient)] == outcomes and pending(rclient) == 0
 
 
+def test_consumer_error_after_reclaim_leaves_the_entries_pending(cp_settings, rclient):
+    settings = replace(cp_settings, reclaim_idle_ms=1)
+    consumer = consumer_for(settings, rclient)
+    consumer.ensure_group()
+    order_id = paid_order(settings)
+    publish_payment(rclient, "payments", "m1", order_id, "pr_1", 1000)
+    # another consumer read it and died: it is pending, idle, in that one's name
+    rclient.xreadgroup("target-app", "dead-one", {"payments": ">"}, count=10)
+    time.sleep(0.01)
+    arm(consumer.crash_points, "consumer.after_reclaim", action="error", count=1)
+    assert consumer.step(block_ms=10) == 0
+    assert pending(rclient) == 1 and effects(rclient) == []
+    time.sleep(0.01)
+    assert consumer.step(block_ms=10) == 1  # reclaimed again, and handled
+    assert [e["outcome"] for e in effects(rclient)] == ["paid"] and pending(rclient) == 0
+
+
 @pytest.mark.parametrize(("unsafe", "applied"), [("", True), ("consumer-ack-early", False)])
 def test_ack_early_loses_the_message_at_a_failure_after_the_ack(cp_settings, rclient, unsafe, applied):
     consumer = consumer_for(cp_settings, rclient, frozenset({unsafe} - {""}))
