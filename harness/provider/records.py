@@ -12,7 +12,8 @@ Every line has `record` naming its type:
   key, whether it was a replay, and the fault (if any) the provider played on it.
 - `delivery`: what became of one webhook event at one endpoint (tries, last status).
 
-`write_ledger` / `read_ledger` are the file's only writer and reader.
+`write_ledger` / `read_ledger` are the file's only writer and reader; `parse_ledger` reads the
+same lines from `GET /_harness/ledger`.
 `charges_per_business_key` is the ground truth the `money_moved_once` invariant needs:
 per business key (a JSON pointer into a charge record, e.g. `/metadata/order_id`), the
 charges that moved money and still hold it (succeeded and captured, not fully refunded).
@@ -164,17 +165,22 @@ def from_dict(data: Mapping[str, Any]) -> LedgerRecord:
 
 def read_ledger(path: Path) -> list[LedgerRecord]:
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        text = path.read_text(encoding="utf-8")
     except OSError as error:
         raise ProviderError(f"cannot read the ledger {path}: {error.strerror or error}") from None
+    return parse_ledger(text, where=str(path))
+
+
+def parse_ledger(text: str, *, where: str = "ledger") -> list[LedgerRecord]:
+    """The records of NDJSON text (a file's, or `GET /_harness/ledger`'s answer)."""
     records = []
-    for number, line in enumerate(lines, start=1):
+    for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
         try:
             records.append(from_dict(json.loads(line)))
         except ValueError:
-            raise ProviderError(f"{path}:{number}: not a JSON line") from None
+            raise ProviderError(f"{where}:{number}: not a JSON line") from None
     return records
 
 

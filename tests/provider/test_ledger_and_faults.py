@@ -21,6 +21,7 @@ from harness.provider.records import (
     RequestInfo,
     RequestRecord,
     charges_per_business_key,
+    parse_ledger,
     read_ledger,
     write_ledger,
 )
@@ -39,8 +40,10 @@ def test_the_ledger_is_exported_as_typed_ndjson(tmp_path: Path) -> None:
         raw.post("/v1/payment_intents", {**ORDER, "payment_method": "pm_card_chargeDeclined",
                                          "metadata[order_id]": "o-2"}, key="k-2")
         raw.post("/v1/refunds", {"payment_intent": paid["id"], "amount": "250"}, key="k-3")
-        served = [json.loads(line) for line in raw.get("/_harness/ledger").text.splitlines()]
+        served_text = raw.get("/_harness/ledger").text
+        served = [json.loads(line) for line in served_text.splitlines()]
     records = read_ledger(path)
+    assert parse_ledger(served_text) == records
     assert [json.loads(line) for line in path.read_text().splitlines()] == served
     charges = [r for r in records if isinstance(r, ChargeRecord)]
     assert [(c.amount, c.currency, dict(c.metadata), c.state, c.request.idempotency_key) for c in charges] == [
