@@ -138,12 +138,15 @@ class Ledger:
                 self.confirm(intent, card, request)
             return intent
 
-    def confirm(self, intent: PaymentIntent, card: CardOutcome | None, request: RequestInfo) -> PaymentIntent:
+    def confirm(self, intent: PaymentIntent, card: CardOutcome | None, request: RequestInfo, *,
+                capture_method: str | None = None) -> PaymentIntent:
         """Confirm with `card` (or the one attached); a decline raises the stored 402."""
         with self.lock:
             if intent.status not in CONFIRMABLE:
                 raise unexpected_state(f"This PaymentIntent's status is {intent.status}, but it must be one of "
                                        f"{', '.join(CONFIRMABLE)} to be confirmed.")
+            if capture_method is not None:
+                intent.capture_method = capture_method
             if card is not None:
                 intent.payment_method = card.payment_method
             if card is None:
@@ -201,7 +204,8 @@ class Ledger:
                               "payment_intent": intent.to_api(),
                               "payment_method": error["payment_method"]})
 
-    def capture(self, intent: PaymentIntent, amount: int | None, request: RequestInfo) -> PaymentIntent:
+    def capture(self, intent: PaymentIntent, amount: int | None, request: RequestInfo, *,
+                metadata: dict[str, str] | None = None) -> PaymentIntent:
         with self.lock:
             if intent.status != "requires_capture":
                 raise unexpected_state(f"This PaymentIntent could not be captured because it has a status of "
@@ -213,6 +217,7 @@ class Ledger:
                               f"({intent.amount_capturable}).", param="amount_to_capture", code="amount_too_large",
                               stored=True)
             assert intent.latest_charge is not None
+            intent.metadata.update(metadata or {})
             charge = self.charges[intent.latest_charge]
             charge.captured = True
             charge.amount_captured = amount

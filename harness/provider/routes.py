@@ -112,9 +112,8 @@ def confirm_intent(call: Call) -> Run:
     intent = call.ledger.intent(call.path_args[0])
 
     def run() -> dict[str, Any]:
-        if capture_method is not None:
-            intent.capture_method = capture_method
-        return call.ledger.intent_json(call.ledger.confirm(intent, card, call.request), expand)
+        confirmed = call.ledger.confirm(intent, card, call.request, capture_method=capture_method)
+        return call.ledger.intent_json(confirmed, expand)
     return run
 
 
@@ -128,8 +127,7 @@ def capture_intent(call: Call) -> Run:
     intent = call.ledger.intent(call.path_args[0])
 
     def run() -> dict[str, Any]:
-        intent.metadata.update(metadata)
-        return call.ledger.intent_json(call.ledger.capture(intent, amount, call.request), expand)
+        return call.ledger.intent_json(call.ledger.capture(intent, amount, call.request, metadata=metadata), expand)
     return run
 
 

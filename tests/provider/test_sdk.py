@@ -61,6 +61,12 @@ def test_manual_capture(client: stripe.StripeClient) -> None:
     assert twice.value.code == "payment_intent_unexpected_state"
     other = pay(client, "o-cancel", capture_method="manual")
     assert client.v1.payment_intents.cancel(other.id).status == "canceled"
+    assert client.v1.charges.retrieve(str(other.latest_charge)).refunded  # the authorization released
+    later = client.v1.payment_intents.create(params={"amount": 300, "currency": "eur"})
+    held = client.v1.payment_intents.confirm(later.id, params={"payment_method": VISA, "capture_method": "manual"})
+    assert held.status == "requires_capture"
+    done = client.v1.payment_intents.capture(later.id, params={"metadata": {"shipped": "yes"}})
+    assert done.status == "succeeded" and done.metadata["shipped"] == "yes"
 
 
 def test_list_and_search_by_metadata(client: stripe.StripeClient) -> None:
@@ -142,6 +148,8 @@ def test_errors_in_stripes_envelope(raw: Raw) -> None:
     assert bad_int.json()["error"]["code"] == "parameter_invalid_integer"
     no_card = raw.post("/v1/payment_intents", {"amount": "100", "currency": "eur", "payment_method": "pm_card_nope"})
     assert no_card.json()["error"]["code"] == "resource_missing"
+    tangled = raw.post("/v1/payment_intents", "amount=100&currency=eur&metadata=x&metadata[a]=b")
+    assert tangled.status_code == 400 and tangled.json()["error"]["param"] == "metadata[a]"
     route = raw.get("/v1/customers")
     assert route.status_code == 404 and route.json()["error"]["type"] == "invalid_request_error"
 
