@@ -272,7 +272,8 @@ def _check_key(key: str, ops: list[Mapping[str, Any]], endpoint: Endpoint,
         if status == endpoint.expect.in_flight and op.get("expect") == "late_retry":
             # Sent after the load, every fault healed: nothing can still be in flight.
             in_flight.violate(f"{endpoint.name}: key {key!r} is stuck in flight: the late retry, sent after "
-                              f"the load, was refused with {status}", key=key, operation=_evidence(op))
+                              f"the load when nothing can be in flight, was refused with {status} (the key "
+                              f"never released, or its result withheld)", key=key, operation=_evidence(op))
             continue
         if status == endpoint.expect.in_flight:
             continue
