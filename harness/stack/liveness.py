@@ -48,7 +48,8 @@ def require_services_back(stack: Stack, *, timeout: float = DEFAULT_TIMEOUT, int
             break
         time.sleep(interval)
     described = ", ".join(
-        f"{row['name']} ({row['status']}" + (f", {row['restarts']} restart(s)" if row["restarts"] else "") + ")"
+        f"{row['name']} ({row['status']}" + (f", {row.get('restarts')} restart(s)" if row.get("restarts") else "")
+        + ")"
         for row in down)
     raise ServicesNotBack(f"service(s) that died during the run did not come back within {timeout:g} s: "
                           f"{described}; see the stack's logs")
