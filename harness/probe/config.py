@@ -49,6 +49,7 @@ from harness.errors import HarnessError
 from harness.fieldcheck import FieldChecker
 from harness.generators import is_generated as _mutable_field
 from harness.generators import render_body as render_body  # moved to a leaf; users.py imports it from here
+from harness.probe.messages.spec import MessageSpec, parse_message
 from harness.probe.service_config import ServiceConfig, parse_dependencies, parse_service
 from harness.webhooks.config import WebhookSpec, parse_webhook
 
@@ -150,6 +151,19 @@ class WebhookEndpoint:
 
 
 @dataclass(frozen=True)
+class MessageEndpoint:
+    """A `messages:` entry: what the probe publishes (harness.probe.messages.spec) and how
+    the effects of a message's fact are counted (`{fact}`, `:fact`)."""
+
+    spec: MessageSpec
+    effects: EffectsSpec
+
+    def to_raw(self) -> dict[str, Any]:
+        return {**self.spec.to_raw(),
+                "effects": {k: v for k, v in asdict(self.effects).items() if v is not None and k != "params"}}
+
+
+@dataclass(frozen=True)
 class LoadSpec:
     users: int = 8
     duration: float = 5.0
@@ -174,6 +188,7 @@ class ProbeConfig:
     webhooks: tuple[WebhookEndpoint, ...] = ()  # receivers the probe plays the provider for
     service: ServiceConfig | None = None  # the probe runs it (harness.probe.service_config)
     dependencies: Mapping[str, str] = field(default_factory=dict)  # NAME -> the real host:port
+    messages: tuple[MessageEndpoint, ...] = ()  # what the probe publishes to a consumer (harness.probe.messages)
 
     def to_dict(self) -> dict[str, Any]:
         """A plain form that `parse_config` reads back (the Locust processes get it)."""
@@ -202,6 +217,9 @@ class ProbeConfig:
         if not raw["webhooks"]:
             del raw["webhooks"]
         raw["service"] = self.service.to_dict() if self.service is not None else None
+        raw["messages"] = [message.to_raw() for message in self.messages]
+        if not raw["messages"]:
+            del raw["messages"]
         raw.pop("source")
         return raw
 
@@ -237,9 +255,9 @@ def _resolve_plan(plan: Path, *, beside: Path) -> Path:
 
 def parse_config(raw: Any, *, source: str = "<config>") -> ProbeConfig:
     where = _Where(source)
-    top = where.mapping(raw, "config", required=("endpoints",),
-                        optional=("upstream", "profile", "key_header", "headers", "load", "plan", "webhooks",
-                                  "identities", "service", "dependencies"))
+    top = where.mapping(raw, "config", optional=("endpoints", "upstream", "profile", "key_header", "headers", "load",
+                                                 "plan", "webhooks", "identities", "service", "dependencies",
+                                                 "messages"))
     profile = top.get("profile", "ietf")
     if profile not in PROFILES:
         raise where.error("profile", f"must be one of {', '.join(PROFILES)}, not {profile!r}")
@@ -248,8 +266,11 @@ def parse_config(raw: Any, *, source: str = "<config>") -> ProbeConfig:
         upstream = parse_upstream(upstream, where=where, path="upstream")
     key_header = where.header_name(top.get("key_header", "Idempotency-Key"), "key_header")
     headers = where.headers(top.get("headers"), "headers")
-    endpoints_raw = top["endpoints"]
-    if not isinstance(endpoints_raw, list) or not endpoints_raw:
+    messages = _parse_messages(where, top.get("messages"))
+    endpoints_raw = top.get("endpoints", [] if messages else None)
+    if endpoints_raw is None:
+        raise where.error("config", "missing endpoints (or messages)")
+    if not isinstance(endpoints_raw, list) or not (endpoints_raw or messages):
         raise where.error("endpoints", "must be a non-empty list of endpoints")
     endpoints = tuple(_parse_endpoint(where, item, f"endpoints[{i}]", PROFILES[profile])
                       for i, item in enumerate(endpoints_raw))
@@ -266,7 +287,8 @@ def parse_config(raw: Any, *, source: str = "<config>") -> ProbeConfig:
     service, dependencies = _parse_service_section(where, top, upstream)
     return ProbeConfig(endpoints=endpoints, upstream=upstream, profile=profile, key_header=key_header,
                        headers=headers, load=load, plan=Path(plan) if plan else None, source=source,
-                       identities=identities, webhooks=webhooks, service=service, dependencies=dependencies)
+                       identities=identities, webhooks=webhooks, service=service, dependencies=dependencies,
+                       messages=messages)
 
 
 def _parse_service_section(where: _Where, top: Mapping[str, Any],
@@ -500,6 +522,31 @@ def _parse_webhooks(where: _Where, raw: Any) -> tuple[WebhookEndpoint, ...]:
     if duplicates:
         raise where.error("webhooks", f"names must be unique: {', '.join(duplicates)}")
     return tuple(webhooks)
+
+
+def _parse_messages(where: _Where, raw: Any) -> tuple[MessageEndpoint, ...]:
+    """`messages:` entries (harness.probe.messages.spec checks each); `effects` take the fact as parameter."""
+    if raw is None:
+        return ()
+    if not isinstance(raw, list) or not raw:
+        raise where.error("messages", "must be a non-empty list of message sources")
+    messages = []
+    for i, item in enumerate(raw):
+        path = f"messages[{i}]"
+        spec = parse_message(where, item, path, also=("effects",))
+        effects = _parse_effects(where, item.get("effects"), f"{path}.effects", {"fact": None})
+        if effects is None:
+            raise where.error(f"{path}.effects", "is required: how the effects of a message's fact are counted")
+        if effects.params != ("fact",):
+            field_name = "query" if effects.kind == "sql" else "path"
+            raise where.error(f"{path}.effects.{field_name}",
+                              "must take the fact as its one parameter: {fact} in a path, :fact in a query")
+        messages.append(MessageEndpoint(spec=spec, effects=effects))
+    names = [message.spec.name for message in messages]
+    duplicates = sorted({name for name in names if names.count(name) > 1})
+    if duplicates:
+        raise where.error("messages", f"names must be unique: {', '.join(duplicates)}")
+    return tuple(messages)
 
 
 class _Where(FieldChecker):

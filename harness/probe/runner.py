@@ -56,6 +56,8 @@ from harness.probe.effect_checks import EffectRecord
 from harness.probe.effects import EFFECTS_FILE, collect_effects
 from harness.probe.identities import READ_AS_OTHER, other_identity, owners, request_headers
 from harness.probe.late_retries import late_retries
+from harness.probe.messages.checks import check_messages, combine
+from harness.probe.messages.play import MessageOutcome, MessagePlay
 from harness.probe.plan_targets import ProbeTargets, load_probe_plan, probe_windows
 from harness.probe.rig import ProbeRig
 from harness.report.junit import write_junit
@@ -143,9 +145,10 @@ def run_probe(spec: ProbeSpec) -> ProbeResult:
     started = time.time()
     # The service and its dependency proxies stay up for the final reads and the
     # effects: the rig is left only after them.
-    with ProbeRig(config, run_dir, upstream=upstream, toxiproxy_url=spec.toxiproxy_url) as rig:
+    with (ProbeRig(config, run_dir, upstream=upstream, toxiproxy_url=spec.toxiproxy_url) as rig,
+          MessagePlay(config.messages, run_dir, seed=config.load.seed, duration=config.load.duration) as play):
         windows = probe_windows(plan, config.load.duration, rig.targets) if plan is not None else []
-        _load(spec, run_dir, rig, windows)
+        _load(spec, run_dir, rig, windows, play)
         rig.heal()
         rig.check()
         upstream = rig.upstream
@@ -156,12 +159,13 @@ def run_probe(spec: ProbeSpec) -> ProbeResult:
         reads = final_reads(config, upstream, operations, run_dir / "final-reads.jsonl")
         effects = (collect_effects(config, upstream, operations, run_dir / EFFECTS_FILE)
                    if any(endpoint.effects for endpoint in config.endpoints) else [])
+        messages = play.finish(upstream)  # the drain: the consumer still runs, every fault healed
     return judge(config, operations, reads, run_dir, upstream=upstream, plan_path=plan_path,
                  started=started, min_acknowledged=spec.min_acknowledged,
-                 toxiproxy=rig.toxiproxy, effects=effects)
+                 toxiproxy=rig.toxiproxy, effects=effects, messages=messages)
 
 
-def _load(spec: ProbeSpec, run_dir: Path, rig: ProbeRig, windows: list[FaultWindow]) -> None:
+def _load(spec: ProbeSpec, run_dir: Path, rig: ProbeRig, windows: list[FaultWindow], play: MessagePlay) -> None:
     load = spec.config.load
     config_json = run_dir / "config.json"
     env = {**os.environ, CONFIG_ENV: str(config_json.resolve()),
@@ -172,19 +176,24 @@ def _load(spec: ProbeSpec, run_dir: Path, rig: ProbeRig, windows: list[FaultWind
         env=env, stop_timeout=max(2.0, load.client_timeout * 2), guard=rig.guard)
     assert rig.nemesis is not None
     runner = NemesisRunner(rig.nemesis, rig.processes, run_dir / FAULT_LOG)
-    locust.start()
-    # The plan's clock starts with the load's first request, not with Locust's start
-    # (seconds on a busy machine), so a window at 0.5 s meets requests.
-    _wait_first_request(run_dir / "history", locust)
+    play.setup()  # the queues exist before the first publish
+    if spec.config.endpoints:
+        locust.start()
+        # The plan's clock starts with the load's first request, not with Locust's start
+        # (seconds on a busy machine), so a window at 0.5 s meets requests.
+        _wait_first_request(run_dir / "history", locust)
+    play.start()
     runner.start(windows)
     deadline = time.monotonic() + load.duration + LOCUST_GRACE + load.client_timeout * 4
     try:
         # A service that ends on its own ends the run (rig.check raises) at once.
-        while not (finished := locust.finished(timeout=WATCH_INTERVAL)) and time.monotonic() < deadline:
+        while not (finished := (locust.finished(timeout=WATCH_INTERVAL) if spec.config.endpoints
+                                else play.load_over(WATCH_INTERVAL))) and time.monotonic() < deadline:
             rig.check()
     finally:
         runner.stop()
         locust.stop()
+        play.stop()
     if not finished:
         raise ProbeError(f"Locust did not finish in time; see {locust.log_path}")
     if runner.failure:
@@ -279,7 +288,8 @@ def _identity(item: Any) -> Any:
 
 def judge(config: ProbeConfig, operations: Sequence[Mapping[str, Any]], reads: Sequence[Mapping[str, Any]],
           run_dir: Path, *, upstream: str, plan_path: Path | None, started: float,
-          min_acknowledged: int, toxiproxy: str, effects: Sequence[EffectRecord] = ()) -> ProbeResult:
+          min_acknowledged: int, toxiproxy: str, effects: Sequence[EffectRecord] = (),
+          messages: Sequence[MessageOutcome] | None = None) -> ProbeResult:
     """Check, build the conformance table and write result.json, junit.xml, report.html."""
     from harness.probe.report import write_report
 
@@ -287,7 +297,9 @@ def judge(config: ProbeConfig, operations: Sequence[Mapping[str, Any]], reads: S
     result = check(operations, config, reads=reads, min_acknowledged=min_acknowledged, effects=effects,
                    faults=faults)
     rows = conformance(result, operations, requires_key=any(e.requires_key for e in config.endpoints),
-                       read_back=any(e.read or e.search for e in config.endpoints))
+                       read_back=any(e.read or e.search for e in config.endpoints)) if config.endpoints else []
+    if messages is not None:  # with `messages:` (harness.probe.messages.checks)
+        result = combine(result, check_messages(operations, messages), endpoints=bool(config.endpoints))
     document = {
         "kind": "probe",
         "run_id": run_dir.name,

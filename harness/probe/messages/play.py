@@ -1,0 +1,231 @@
+"""One probe run's messages, from the first publish to the counted effects.
+
+`MessagePlay(entries, run_dir, seed=..., duration=...)`, for the config's `messages:`:
+
+1. `setup()`: each entry's producer connects and makes sure its queue exists;
+2. `start()`: the producers publish (harness.probe.messages.producer) over the first
+   half of the load, while a watcher reads each broker's own counts
+   (`Broker.stats()`) every `WATCH_INTERVAL` and keeps the highest redelivery count;
+3. `stop()` after the load; then `finish(upstream)`, with the faults healed and the
+   consumer still running: the drain. Until the entry's `drain_timeout`, it waits
+   for every fact with a confirmed publish to have an effect (the entry's oracle,
+   harness.probe.oracles, asked with `fact`) and for the broker to hold nothing
+   unacknowledged, or for the broker to hold nothing while no new effect came for
+   `SETTLE` seconds (what is missing then is lost, not late); then it counts every published fact's effects once more, reads
+   the broker's final counts (waiting, within `STATS_GRACE`, until the broker has
+   counted every confirmed publish: RabbitMQ's management statistics lag by seconds)
+   and lists the dead letters. One `MessageOutcome` per entry, written to
+   `messages.jsonl`; harness.probe.messages.checks judges them.
+
+An oracle or broker that cannot answer is a HarnessError (exit 2): a run whose effects
+cannot be counted proves nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from harness.history import history_files, iter_operations
+from harness.probe.brokers import Broker, BrokerStats, open_broker
+from harness.probe.config import MessageEndpoint
+from harness.probe.messages.producer import Producer
+from harness.probe.messages.spec import fact_of
+from harness.probe.oracles import Oracle, open_oracle
+
+OUTCOMES_FILE = "messages.jsonl"
+WATCH_INTERVAL = 0.3
+POLL = 0.3
+STATS_GRACE = 15.0
+SETTLE = 2.0  # the broker empty and no new effect for this long: the consumer is done
+MAX_DEAD_LETTERS = 200
+SPREAD_SHARE = 0.5  # the producers publish over this share of the load's duration
+
+
+@dataclass
+class MessageOutcome:
+    """What the drain found for one `messages:` entry."""
+
+    name: str
+    broker: str
+    effects: list[tuple[Any, int]] = field(default_factory=list)  # (fact, effects) per published fact
+    drained: bool = False
+    drain_seconds: float = 0.0
+    backlog: int | None = None  # messages the broker still held unacknowledged at the end
+    redeliveries: int | None = None  # the broker's own count (None: it cannot tell)
+    stats_current: bool = False  # the broker had counted every confirmed publish when read
+    dead_letters: list[dict[str, Any]] = field(default_factory=list)
+    dead_letter_count: int | None = None
+
+
+class _Watcher:
+    """Reads a broker's counts on a thread of its own; keeps the highest redelivery count."""
+
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        self.highest: int | None = None
+        self.last: BrokerStats | None = None
+        self.error: str | None = None
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._run, name="broker-watch", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def read(self) -> BrokerStats:
+        with self._lock:
+            stats = self.broker.stats()
+            if stats.redeliveries is not None:
+                self.highest = max(self.highest or 0, stats.redeliveries)
+            self.last = stats
+            return stats
+
+    def _run(self) -> None:
+        while not self._stop.wait(WATCH_INTERVAL):
+            try:
+                self.read()
+            except Exception as error:  # noqa: BLE001 - a broker busy under faults: read again later
+                self.error = f"{type(error).__name__}: {error}"
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+
+class MessagePlay:
+    """The producers and watchers of one run; a context manager (leaving it closes the
+    watchers' connections). Without entries every step does nothing and `finish`
+    returns None, so the runner calls the same steps whatever the config holds."""
+
+    def __init__(self, entries: Sequence[MessageEndpoint], run_dir: Path, *, seed: int, duration: float) -> None:
+        self.entries = tuple(entries)
+        self.run_dir = Path(run_dir)
+        self.duration = duration
+        self._started: float | None = None
+        history = self.run_dir / "history"
+        self.producers = [Producer(entry.spec, history, seed=seed, spread=duration * SPREAD_SHARE)
+                          for entry in self.entries]
+        self.watchers = [_Watcher(open_broker(entry.spec.target)) for entry in self.entries]
+
+    def setup(self) -> None:
+        for producer in self.producers:
+            producer.setup()
+
+    def __enter__(self) -> MessagePlay:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def load_over(self, wait: float) -> bool:
+        """After waiting up to `wait` seconds: True once the load's duration has passed
+        since `start()` (the load's clock when there is no Locust)."""
+        assert self._started is not None
+        left = self._started + self.duration - time.monotonic()
+        time.sleep(max(0.0, min(wait, left)))
+        return time.monotonic() >= self._started + self.duration
+
+    def start(self) -> None:
+        self._started = time.monotonic()
+        for producer in self.producers:
+            producer.start()
+        for watcher in self.watchers:
+            watcher.start()
+
+    def stop(self) -> None:
+        for producer in self.producers:
+            producer.stop()
+        errors = [producer.error for producer in self.producers if producer.error is not None]
+        if errors:
+            raise errors[0]
+
+    def close(self) -> None:
+        for watcher in self.watchers:
+            watcher.stop()
+            watcher.broker.close()
+
+    def finish(self, upstream: str) -> list[MessageOutcome] | None:
+        if not self.entries:
+            return None
+        operations = [op for op in iter_operations(history_files(self.run_dir / "history"))
+                      if op.get("op") == "publish"]
+        outcomes = []
+        for entry, watcher in zip(self.entries, self.watchers, strict=True):
+            ops = [op for op in operations if op.get("message") == entry.spec.name]
+            oracle = open_oracle(entry.spec.name, entry.effects, upstream=upstream)
+            try:
+                outcomes.append(self._drain(entry, watcher, oracle, ops))
+            finally:
+                oracle.close()
+        with open(self.run_dir / OUTCOMES_FILE, "wb") as out:
+            for outcome in outcomes:
+                out.write(orjson.dumps(asdict(outcome)) + b"\n")
+        return outcomes
+
+    def _drain(self, entry: MessageEndpoint, watcher: _Watcher, oracle: Oracle,
+               ops: Sequence[dict[str, Any]]) -> MessageOutcome:
+        spec = entry.spec
+        outcome = MessageOutcome(name=spec.name, broker=spec.broker)
+        facts = list({json.dumps(op.get("fact")): op.get("fact") for op in ops}.values())
+        confirmed = list({json.dumps(op.get("fact")): op.get("fact") for op in ops if op["type"] == "ok"}.values())
+        stored = sum(1 for op in ops if op["type"] == "ok" and not op.get("duplicate"))
+        started = time.monotonic()
+        deadline = started + spec.drain_timeout
+        waiting = list(confirmed)
+        stats = watcher.read()
+        progress = time.monotonic()
+        while time.monotonic() < deadline:
+            still = [fact for fact in waiting if oracle.count({"fact": fact}, {}).count == 0]
+            if len(still) < len(waiting):
+                progress = time.monotonic()
+            waiting = still
+            stats = watcher.read()
+            empty = stats.unacknowledged == 0 and (stats.stored is None or stats.stored >= stored)
+            # Drained: nothing waits, or the broker holds nothing and no effect came for a while (lost).
+            if (not waiting and not stats.unacknowledged) or (empty and time.monotonic() - progress > SETTLE):
+                outcome.drained = True
+                break
+            time.sleep(POLL)
+        outcome.drain_seconds = round(time.monotonic() - started, 3)
+        outcome.effects = [(fact, oracle.count({"fact": fact}, {}).count) for fact in facts]
+        grace = time.monotonic() + STATS_GRACE
+        while not (stats.stored is None or stats.stored >= stored) and time.monotonic() < grace:
+            time.sleep(POLL)
+            stats = watcher.read()
+        outcome.stats_current = stats.stored is None or stats.stored >= stored
+        outcome.backlog = stats.unacknowledged
+        outcome.redeliveries = (max(watcher.highest or 0, stats.redeliveries)
+                                if stats.redeliveries is not None else watcher.highest)
+        outcome.dead_letter_count = stats.dead_letters
+        if spec.dead_letter and stats.dead_letters:
+            outcome.dead_letters = _dead_letters(entry)
+        return outcome
+
+
+def _dead_letters(entry: MessageEndpoint) -> list[dict[str, Any]]:
+    """The dead-lettered messages (id and fact), read without removing them."""
+    spec = entry.spec
+    reader = open_broker(spec.target)
+    found: list[dict[str, Any]] = []
+    try:
+        for _ in range(MAX_DEAD_LETTERS):
+            delivery = reader.receive(0.5, queue=spec.dead_letter)
+            if delivery is None:
+                break
+            try:
+                fact = fact_of(json.loads(delivery.body), spec.fact)
+            except (ValueError, KeyError):
+                fact = None
+            found.append({"message_id": delivery.message_id, "fact": fact})
+        reader.release()  # unacknowledged: the broker keeps them (RabbitMQ requeues them)
+    finally:
+        reader.close()
+    return found

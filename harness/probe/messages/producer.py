@@ -1,0 +1,201 @@
+"""The probe's message producer: the duplicates a real producer and broker make, on purpose.
+
+`Producer(spec, history_dir, seed=...)` publishes `spec.count` logical messages (each
+with a fact of its own) through two broker connections (harness.probe.brokers), paced
+over `spread` seconds, each logical message played as one round:
+
+| kind | what it plays |
+|---|---|
+| `first` | a new message: a new id, a new fact |
+| `duplicate` | the same id and body again, a few rounds later (a producer's retry after a lost confirm) |
+| `concurrent_duplicate` | the same id and body twice at once, on the two connections |
+| `same_fact_new_id` | the same body (the same business fact) under a new message id: only the domain's own key stops it |
+| `burst` | several new messages back to back |
+
+Every publish is one operation of the probe's history (`op: publish`, `expect` and
+`kind` the kind, `message`, `message_id`, `fact`): `ok` once the broker confirmed it
+(`duplicate: true` when the broker itself dropped it as a copy, as JetStream does
+within its window), `info` when no confirm came (it may or may not be stored). The
+history files are `history/messages-<name>-<a|b>.jsonl`, beside the endpoints' ones.
+Bounded in count (`spec.count`) and time (`stop()`, the `deadline`).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from harness.history import Client, HistoryWriter, history_path
+from harness.probe.brokers import Broker, Message, PublishAck, open_broker
+from harness.probe.messages.spec import MessageSpec, fact_of
+
+KINDS = ("first", "duplicate", "concurrent_duplicate", "same_fact_new_id", "burst")
+ROUNDS = (("first", 0.3), ("duplicate", 0.2), ("concurrent_duplicate", 0.2), ("same_fact_new_id", 0.18),
+          ("burst", 0.12))
+BURST = 4
+DUPLICATE_AFTER = 3  # rounds between a message and its later duplicate
+KIND_HEADER = "x-probe-kind"
+
+
+@dataclass(frozen=True)
+class Planned:
+    kind: str
+    message_id: str
+    body: bytes
+    fact: Any
+
+
+class _Publisher:
+    """One broker connection, used only by its own thread, and the history of its publishes."""
+
+    def __init__(self, spec: MessageSpec, history_dir: Path, side: str,
+                 opener: Callable[[MessageSpec], Broker]) -> None:
+        self.spec = spec
+        self._opener = opener
+        self._broker: Broker | None = None
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"publish-{side}")
+        worker = f"messages-{spec.name}-{side}"
+        self._writer = HistoryWriter(history_path(history_dir, worker=worker), flush_interval=0.5)
+        self._client = Client(self._writer, worker=worker, user=0)
+        self.confirmed = 0
+        self.unconfirmed = 0
+
+    def submit(self, planned: Planned) -> Future[PublishAck]:
+        return self._pool.submit(self._publish, planned)
+
+    def setup(self) -> None:
+        self._pool.submit(self._open).result()
+
+    def _open(self) -> Broker:
+        if self._broker is None:
+            self._broker = self._opener(self.spec)
+            self._broker.setup()
+        return self._broker
+
+    def _publish(self, planned: Planned) -> PublishAck:
+        operation = self._client.invoke("publish", expect=planned.kind, kind=planned.kind, message=self.spec.name,
+                                        message_id=planned.message_id, fact=planned.fact, broker=self.spec.broker)
+        ack = self._open().publish(Message(planned.message_id, planned.body, {KIND_HEADER: planned.kind}))
+        if ack.confirmed:
+            self.confirmed += 1
+            operation.ok(confirmed=True, duplicate=ack.duplicate, position=ack.position)
+        else:
+            self.unconfirmed += 1
+            operation.info(confirmed=False, error=ack.error)
+        return ack
+
+    def close(self) -> None:
+        def shut() -> None:
+            if self._broker is not None:
+                self._broker.close()
+
+        try:
+            self._pool.submit(shut).result(timeout=15)
+        finally:
+            self._pool.shutdown(wait=True)
+            self._writer.close()
+
+
+class Producer:
+    """Plays `spec.count` logical messages on a thread of its own; `start()`, `stop()`."""
+
+    def __init__(self, spec: MessageSpec, history_dir: Path, *, seed: int, spread: float,
+                 opener: Callable[[MessageSpec], Broker] = lambda spec: open_broker(spec.target)) -> None:
+        self.spec = spec
+        self.spread = spread
+        self.rng = random.Random(f"{seed}:{spec.name}")
+        self._a = _Publisher(spec, history_dir, "a", opener)
+        self._b = _Publisher(spec, history_dir, "b", opener)
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.error: BaseException | None = None
+        self.facts = 0
+
+    def setup(self) -> None:
+        """Connect and declare the queue before the consumer starts (BrokerError if it cannot)."""
+        self._a.setup()
+        self._b.setup()
+
+    @property
+    def published(self) -> tuple[int, int]:
+        """(confirmed, unconfirmed) publishes so far."""
+        return self._a.confirmed + self._b.confirmed, self._a.unconfirmed + self._b.unconfirmed
+
+    def _new(self, kind: str) -> Planned:
+        message_id = f"msg-{self.rng.getrandbits(64):016x}"
+        body = self.spec.render(self.rng, message_id)
+        self.facts += 1
+        return Planned(kind, message_id, json.dumps(body).encode(), fact_of(body, self.spec.fact))
+
+    def _renamed(self, planned: Planned, kind: str) -> Planned:
+        """The same body (the same fact) under a new message id."""
+        message_id = f"msg-{self.rng.getrandbits(64):016x}"
+        return Planned(kind, message_id, planned.body.replace(planned.message_id.encode(), message_id.encode()),
+                       planned.fact)
+
+    def plan(self) -> list[list[Planned | tuple[Planned, Planned]]]:
+        """The rounds: each a list of publishes (a pair is published concurrently)."""
+        rounds: list[list[Planned | tuple[Planned, Planned]]] = []
+        later: dict[int, list[Planned]] = {}
+        kinds = [kind for kind, _ in ROUNDS]
+        weights = [weight for _, weight in ROUNDS]
+        for index in range(self.spec.count):
+            kind = self.rng.choices(kinds, weights)[0] if index else "first"
+            publishes: list[Planned | tuple[Planned, Planned]] = list(later.pop(index, []))
+            if kind == "burst":
+                publishes += [self._new("burst") for _ in range(BURST)]
+            else:
+                first = self._new("first")
+                if kind == "concurrent_duplicate":
+                    publishes.append((first, Planned("concurrent_duplicate", first.message_id, first.body, first.fact)))
+                else:
+                    publishes.append(first)
+                if kind == "duplicate":
+                    later.setdefault(index + DUPLICATE_AFTER, []).append(
+                        Planned("duplicate", first.message_id, first.body, first.fact))
+                elif kind == "same_fact_new_id":
+                    later.setdefault(index + 1, []).append(self._renamed(first, "same_fact_new_id"))
+            rounds.append(publishes)
+        rounds += [list(later[index]) for index in sorted(later)]
+        return rounds
+
+    def start(self) -> None:
+        rounds = self.plan()
+        self._thread = threading.Thread(target=self._run, args=(rounds,), name=f"producer-{self.spec.name}",
+                                        daemon=True)
+        self._thread.start()
+
+    def _run(self, rounds: list[list[Planned | tuple[Planned, Planned]]]) -> None:
+        try:
+            started = time.monotonic()
+            pause = self.spread / max(1, len(rounds))
+            for number, publishes in enumerate(rounds):
+                if self._stop.is_set():
+                    return
+                futures: list[Future[PublishAck]] = []
+                for publish in publishes:
+                    if isinstance(publish, tuple):
+                        futures += [self._a.submit(publish[0]), self._b.submit(publish[1])]
+                    else:
+                        futures.append(self._a.submit(publish))
+                for future in futures:
+                    future.result()
+                wait = started + pause * (number + 1) - time.monotonic()
+                if wait > 0:
+                    self._stop.wait(wait)
+        except BaseException as error:  # noqa: BLE001 - reported by stop(): the probe fails with it
+            self.error = error
+
+    def stop(self, timeout: float = 30.0) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+        self._a.close()
+        self._b.close()

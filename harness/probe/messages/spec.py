@@ -1,0 +1,152 @@
+"""One `messages:` entry of the probe config, checked: what the probe publishes, where.
+
+    messages:
+      - name: payments                  # unique; letters, digits, '.', '_', '-'
+        broker: rabbitmq                # redis-streams | rabbitmq | nats
+        url: amqp://guest:guest@127.0.0.1:5672/%2F
+        management: http://guest:guest@127.0.0.1:15672   # rabbitmq: where its redelivery count is read
+        queue: payments                 # the queue (rabbitmq), stream (redis) or subject (nats)
+        dead_letter: payments.dead      # optional: where the consumer parks messages it gives up on
+        body: {message_id: "{message_id}", payment: "pay-{uuid}", amount_cents: "{int:100-9999}"}
+        fact: /payment                  # JSON pointer: the business fact that must take effect once
+        count: 40                       # logical messages (each played as one of the kinds)
+        drain_timeout: 15s              # after the load: how long the consumer may take to catch up
+        effects: {dsn: ..., query: "SELECT count(*) FROM payments WHERE ref = :fact"}   # the caller's
+
+`body` is a template of the body generators (harness.generators); `{message_id}` is the
+message's id, the same for every copy of one message, and also the broker's own id of
+it (AMQP `message_id`, `Nats-Msg-Id`, a `message_id` field of the stream entry). The
+fact must be generated (it must differ between messages) and must not contain the
+message id (a copy under a new id keeps its fact). `effects` is checked by the caller
+(harness.probe.config, with the endpoints' oracles), passed in `also=`.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+from harness.fieldcheck import FieldChecker
+from harness.generators import is_generated, render_body
+from harness.probe.brokers import BROKERS, BrokerTarget
+
+MESSAGE_ID = "{message_id}"
+KEYS = ("name", "broker", "url", "management", "queue", "dead_letter", "body", "fact", "count", "drain_timeout")
+URL_SCHEMES = {"rabbitmq": ("amqp",), "nats": ("nats",), "redis-streams": ("redis",)}
+DEFAULT_COUNT = 40
+MAX_COUNT = 5000
+DEFAULT_DRAIN = 15.0
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
+_QUEUE = re.compile(r"^[A-Za-z0-9_.:-]{1,200}$")
+
+
+@dataclass(frozen=True)
+class MessageSpec:
+    name: str
+    broker: str
+    url: str
+    queue: str
+    body: Any
+    fact: str
+    count: int = DEFAULT_COUNT
+    drain_timeout: float = DEFAULT_DRAIN
+    dead_letter: str | None = None
+    management: str | None = None
+
+    @property
+    def target(self) -> BrokerTarget:
+        return BrokerTarget(broker=self.broker, url=self.url, queue=self.queue, dead_letter=self.dead_letter,
+                            management=self.management)
+
+    def render(self, rng: random.Random, message_id: str) -> Any:
+        """A body of the template: fresh generated values, `{message_id}` filled."""
+        return render_body(_with_key(self.body), rng, key=message_id)
+
+    def to_raw(self) -> dict[str, Any]:
+        raw: dict[str, Any] = {"name": self.name, "broker": self.broker, "url": self.url, "queue": self.queue,
+                               "body": self.body, "fact": self.fact, "count": self.count,
+                               "drain_timeout": self.drain_timeout}
+        raw.update({key: value for key, value in (("dead_letter", self.dead_letter),
+                                                  ("management", self.management)) if value is not None})
+        return raw
+
+
+def _with_key(template: Any) -> Any:
+    """The template with `{message_id}` spelled as the generators' `{key}`."""
+    if isinstance(template, dict):
+        return {name: _with_key(value) for name, value in template.items()}
+    if isinstance(template, list):
+        return [_with_key(value) for value in template]
+    if isinstance(template, str):
+        return template.replace(MESSAGE_ID, "{key}")
+    return template
+
+
+def fact_of(body: Any, pointer: str) -> Any:
+    """The value at JSON pointer `pointer` in `body`; KeyError when it is not there."""
+    value = body
+    for part in pointer.split("/")[1:]:
+        part = part.replace("~1", "/").replace("~0", "~")
+        if isinstance(value, dict) and part in value:
+            value = value[part]
+        elif isinstance(value, list) and part.isdigit() and int(part) < len(value):
+            value = value[int(part)]
+        else:
+            raise KeyError(pointer)
+    return value
+
+
+def parse_message(where: FieldChecker, raw: Any, path: str, *, also: Sequence[str] = ()) -> MessageSpec:
+    item = where.mapping(raw, path, required=("broker", "url", "queue", "body", "fact"),
+                         optional=(*[k for k in KEYS if k not in ("broker", "url", "queue", "body", "fact")], *also))
+    name = item.get("name", f"messages-{path.split('[')[-1].rstrip(']')}")
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise where.error(f"{path}.name", f"must be letters, digits, '.', '_' or '-', not {name!r}")
+    broker = item["broker"]
+    if broker not in BROKERS:
+        raise where.error(f"{path}.broker", f"must be one of {', '.join(BROKERS)}, not {broker!r} "
+                          "(no Kafka adapter: see docs/probe.md)")
+    url = item["url"]
+    if not isinstance(url, str) or urlsplit(url).scheme not in URL_SCHEMES[broker] or not urlsplit(url).hostname:
+        raise where.error(f"{path}.url", f"must be a {URL_SCHEMES[broker][0]}://host:port URL for {broker}, "
+                          f"not {url!r}")
+    queues: dict[str, str | None] = {}
+    for key in ("queue", "dead_letter"):
+        value = item.get(key)
+        if value is not None and (not isinstance(value, str) or not _QUEUE.match(value)):
+            raise where.error(f"{path}.{key}", f"must be a queue, stream or subject name, not {value!r}")
+        queues[key] = value
+    management = item.get("management")
+    if management is not None:
+        if broker != "rabbitmq":
+            raise where.error(f"{path}.management", "is RabbitMQ's management API; other brokers report "
+                              "their redeliveries themselves")
+        if not isinstance(management, str) or urlsplit(management).scheme not in ("http", "https"):
+            raise where.error(f"{path}.management", f"must be the management API's http:// URL, not {management!r}")
+    body = item["body"]
+    if not isinstance(body, (dict, list)):
+        raise where.error(f"{path}.body", "must be a JSON object or list (a template)")
+    fact = item["fact"]
+    if not isinstance(fact, str) or not fact.startswith("/"):
+        raise where.error(f"{path}.fact", f"must be a JSON pointer into the body like /payment, not {fact!r}")
+    try:
+        template_fact = fact_of(body, fact)
+    except KeyError:
+        raise where.error(f"{path}.fact", f"{fact!r} is not in the body template") from None
+    if not is_generated(template_fact) and not (isinstance(template_fact, str) and "{uuid}" in template_fact):
+        raise where.error(f"{path}.fact", f"the fact at {fact!r} must be generated ({{uuid}}, {{int:A-B}}, ...): "
+                          "every message needs a fact of its own")
+    if isinstance(template_fact, str) and MESSAGE_ID in template_fact:
+        raise where.error(f"{path}.fact", "must not contain {message_id}: a copy under a new id keeps its fact")
+    count = where.integer(item.get("count", DEFAULT_COUNT), f"{path}.count", minimum=1)
+    if count > MAX_COUNT:
+        raise where.error(f"{path}.count", f"at most {MAX_COUNT} messages per run, not {count}")
+    drain = where.duration(item.get("drain_timeout", DEFAULT_DRAIN), f"{path}.drain_timeout")
+    if drain <= 0:
+        raise where.error(f"{path}.drain_timeout", "must be longer than 0s")
+    return MessageSpec(name=name, broker=broker, url=url, queue=str(queues["queue"]), body=body, fact=fact, count=count,
+                       drain_timeout=drain, dead_letter=queues["dead_letter"], management=management)
