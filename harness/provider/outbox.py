@@ -105,6 +105,15 @@ class Outbox:
         for thread in self._threads:
             if thread.is_alive():
                 thread.join(timeout=15)
+        for index, endpoint in enumerate(self.endpoints):  # left in a queue: never sent, and said so
+            while True:
+                try:
+                    item = self._queues[index].get_nowait()
+                except queue.Empty:
+                    break
+                if isinstance(item, Event):
+                    self.record(DeliveryRecord(event_id=item.id, event_type=item.type, endpoint=endpoint.url,
+                                               attempts=0, acknowledged=False, dropped=True))
 
     def _sleep(self, seconds: float) -> None:
         # A retry's wait ends early when the outbox stops: stopping never waits out a schedule.

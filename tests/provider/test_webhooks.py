@@ -14,8 +14,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 import stripe
 
-from harness.provider.outbox import Endpoint
-from harness.provider.records import DeliveryRecord
+from harness.provider.cards import card_named
+from harness.provider.outbox import Endpoint, Outbox
+from harness.provider.records import DeliveryRecord, RequestInfo
+from harness.provider.ledger import Ledger
 from harness.provider.server import EmbeddedProvider, ProviderConfig
 from harness.webhooks.sender import RetrySchedule
 from tests.provider.conftest import KEY
@@ -149,3 +151,19 @@ def test_a_failed_delivery_is_retried_with_a_fresh_signature(receiver_url: tuple
     assert first.signature != retry.signature  # a new timestamp (1.1 s later), a new v1
     [delivery] = [r for r in provider.ledger.records() if isinstance(r, DeliveryRecord)]
     assert delivery.acknowledged and delivery.statuses == (500, 200) and delivery.attempts == 2
+
+
+def test_a_full_queue_drops_and_records_never_blocks() -> None:
+    ledger = Ledger(seed=1)
+    recorded: list[DeliveryRecord] = []
+    outbox = Outbox([Endpoint("http://127.0.0.1:9/never", SECRET)], recorded.append, queue_size=1)
+    ledger.listeners.append(outbox.publish)  # not started: nothing leaves the queue
+    request = RequestInfo("POST", "/v1/payment_intents", 1.0, "req_1", None, "sk_test_…abcd")
+    ledger.create_intent(amount=100, currency="eur", capture_method="automatic", metadata={}, description=None,
+                         card=card_named("pm_card_visa"), confirm=True, request=request)
+    assert [event.event.type for event in ledger.events] == ["payment_intent.created", "charge.succeeded",
+                                                             "payment_intent.succeeded"]
+    assert [(r.event_type, r.dropped, r.attempts) for r in recorded] == [
+        ("charge.succeeded", True, 0), ("payment_intent.succeeded", True, 0)]
+    outbox.stop(drain_timeout=0)  # the one queued event is dropped too, without waiting for a schedule
+    assert [r.event_type for r in recorded][-1] == "payment_intent.created"
