@@ -15,9 +15,9 @@ import pytest
 import stripe
 
 from harness.provider.cards import card_named
+from harness.provider.ledger import Ledger
 from harness.provider.outbox import Endpoint, Outbox
 from harness.provider.records import DeliveryRecord, RequestInfo
-from harness.provider.ledger import Ledger
 from harness.provider.server import EmbeddedProvider, ProviderConfig
 from harness.webhooks.sender import RetrySchedule
 from tests.provider.conftest import KEY
