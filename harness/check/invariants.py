@@ -143,6 +143,12 @@ _BODY_MASK: Final = (1 << _BODY_BITS) - 1
 _ANSWER_SHIFT: Final = _BODY_BITS
 _ORIGINAL: Final = 1
 _REPLAYED: Final = 2
+# The bits that must be equal for an operation to leave a packed record packed (all
+# but the flags "answered ok", "an original had it", "a replay had it"): of the body,
+# of the answer, of both.
+_SAME_BODY: Final = _BODY_MASK & ~1
+_SAME_ANSWER: Final = ((1 << 256) - 1) & ~((1 << (_ANSWER_SHIFT + 2)) - 1)
+_SAME_BOTH: Final = _SAME_BODY | _SAME_ANSWER
 
 
 class KeyRecord:
@@ -251,6 +257,7 @@ class HistoryIndex:
         dead_letters = self.export.dead_letters
         ok_messages = self.ok_messages
         keys = self.keys
+        created = self.created
         cross_tenant = CROSS_TENANT
         sequence = self.operations
         already_paid = 0
@@ -346,7 +353,25 @@ class HistoryIndex:
                     continue
             elif name == "create_order":
                 if kind == "ok" and order_id is not None:
-                    self._created(invoke, order_id, tenant, answer)
+                    # the common case inline (what _created finds nothing wrong with): the
+                    # export's order, of this tenant, filed under this key, and an answer
+                    # that repeats the request
+                    exported = orders.get(order_id)
+                    key = get("idempotency_key")
+                    if (key is not None and exported is not None and exported[3] == tenant
+                            and exported[1] == (key if tenant == DEFAULT_TENANT else tenant + SEPARATOR + key)
+                            and (answer is None or (
+                                answer.get("tenant") == tenant and answer.get("sku") == get("sku")
+                                and answer.get("quantity") == get("quantity")
+                                and answer.get("idempotency_key") == key
+                                and ((amount := get("amount_cents")) is None
+                                     or answer.get("amount_cents") == amount)))):
+                        # keyed by the export's own strings: no copy of this operation's
+                        first = created.setdefault(exported[1], exported[0])
+                        if first != exported[0]:
+                            self.created_extra.setdefault(exported[1], {first}).add(exported[0])
+                    else:
+                        self._created(invoke, order_id, tenant, answer)
             else:
                 if answer is not None and name == "read_order":
                     exported = orders.get(order_id)
@@ -385,11 +410,23 @@ class HistoryIndex:
                         self.key_orders.setdefault(scope, order_id)
             if not body and not heard:
                 continue
+            mine = heard << _ANSWER_SHIFT | body
             record = keys.get(scope)
             if record is None:
-                keys[scope] = heard << _ANSWER_SHIFT | body
+                if name == "create_order":
+                    # the export's own string for the key of its order, not this operation's copy
+                    exported = orders.get(order_id)
+                    if exported is not None and exported[1] == scope:
+                        scope = exported[1]
+                keys[scope] = mine
                 if body:
                     self.keyed_bodies += 1
+            elif type(record) is int and not (record ^ mine) & (
+                    _SAME_BOTH if body and heard else _SAME_BODY if body else _SAME_ANSWER):
+                # the common case: the body and answer the record already holds, maybe
+                # with a new flag (answered ok, an original, a replay)
+                if record | mine != record:
+                    keys[scope] = record | mine
             elif type(record) is int:
                 low = record & _BODY_MASK
                 high = record >> _ANSWER_SHIFT
