@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import requests
 
+from harness.provider.control import ProviderControl
 from harness.provider.errors import ProviderError
 from harness.provider.faults import FaultRule
 from harness.provider.records import (
@@ -155,3 +156,20 @@ def test_charges_per_business_key_counts_only_money_that_moved_and_stayed() -> N
     assert sorted(per_key) == ["k", "k2"] and [c.id for c in per_key["k2"]] == ["g"]
     with pytest.raises(ProviderError):
         charges_per_business_key(ledger, key_by="metadata.order_id")
+
+
+def test_the_control_client(raw: Raw, provider: EmbeddedProvider) -> None:
+    control = ProviderControl(provider.url, "sk_test_control_1")
+    rule = FaultRule(operation="payment_intents.create", status=500, when="after", count=1)
+    control.add_fault(rule)
+    assert raw.post("/v1/payment_intents", ORDER, key="k-x").status_code == 500
+    assert control.faults() == [(rule, 1)]
+    [charge] = [r for r in control.ledger() if isinstance(r, ChargeRecord)]
+    assert charge.request.idempotency_key == "k-x"
+    control.clear_faults()
+    assert control.faults() == []
+    with pytest.raises(ProviderError, match="401"):
+        ProviderControl(provider.url, "nonsense").faults()
+    with pytest.raises(ProviderError, match="400"):
+        control._call("POST", "/_harness/faults", json={"status": 503})
+    control.close()
