@@ -144,3 +144,18 @@ def test_the_sdk_sends_one_key_per_call_and_its_retries_never_charge_twice(provi
     assert [(r.status, r.replayed, r.fault) for r in creates] == [(500, False, "500 after"), (200, True, None)]
     assert creates[0].idempotency_key and creates[0].idempotency_key == creates[1].idempotency_key
     assert len(charges(provider)) == 1
+
+
+def test_the_sdk_retrying_a_stored_500_gets_it_replayed_and_charges_once(provider: EmbeddedProvider) -> None:
+    provider.add_fault(FaultRule(operation="payment_intents.create", status=500, when="after", count=1))
+    client = stripe.StripeClient(KEY, base_addresses={"api": provider.url}, max_network_retries=1)
+    try:
+        client.v1.payment_intents.create(params={"amount": 500, "currency": "eur", "payment_method": "pm_card_visa",
+                                                 "confirm": True})
+    except stripe.APIError as error:
+        assert error.http_status == 500
+    else:
+        raise AssertionError("the stored 500 was not replayed")
+    creates = [(r.status, r.replayed) for r in provider.ledger.records() if isinstance(r, RequestRecord)]
+    assert creates == [(500, False), (500, True)]
+    assert len(charges(provider)) == 1
