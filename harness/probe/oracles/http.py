@@ -17,7 +17,7 @@ import requests
 
 from harness.probe.answers import json_pointer
 from harness.probe.config import EffectsSpec
-from harness.probe.oracles import Effects, OracleError, Scalar
+from harness.probe.oracles.base import Effects, OracleError, Scalar
 
 TIMEOUT = 3.0
 

@@ -24,7 +24,7 @@ from typing import Any
 from urllib.parse import quote, unquote
 
 from harness.probe.config import EffectsSpec
-from harness.probe.oracles import Effects, OracleError, Scalar
+from harness.probe.oracles.base import Effects, OracleError, Scalar
 
 CONNECT_TIMEOUT = 5
 _PARAM = re.compile(r"(?<![:\w]):([A-Za-z_][A-Za-z0-9_]*)")
