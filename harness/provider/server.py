@@ -67,7 +67,12 @@ class _Handler(BaseHTTPRequestHandler):
     disable_nagle_algorithm = True  # headers and body are two writes: without it, 40 ms per answer
     sys_version = ""
 
+    timeout = 60  # an idle keep-alive connection's thread ends after this long
+
     def _serve(self) -> None:
+        if self.server.closing:  # type: ignore[attr-defined]
+            self.close_connection = True  # stopped: a kept-alive connection gets no answer, only closed
+            return
         api: ProviderApi = self.server.api  # type: ignore[attr-defined]
         length_text = self.headers.get("Content-Length") or "0"
         try:
@@ -100,6 +105,7 @@ class _Server(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
     request_queue_size = 128
+    closing = False
 
 
 class EmbeddedProvider:
@@ -148,6 +154,7 @@ class EmbeddedProvider:
         Safe to call twice."""
         server, self._server = self._server, None
         if server is not None:
+            server.closing = True
             server.shutdown()
             server.server_close()
         if self._thread is not None:

@@ -185,3 +185,13 @@ def test_ids_are_deterministic_per_seed() -> None:
 
     assert ids(3) == ids(3)
     assert ids(3) != ids(4)
+
+
+def test_a_stopped_provider_answers_nothing_on_a_kept_alive_connection() -> None:
+    provider = EmbeddedProvider().start()
+    raw = Raw(provider.url)
+    assert raw.get("/v1/payment_intents").status_code == 200  # the session keeps this connection open
+    provider.stop()
+    with pytest.raises(requests.ConnectionError):
+        raw.get("/v1/payment_intents")
+    assert not [r for r in provider.ledger.records() if r.record == "request"][1:]
