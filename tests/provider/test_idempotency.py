@@ -113,11 +113,14 @@ def test_a_concurrent_reuse_is_409(raw: Raw, provider: EmbeddedProvider) -> None
 
 
 def test_a_key_expires_after_the_window() -> None:
-    with EmbeddedProvider(ProviderConfig(idempotency_ttl=0.3)) as provider:
+    now = [1000.0]
+    with EmbeddedProvider(ProviderConfig(idempotency_ttl=60)) as provider:
+        provider.idempotency.clock = lambda: now[0]  # the window on a clock of the test's, not the machine's
         raw = Raw(provider.url)
         first = raw.post("/v1/payment_intents", ORDER, key="k-t")
+        now[0] += 59
         assert raw.post("/v1/payment_intents", ORDER, key="k-t").headers.get("Idempotent-Replayed") == "true"
-        time.sleep(0.5)
+        now[0] += 1
         later = raw.post("/v1/payment_intents", ORDER, key="k-t")
         assert "Idempotent-Replayed" not in later.headers and later.json()["id"] != first.json()["id"]
         assert len(charges(provider)) == 2
