@@ -3,8 +3,15 @@
 Each middleware runs in the smallest app its README describes (benchmarks/middleware_apps/),
 each in its own throwaway virtualenv, so none of them becomes a dependency of this
 project. The probe (this project's venv) puts the embedded Toxiproxy in front of each
-app and runs the same load and fault plan; the results go to
-benchmarks/results/probe_middlewares.md (and each run directory under --out).
+app and runs the same load with two identities (`Authorization: Bearer alice` and
+`Bearer bob`, who reuse each other's keys; each app lets a user read only their own
+payments); the results go to benchmarks/results/probe_middlewares.md (and each run
+directory under --out). An app whose middleware has a dependency of its own (Redis,
+for flask-idempotent) is started by the probe (`service:`) with that Redis and the
+app's own database (another Redis) behind proxies (`dependencies:`), under
+benchmarks/middleware_apps/probe-app-database.yaml: the app's database fails while
+the middleware's store is well (the handler's 500), then both, then the app is killed.
+The others run under --plan (harness/plans/probe.yaml: the client's network).
 
 Install the virtualenvs once (ordinary pip, from PyPI), then run:
 
@@ -105,9 +112,24 @@ def version_of(venv: Path, package: str) -> str:
     return "?"
 
 
-def probe_config(middleware: Middleware, args: argparse.Namespace):
+IDENTITIES = [{"Authorization": "Bearer alice"}, {"Authorization": "Bearer bob"}]
+DEPENDENCY_PLAN = APPS / "probe-app-database.yaml"
+
+
+def probe_config(middleware: Middleware, args: argparse.Namespace, *, python: Path | None = None,
+                 redis_address: str | None = None, db_address: str | None = None):
+    service: dict[str, Any] = {}
+    if redis_address is not None and python is not None:
+        # The probe starts the app on {port}: the middleware's Redis behind the proxy
+        # `redis`, the app's own database (another Redis) behind the proxy `db`.
+        service = {"service": {"command": [str(python), str(APPS / middleware.app), "{port}",
+                                           "redis://{dependency.redis}/0", "redis://{dependency.db}/0"],
+                               "ready": {"path": "/healthz", "timeout": "30s"}},
+                   "dependencies": {"redis": redis_address, "db": db_address}}
     return parse_config({
+        **service,
         "profile": "ietf",
+        "identities": IDENTITIES,
         "key_header": middleware.key_header,
         "endpoints": [{
             "name": "create-payment", "path": "/payments",
@@ -136,13 +158,25 @@ def probe_one(middleware: Middleware, args: argparse.Namespace, work: Path) -> O
     if not python.exists():
         return Outcome(middleware, "-", error=f"no venv at {venv}: run with --install (see --help)")
     outcome = Outcome(middleware, version_of(venv, middleware.name))
-    redis = None
-    port = free_port()
-    command = [str(python), str(APPS / middleware.app), str(port)]
     if middleware.needs_redis:
         redis = RedisServer(data_dir=work / f"redis-{middleware.name}", appendonly=False)
+        database = RedisServer(data_dir=work / f"db-{middleware.name}", appendonly=False)
         redis.start()
-        command.append(redis.url)
+        database.start()
+        try:
+            outcome.extra["plan"] = DEPENDENCY_PLAN
+            outcome.result = run_probe(ProbeSpec(
+                config=probe_config(middleware, args, python=python, redis_address=_address(redis.url),
+                                    db_address=_address(database.url)),
+                out_dir=args.out / middleware.name, plan=DEPENDENCY_PLAN))
+        except Exception as error:  # noqa: BLE001 - one broken package must not hide the others
+            outcome.error = f"{type(error).__name__}: {str(error).splitlines()[0]}"
+        finally:
+            redis.stop()
+            database.stop()
+        return outcome
+    port = free_port()
+    command = [str(python), str(APPS / middleware.app), str(port)]
     log = work / f"{middleware.name}.log"
     with open(log, "wb") as handle:
         process = subprocess.Popen(command, stdout=handle, stderr=subprocess.STDOUT, start_new_session=True)
@@ -160,9 +194,12 @@ def probe_one(middleware: Middleware, args: argparse.Namespace, work: Path) -> O
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
-        if redis is not None:
-            redis.stop()
     return outcome
+
+
+def _address(url: str) -> str:
+    """host:port of a redis:// URL."""
+    return url.split("://", 1)[1].split("/", 1)[0]
 
 
 def keys_with_two_resources(run_dir: Path) -> int:
@@ -182,7 +219,10 @@ def markdown(outcomes: list[Outcome], args: argparse.Namespace) -> str:
         f"Command: `.venv/bin/python benchmarks/probe_middlewares.py --duration {args.duration:g}s "
         f"--users {args.users} --seed {args.seed}` (plan `{args.plan.relative_to(ROOT) if args.plan.is_relative_to(ROOT) else args.plan}`), "
         f"{time.strftime('%Y-%m-%d')}. Each package in the smallest app its README describes "
-        "(benchmarks/middleware_apps/), a handler that takes 30 ms, probed with the same load and plan. "
+        "(benchmarks/middleware_apps/), a handler that takes 30 ms, probed with the same load and two "
+        "identities (alice and bob reuse each other's keys); an app with a dependency of its own "
+        "(flask-idempotent's Redis) is started by the probe, its own database failing "
+        "(`benchmarks/middleware_apps/probe-app-database.yaml`). "
         "A snapshot of these releases, not a verdict on their future ones.",
         "",
         "| requirement | " + " | ".join(f"{o.middleware.name} {o.version} ({o.middleware.framework})"
@@ -201,6 +241,12 @@ def markdown(outcomes: list[Outcome], args: argparse.Namespace) -> str:
             cells.append(row.status)
         label = f"{req.text} ({req.level}{'' if req.section == 'practice' else ', ' + req.section})"
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    lines += ["", "| question | " + " | ".join(o.middleware.name for o in outcomes) + " |",
+              "|---|" + "---|" * len(outcomes)]
+    for question, cell in (("leaks across users (`identities_isolated`)", _leaks),
+                           ("replays a 5xx (`no-5xx-replay`)", _replays_5xx),
+                           ("a key stuck after a failure (late retries)", _stuck)):
+        lines.append(f"| {question} | " + " | ".join(cell(o) if o.result else "–" for o in outcomes) + " |")
     lines += ["", "## Evidence", ""]
     for outcome in outcomes:
         middleware = outcome.middleware
@@ -211,6 +257,10 @@ def markdown(outcomes: list[Outcome], args: argparse.Namespace) -> str:
             continue
         lines.append(f"`{outcome.result.summary().split(' — report:')[0]}`")
         lines.append("")
+        plan = Path(outcome.extra.get("plan") or args.plan)
+        lines.append(f"- plan: `{plan.relative_to(ROOT) if plan.is_relative_to(ROOT) else plan}`"
+                     + (" (the app started by the probe, Redis behind a dependency proxy)"
+                        if outcome.extra.get("plan") else " (the app started by this script)"))
         raced = keys_with_two_resources(outcome.result.run_dir)
         lines.append(f"- keys whose *same* payload got two or more resources (the race, apart from "
                      f"payload mismatches): {raced}")
@@ -222,6 +272,32 @@ def markdown(outcomes: list[Outcome], args: argparse.Namespace) -> str:
             lines.append(f"- invariant `{inv.name}` violated {inv.violation_count}×, e.g. {first}")
         lines.append("")
     return "\n".join(lines) + "\n"
+
+
+def _invariant(outcome: Outcome, name: str) -> Any:
+    assert outcome.result is not None
+    return next((inv for inv in outcome.result.check.invariants if inv.name == name), None)
+
+
+def _leaks(outcome: Outcome) -> str:
+    inv = _invariant(outcome, "identities_isolated")
+    return "not checked" if inv is None else (f"**yes**: {inv.violation_count} resources or reads"
+                                              if not inv.passed else "no")
+
+
+def _replays_5xx(outcome: Outcome) -> str:
+    assert outcome.result is not None
+    row = next(r for r in outcome.result.conformance if r.id == "no-5xx-replay")
+    return {"fail": "**yes**", "pass": "no (5xx seen, none replayed)"}.get(row.status, row.status)
+
+
+def _stuck(outcome: Outcome) -> str:
+    inv = _invariant(outcome, "in_flight_refused_or_waited")
+    stuck = [v for v in (inv.violations if inv else []) if "stuck" in v["message"]]
+    if not stuck:
+        return "no"
+    how = "no answer" if "no answer" in stuck[0]["message"] else "409"
+    return f"**yes**: {len(stuck)}{'+' if len(stuck) == 25 else ''} keys ({how})"
 
 
 def main(argv: list[str] | None = None) -> int:

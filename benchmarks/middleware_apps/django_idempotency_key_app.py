@@ -36,15 +36,16 @@ def payments(request):
     body = json.loads(request.body)
     time.sleep(0.03)  # the payment provider
     record = {"id": uuid.uuid4().hex, "status": "paid", "amount": body["amount"]}
-    with LOCK:
-        PAYMENTS[record["id"]] = record
+    with LOCK:  # owned by the caller: a user reads only their own payments
+        PAYMENTS[record["id"]] = {**record, "owner": request.headers.get("Authorization")}
     return JsonResponse(record, status=201)
 
 
 def payment(request, payment_id):
-    if payment_id not in PAYMENTS:
+    found = PAYMENTS.get(payment_id)
+    if found is None or found["owner"] != request.headers.get("Authorization"):
         return JsonResponse({"detail": "not found"}, status=404)
-    return JsonResponse(PAYMENTS[payment_id])
+    return JsonResponse({name: value for name, value in found.items() if name != "owner"})
 
 
 def healthz(request):

@@ -2,8 +2,9 @@
 that the two apps differ only in their middleware (what probe_middlewares.py compares).
 
 `add_payment_routes(app)` adds POST /payments (takes 30 ms: the provider call, 201
-with the new payment), GET /payments/{id} (the read-back, 404 when unknown) and GET
-/healthz; `serve(app)` runs the app with uvicorn on 127.0.0.1 at the port given as the
+with the new payment, owned by the caller's Authorization header), GET /payments/{id}
+(the read-back, 404 when unknown or another caller's: a user reads only their own) and
+GET /healthz; `serve(app)` runs the app with uvicorn on 127.0.0.1 at the port given as the
 first argument. Imported by the apps beside it (their directory is on sys.path when
 run as a script).
 """
@@ -13,7 +14,7 @@ import sys
 import uuid
 
 import uvicorn
-from fastapi import FastAPI, HTTPException
+from fastapi import FastAPI, HTTPException, Request
 
 PAYMENTS: dict[str, dict] = {}
 
@@ -22,17 +23,18 @@ def add_payment_routes(app: FastAPI) -> None:
     """The payments endpoint, its read-back route and the health check, on `app`."""
 
     @app.post("/payments", status_code=201)
-    async def create_payment(payment: dict):
+    async def create_payment(payment: dict, request: Request):
         await asyncio.sleep(0.03)  # the payment provider
         record = {"id": uuid.uuid4().hex, "status": "paid", "amount": payment["amount"]}
-        PAYMENTS[record["id"]] = record
+        PAYMENTS[record["id"]] = {**record, "owner": request.headers.get("Authorization")}
         return record
 
     @app.get("/payments/{payment_id}")
-    async def read_payment(payment_id: str):
-        if payment_id not in PAYMENTS:
+    async def read_payment(payment_id: str, request: Request):
+        found = PAYMENTS.get(payment_id)
+        if found is None or found["owner"] != request.headers.get("Authorization"):
             raise HTTPException(404)
-        return PAYMENTS[payment_id]
+        return {name: value for name, value in found.items() if name != "owner"}
 
     @app.get("/healthz")
     async def healthz():
