@@ -68,7 +68,8 @@ FINAL_READ_TIMEOUT = 2.0
 FINAL_READS_BUDGET = 30.0  # seconds for all final reads together
 LOCUST_GRACE = 30.0
 WATCH_INTERVAL = 0.5  # how often the service is checked while the load runs
-LOCUST_START = 20.0  # at most this long from Locust's start to its first request
+LOCUST_START = 20.0  # at most this long from Locust's start to its users' start
+LOAD_STARTED = b"Ramping to "  # Locust's log line when it starts its users (and its run time)
 
 
 class ProbeError(HarnessError):
@@ -179,9 +180,10 @@ def _load(spec: ProbeSpec, run_dir: Path, rig: ProbeRig, windows: list[FaultWind
     play.setup()  # the queues exist before the first publish
     if spec.config.endpoints:
         locust.start()
-        # The plan's clock starts with the load's first request, not with Locust's start
-        # (seconds on a busy machine), so a window at 0.5 s meets requests.
-        _wait_first_request(run_dir / "history", locust)
+        # The plan's clock starts with the load (Locust's run time), not with the Locust
+        # process (its start takes seconds on a busy machine), so a window at 0.5 s meets
+        # requests and the last windows still fall inside the load.
+        _wait_load_started(locust)
     play.start()
     runner.start(windows)
     deadline = time.monotonic() + load.duration + LOCUST_GRACE + load.client_timeout * 4
@@ -203,13 +205,17 @@ def _load(spec: ProbeSpec, run_dir: Path, rig: ProbeRig, windows: list[FaultWind
         raise ProbeError(f"Locust exited with {locust.returncode}; end of {locust.log_path}:\n{tail}")
 
 
-def _wait_first_request(history: Path, locust: LocustProcess) -> None:
-    """Return once a user has recorded a request (or Locust ended, or LOCUST_START
-    seconds passed: the load then runs without that alignment)."""
+def _wait_load_started(locust: LocustProcess) -> None:
+    """Return once Locust starts its users, the moment its run time starts counting
+    (its log's `Ramping to N users`), or when Locust ended, or after LOCUST_START
+    seconds (the plan then runs without that alignment)."""
     deadline = time.monotonic() + LOCUST_START
     while time.monotonic() < deadline and not locust.finished(timeout=0.05):
-        if any(path.stat().st_size > 0 for path in history.glob("*.jsonl")):
-            return
+        try:
+            if LOAD_STARTED in locust.log_path.read_bytes():
+                return
+        except OSError:
+            pass  # not written yet
 
 
 def final_reads(config: ProbeConfig, upstream: str, operations: Sequence[Mapping[str, Any]],
