@@ -39,7 +39,14 @@ def test_make_targets_set_up_before_they_run() -> None:
     assert re.search(r"^demo: setup\n\t\$\(VENV\)/bin/harness run ", makefile, re.M)
     assert re.search(r"^setup:\n\t\./scripts/setup\.sh", makefile, re.M)
     setup = (ROOT / "scripts" / "setup.sh").read_text()
-    assert "apt-get install -y -qq redis-server" in setup
+    # Each Debian package the harness or its tests need is installed when missing, and
+    # the system service its install starts is stopped (the tests run their own).
+    installs = {match.group(1): match.group(3)
+                for match in re.finditer(r"^install_missing (\S+) (\S+)(?: (\S+))?$", setup, re.M)}
+    assert installs == {"redis-server": "redis-server", "chromium": None, "postgresql": "postgresql",
+                        "rabbitmq-server": "rabbitmq-server", "nats-server": None}
+    assert 'apt-get install -y -qq "$package"' in setup
+    assert 'service "$service" stop' in setup
     assert "pip\" install -q -e '.[dev]'" in setup
 
 
