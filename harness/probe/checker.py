@@ -258,6 +258,8 @@ def _check_key(key: str, ops: list[Mapping[str, Any]], endpoint: Endpoint,
                 f"{endpoint.name}: key {key!r} reused with another payload was accepted with {op.get('status')}"
                 + (" (a new resource)" if op.get("resource_id") not in ids[:1] else " (the first answer replayed)"),
                 key=key, mismatch=_evidence(op), original=[_evidence(o) for o in oks if o is not op][:3])
+        elif op.get("status") == endpoint.expect.in_flight and _maybe_running(ops, op):
+            continue  # the first payload's request may still be running: "in flight" is a fair answer
         elif op.get("status") != endpoint.expect.payload_mismatch:
             codes.violate(f"{endpoint.name}: key {key!r} reused with another payload was refused with "
                           f"{op.get('status')}, expected {endpoint.expect.payload_mismatch}",
@@ -285,6 +287,15 @@ def _check_key(key: str, ops: list[Mapping[str, Any]], endpoint: Endpoint,
             # The same payload refused as a mismatch: the key forgot its own payload.
             in_flight.violate(f"{endpoint.name}: a duplicate of key {key!r} with the same payload was refused "
                               f"as a payload mismatch ({status})", key=key, operation=_evidence(op))
+
+
+def _maybe_running(ops: list[Mapping[str, Any]], op: Mapping[str, Any]) -> bool:
+    """Whether a request of the key's first payload may still run on the server when
+    `op` was sent: one invoked before it whose answer never came (`info`)."""
+    at = op.get("invoke_time")
+    return isinstance(at, (int, float)) and any(
+        other.get("type") == "info" and other.get("expect") != "payload_mismatch"
+        and isinstance(other.get("invoke_time"), (int, float)) and other["invoke_time"] < at for other in ops)
 
 
 def _check_reads(reads: Sequence[Mapping[str, Any]],
