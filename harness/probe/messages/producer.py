@@ -193,6 +193,12 @@ class Producer:
         except BaseException as error:  # noqa: BLE001 - reported by stop(): the probe fails with it
             self.error = error
 
+    def wait(self, timeout: float) -> bool:
+        """True once every round was published (or the producer failed) within `timeout`."""
+        if self._thread is not None:
+            self._thread.join(timeout)
+        return self._thread is None or not self._thread.is_alive()
+
     def stop(self, timeout: float = 30.0) -> None:
         self._stop.set()
         if self._thread is not None:

@@ -1,0 +1,132 @@
+"""The RabbitMQ consumer example (examples/rabbitmq_consumer.py) under `harness probe`
+with `messages:`, on a real RabbitMQ node and a real PostgreSQL, under the bundled plan
+probe-redelivery: the probe starts the consumer as `service`, its broker link through
+the dependency proxy `broker`, publishes payments with duplicates on purpose, provokes
+redeliveries and counts each payment's rows in the consumer's own database.
+
+The correct mode passes (with redeliveries the broker itself counted); each buggy mode
+fails by its own invariant: auto-ack, ack-before-commit and inbox-outside-transaction
+lose messages (published_fact_applied), no-domain-guard pays one payment twice under
+a new message id (fact_applied_once). A consumer that takes nothing is inconclusive,
+and nothing the probe started outlives it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from probe_helpers import ROOT
+
+from harness.bundled import plan_path
+from harness.probe.config import parse_config
+from harness.probe.runner import ProbeResult, ProbeSpec, run_probe
+from tests.support.postgres import PostgresDatabase
+from tests.support.rabbitmq import RabbitServer
+
+pytestmark = pytest.mark.slow
+CONFIG = ROOT / "examples/rabbitmq_consumer.yaml"
+
+
+def consumer_config(mode: str, rabbit: RabbitServer, queue: str, db: PostgresDatabase, *,
+                    consumer_queue: str | None = None, **entry: Any) -> dict[str, Any]:
+    """The example's config aimed at the test's broker, queue and database."""
+    raw = yaml.safe_load(CONFIG.read_text())
+    command = raw["service"]["command"]
+    command[0] = sys.executable
+    command[command.index("--mode") + 1] = mode
+    command[command.index("--queue") + 1] = consumer_queue or queue
+    command[command.index("--dsn") + 1] = db.dsn
+    raw["service"]["cwd"] = str(ROOT / "examples")
+    raw["dependencies"]["broker"] = rabbit.address
+    message = raw["messages"][0]
+    message.update(url=rabbit.url, management=rabbit.management_url, queue=queue, **entry)
+    message["effects"]["dsn"] = db.dsn
+    raw.pop("plan")
+    return raw
+
+
+def probe(raw: dict[str, Any], out: Path) -> ProbeResult:
+    config = parse_config(raw, source=str(CONFIG))
+    return run_probe(ProbeSpec(config=config, out_dir=out, plan=plan_path("probe-redelivery")))
+
+
+def failed(result: ProbeResult) -> set[str]:
+    return {inv.name for inv in result.check.invariants if not inv.passed}
+
+
+def explain(result: ProbeResult) -> str:
+    return (result.summary() + "\n" + json.dumps(result.check.counts.get("messages"), default=str) + "\n"
+            + json.dumps(result.violations[:2], default=str)[:2000]
+            + "\n" + (result.run_dir / "service.log").read_text(errors="replace")[-1500:])
+
+
+def consumer_processes(queue: str) -> list[int]:
+    """Pids of live processes whose command line names the test's queue."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"rabbitmq_consumer.py" in b" ".join(cmdline) and queue.encode() in cmdline:
+            found.append(int(entry.name))
+    return found
+
+
+def test_correct_consumer_passes_under_probe_redelivery(rabbitmq_server: RabbitServer, rabbitmq_queue: str,
+                                                        postgres_db: PostgresDatabase, tmp_path: Path) -> None:
+    result = probe(consumer_config("correct", rabbitmq_server, rabbitmq_queue, postgres_db), tmp_path / "run")
+    assert result.verdict == "pass", explain(result)
+    counts = result.check.counts["messages"]["payments"]
+    assert counts["redeliveries"] > 0 and counts["drained"] and counts["stats_current"]
+    kinds = {kind.split(":")[0] for kind in counts["publishes"]}
+    assert kinds == {"first", "duplicate", "concurrent_duplicate", "same_fact_new_id", "burst"}
+    names = {inv.name: inv for inv in result.check.invariants}
+    assert names["fact_applied_once"].checked == counts["facts"] > 30
+    assert names["published_fact_applied"].checked == counts["confirmed_facts"]
+    # The faults happened: the consumer was killed and started again, its link was cut.
+    assert len(result.document["faults"]) >= 6, result.document["faults"]
+    publishes = [json.loads(line) for path in (result.run_dir / "history").glob("messages-*.jsonl")
+                 for line in path.read_text().splitlines()]
+    assert {record.get("kind") for record in publishes if record["type"] == "invoke"} >= {"same_fact_new_id"}
+    assert consumer_processes(rabbitmq_queue) == []
+
+
+@pytest.mark.parametrize(("mode", "invariant"), [
+    ("auto-ack", "published_fact_applied"),
+    ("ack-before-commit", "published_fact_applied"),
+    ("inbox-outside-transaction", "published_fact_applied"),
+    ("no-domain-guard", "fact_applied_once"),
+])
+def test_each_buggy_consumer_fails_by_its_own_invariant(mode: str, invariant: str, rabbitmq_server: RabbitServer,
+                                                         rabbitmq_queue: str, postgres_db: PostgresDatabase,
+                                                         tmp_path: Path) -> None:
+    result = probe(consumer_config(mode, rabbitmq_server, rabbitmq_queue, postgres_db), tmp_path / mode)
+    assert result.verdict == "fail", explain(result)
+    assert invariant in failed(result), explain(result)
+    if mode == "no-domain-guard":
+        copies = {publish["kind"] for violation in result.violations if violation["invariant"] == invariant
+                  for publish in violation["evidence"]["publishes"]}
+        assert "same_fact_new_id" in copies, explain(result)
+    assert consumer_processes(rabbitmq_queue) == []
+
+
+def test_consumer_that_takes_nothing_is_inconclusive(rabbitmq_server: RabbitServer, rabbitmq_queue: str,
+                                                      postgres_db: PostgresDatabase, tmp_path: Path) -> None:
+    # The consumer is up (ready) but reads another queue: to the probe it is down throughout.
+    raw = consumer_config("correct", rabbitmq_server, rabbitmq_queue, postgres_db,
+                          consumer_queue=f"{rabbitmq_queue}-elsewhere", drain_timeout="3s", count=10)
+    result = probe(raw, tmp_path / "idle")
+    assert result.verdict == "inconclusive", explain(result)
+    assert not failed(result)
+    assert any("no fact took effect" in reason for reason in result.check.inconclusive_reasons)
+    assert result.exit_code == 3
+    assert os.path.exists(result.run_dir / "messages.jsonl")
