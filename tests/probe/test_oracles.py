@@ -271,3 +271,17 @@ def test_an_effect_of_a_refused_request_is_found() -> None:
     messages = [v["message"] for v in found["refused_no_effect"].violations]
     assert len(messages) == 3 and "of a request that must be refused (payload_mismatch)" in messages[0]
     assert "(missing_key)" in messages[1]
+
+
+def test_cli_refuses_bad_effects_in_one_line_without_a_run_directory(tmp_path: Path,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    from harness.cli.main import main
+
+    path = tmp_path / "probe.yaml"
+    path.write_text("endpoints:\n  - {path: /p, body: {a: '{uuid}'}, id: {pointer: /id},\n"
+                    "     effects: {dsn: 'mysql://x', query: 'SELECT 1 WHERE :a'}}\n")
+    out = tmp_path / "run"
+    assert main(["probe", "--config", str(path), "--upstream", "127.0.0.1:9", "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"harness: {path}: endpoints[0].effects.dsn: must be a postgresql://") and "\n" not in err
+    assert not out.exists()

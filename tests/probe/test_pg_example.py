@@ -241,3 +241,21 @@ def test_the_plugin_takes_identities_and_effects(pytester: pytest.Pytester, pg_s
     """)
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-q")
     result.assert_outcomes(passed=2)
+
+
+def test_a_failing_oracle_query_is_exit_2_naming_it(pg_service: Callable[..., HttpService],
+                                                    postgres_db: PostgresDatabase, tmp_path: Path,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    from harness.cli.main import main
+
+    service = pg_service("correct", postgres_db.dsn)
+    raw = yaml.safe_load(CONFIG.read_text())
+    raw["endpoints"][0]["effects"] = {"dsn": postgres_db.dsn, "query": "SELECT id FROM paymentz WHERE reference = :reference"}
+    raw["load"]["duration"] = "2s"
+    raw.pop("plan")
+    path = tmp_path / "probe.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    assert main(["probe", "--config", str(path), "--upstream", service.address, "--out", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("harness: effects of create-payment: query 'SELECT id FROM paymentz") and \
+        'relation "paymentz" does not exist' in err[-1]
