@@ -277,8 +277,8 @@ class CrashPointClient:
         what = f"disarm crash point {name}"
         after = self._entry(self._request("DELETE", self._path(name), what), what)
         if after.name != name or after.armed is not None:
-            raise NemesisVerifyError(f"{what}: the app acknowledged it but still reads back "
-                                     f"{after.armed.describe()}")
+            shown = after.armed.describe() if after.armed is not None else f"point {after.name}"
+            raise NemesisVerifyError(f"{what}: the app acknowledged it but still reads back {shown}")
         return after
 
     def disarm_all(self) -> list[str]:

@@ -20,8 +20,8 @@ def _runs(smoke: SmokeRun) -> dict[str, Path]:
     """Run directories by the mutant they ran (`none` for the correct app) and scenario."""
     found: dict[str, Path] = {}
     for run_dir in sorted(smoke.runs.iterdir()):
-        if not run_dir.is_dir():
-            continue
+        if not (run_dir / "settings.json").is_file():
+            continue  # not a run (the control cells' plans)
         settings = json.loads((run_dir / "settings.json").read_text())
         mutant = "+".join(settings["unsafe_disable"]) or "none"
         plan = Path(settings["spec"]["plan"]).stem if settings["spec"].get("plan") else "no-plan"
