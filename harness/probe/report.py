@@ -43,6 +43,8 @@ def render_report(document: Mapping[str, Any]) -> str:
             ("upstream", document.get("upstream")), ("toxiproxy", document.get("toxiproxy")),
             ("profile", document.get("profile")), ("plan", document.get("plan") or "none"),
             ("endpoints", ", ".join(f"{e['method']} {e['path']}" for e in document.get("endpoints") or [])),
+            ("identities", document.get("identities") or "one"),
+            ("effect queries", counts.get("effect_queries", "none (no effects:)")),
             *((f"load.{k}", v) for k, v in (document.get("load") or {}).items()),
         ], numeric=False),
     ]

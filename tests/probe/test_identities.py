@@ -110,3 +110,12 @@ def test_without_identities_the_invariant_is_not_judged() -> None:
     result = check([op("k1", None, rid="a1")], plain, min_acknowledged=1)
     assert "identities_isolated" not in {inv.name for inv in result.invariants}
 
+
+
+def test_the_report_names_the_identities_and_the_effect_queries() -> None:
+    from harness.probe.report import render_report
+
+    html = render_report({"verdict": "pass", "counts": {"effect_queries": 3}, "identities": 2, "endpoints": []})
+    assert "<th>identities</th><td class=''>2</td>" in html and "<th>effect queries</th><td class=''>3</td>" in html
+    plain = render_report({"verdict": "pass", "counts": {}, "endpoints": []})
+    assert "<th>identities</th><td class=''>one</td>" in plain and "none (no effects:)" in plain
