@@ -34,7 +34,7 @@ import nats.errors
 import nats.js.errors
 from nats.js.api import ConsumerConfig, StorageType
 
-from harness.probe.brokers import BrokerError, BrokerStats, BrokerTarget, Delivery, Message, PublishAck
+from harness.probe.brokers.base import BrokerError, BrokerStats, BrokerTarget, Delivery, Message, PublishAck
 
 CALL_TIMEOUT = 10.0
 PUBLISH_TIMEOUT = 5.0

@@ -29,7 +29,7 @@ import pika  # type: ignore[import-untyped]
 import pika.exceptions  # type: ignore[import-untyped]
 import requests
 
-from harness.probe.brokers import BrokerError, BrokerStats, BrokerTarget, Delivery, Message, PublishAck
+from harness.probe.brokers.base import BrokerError, BrokerStats, BrokerTarget, Delivery, Message, PublishAck
 
 CONNECT_TIMEOUT = 5.0
 STATS_TIMEOUT = 3.0

@@ -23,7 +23,7 @@ from typing import Any
 
 import redis
 
-from harness.probe.brokers import (
+from harness.probe.brokers.base import (
     MESSAGE_ID_FIELD,
     BrokerError,
     BrokerStats,
