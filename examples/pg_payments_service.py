@@ -19,6 +19,8 @@ application/problem+json):
 - GET /payments/{id}: the payment, to its owner only (404 to anyone else).
 - GET /payments?idempotency_key=K: the caller's payments made under K.
 - GET /healthz.
+- POST /webhooks/stripe: Stripe's `payment_intent` events (examples/pg_webhook_receiver.py,
+  mounted here; its modes are `--webhook-mode`, separate from `--mode`).
 
 Each request opens its own connection (no pool), so a fault on the database's link
 hits requests one by one, as a flaky network does. The provider call (`--work-ms`,
@@ -348,11 +350,21 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--dsn", default=os.environ.get("PAYMENTS_DSN", ""),
                         help="postgresql://user@host:port/db (default: $PAYMENTS_DSN)")
     parser.add_argument("--work-ms", type=int, default=30, help="how long the provider call takes")
+    # The Stripe webhook receiver beside the API (examples/pg_webhook_receiver.py, next to this file).
+    from pg_webhook_receiver import WEBHOOK_MODES, WebhookReceiver
+
+    parser.add_argument("--webhook-mode", choices=WEBHOOK_MODES, default="correct")
+    parser.add_argument("--webhook-secret", default=os.environ.get("WEBHOOK_SECRET", "whsec_test_123"))
+    parser.add_argument("--webhook-tolerance", type=int, default=300, help="seconds, both ways")
+    parser.add_argument("--webhook-work-ms", type=int, default=30, help="how long processing an event takes")
     args = parser.parse_args(argv)
     if not args.dsn:
         parser.error("--dsn (or PAYMENTS_DSN) is required")
     service = PaymentsService(mode=args.mode, dsn=args.dsn, work_ms=args.work_ms)
-    web.run_app(service.app(), host=args.host, port=args.port, print=lambda *_: print(
+    app = service.app()
+    WebhookReceiver(mode=args.webhook_mode, dsn=args.dsn, secret=args.webhook_secret,
+                    tolerance=args.webhook_tolerance, work_ms=args.webhook_work_ms).mount(app)
+    web.run_app(app, host=args.host, port=args.port, print=lambda *_: print(
         f"payments service ({args.mode}) on http://{args.host}:{args.port}", flush=True))
 
 
