@@ -3,12 +3,15 @@
 A service that stores a failure's answer and replays it (a 500 kept for minutes)
 often does not mark the replay (no `Idempotent-Replayed`), so from outside the
 replayed 5xx looks like the service failing again. It is not, when the service was
-demonstrably well at that moment: the retry came outside every fault window of the
-run and after a fresh request (a `first` one, answered 2xx and not marked as a
-replay) had succeeded since the failure, and yet it got the same status and the
-same body (canonical JSON digest) as the failure. A service that runs the retry
-again either succeeds or fails anew; repeating the first failure byte for byte
-while healthy is a replay. Judged into `replay_fidelity`.
+demonstrably well at that moment: the retry is a late one (harness.probe.late_retries:
+sent after the load, once every fault healed), it came outside every fault window
+the run logged, a fresh request (a `first` one, answered 2xx and not marked as a
+replay) had succeeded since the failure, and yet it got the same status and the same
+body (canonical JSON digest) as the failure. A service that runs the retry again
+either succeeds or fails anew; repeating the first failure byte for byte while
+healthy is a replay. Only late retries are judged so: during the load a dependency
+may fail in ways no fault window records (a real one's hiccups), and a genuine
+failure repeats its body too. Judged into `replay_fidelity`.
 
 The same evidence of health shows a stuck key (`check_stuck_keys`, judged into
 `in_flight_refused_or_waited`): a late retry (harness.probe.late_retries, sent after
@@ -63,7 +66,8 @@ def check_unmarked_replays(operations: Sequence[Mapping[str, Any]], faults: Sequ
         first = failures[0]
         for later in ops:
             at = float(later["invoke_time"])
-            if at <= float(first["complete_time"]) or later.get("status") is None:
+            if later.get("expect") != "late_retry" or at <= float(first["complete_time"]) \
+                    or later.get("status") is None:
                 continue
             result.checked += 1
             if (later.get("status"), later.get("body_digest")) != (first.get("status"), first.get("body_digest")):
@@ -75,8 +79,8 @@ def check_unmarked_replays(operations: Sequence[Mapping[str, Any]], faults: Sequ
             if index >= len(fresh) or fresh[index] >= at:
                 continue
             result.violate(f"{endpoint}: key {key!r}: the first answer's {first['status']} came again, byte for "
-                           f"byte, to a retry sent outside every fault window after fresh requests had "
-                           f"succeeded: a stored 5xx replayed without a replay mark",
+                           f"byte, to the late retry sent after every fault healed and after a fresh "
+                           f"request had succeeded: a stored 5xx replayed without a replay mark",
                            key=key, failure=evidence(first), replayed=evidence(later))
             break
 

@@ -50,12 +50,13 @@ def test_a_5xx_repeated_while_the_service_is_well_is_a_replay() -> None:
 @pytest.mark.parametrize(("change", "why"), [
     ({"at": 1.2}, "the retry came inside the fault window"),
     ({"digest": "other"}, "another failure, not the same answer"),
+    ({"kind": "retry_after_timeout"}, "during the load a dependency may fail where no window says so"),
 ])
 def test_a_new_failure_is_not_a_replay(change: dict[str, Any], why: str) -> None:
-    retry = {"at": 3.0, "digest": "e503", **change}
+    retry = {"at": 3.0, "digest": "e503", "kind": LATE_RETRY, **change}
     ops = [op("k", "first", "info", at=1.0, digest="e503"), op("f", "first", at=0.1, rid="r2"),
            op("f2", "first", at=max(1.1, retry["at"] - 0.5), rid="r3"),
-           op("k", "retry_after_timeout", "info", at=retry["at"], digest=retry["digest"])]
+           op("k", retry["kind"], "info", at=retry["at"], digest=retry["digest"])]
     assert fidelity(ops, WINDOW).passed, why
 
 
