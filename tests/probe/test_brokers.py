@@ -46,12 +46,13 @@ def wait_stats(broker: Broker, done: Callable[[BrokerStats], bool], timeout: flo
         time.sleep(0.2)
 
 
-# --- RabbitMQ ---------------------------------------------------------------------------
+# --- RabbitMQ (slow: the session's node takes 5-15 s to start) -------------------------
 
 def rabbit_target(server: RabbitServer, queue: str, **extra: str) -> BrokerTarget:
     return BrokerTarget(broker="rabbitmq", url=server.url, queue=queue, management=server.management_url, **extra)
 
 
+@pytest.mark.slow
 def test_rabbitmq_confirmed_publish_carries_the_message_id(rabbitmq_server: RabbitServer, rabbitmq_queue: str,
                                                            brokers: Callable[[BrokerTarget], Broker]) -> None:
     broker = brokers(rabbit_target(rabbitmq_server, rabbitmq_queue))
@@ -72,6 +73,7 @@ def test_rabbitmq_confirmed_publish_carries_the_message_id(rabbitmq_server: Rabb
         connection.close()
 
 
+@pytest.mark.slow
 def test_rabbitmq_unroutable_publish_is_not_confirmed(rabbitmq_server: RabbitServer,
                                                       brokers: Callable[[BrokerTarget], Broker]) -> None:
     # No queue of that name exists (no setup): mandatory + confirms make that a failed publish.
@@ -80,6 +82,7 @@ def test_rabbitmq_unroutable_publish_is_not_confirmed(rabbitmq_server: RabbitSer
     assert not ack.confirmed and "Unroutable" in (ack.error or "")
 
 
+@pytest.mark.slow
 def test_rabbitmq_unacked_message_is_redelivered_and_counted(rabbitmq_server: RabbitServer, rabbitmq_queue: str,
                                                              brokers: Callable[[BrokerTarget], Broker]) -> None:
     producer = brokers(rabbit_target(rabbitmq_server, rabbitmq_queue))
@@ -97,6 +100,7 @@ def test_rabbitmq_unacked_message_is_redelivered_and_counted(rabbitmq_server: Ra
     assert (stats.redeliveries, stats.unacknowledged) == (1, 0)
 
 
+@pytest.mark.slow
 def test_rabbitmq_quorum_queue_counts_deliveries(rabbitmq_server: RabbitServer, rabbitmq_queue: str,
                                                  brokers: Callable[[BrokerTarget], Broker]) -> None:
     connection = pika.BlockingConnection(pika.URLParameters(rabbitmq_server.url))
@@ -114,6 +118,7 @@ def test_rabbitmq_quorum_queue_counts_deliveries(rabbitmq_server: RabbitServer, 
     assert counts == [(False, 0), (True, 1), (True, 2)]
 
 
+@pytest.mark.slow
 def test_rabbitmq_dead_letters_are_counted(rabbitmq_server: RabbitServer, rabbitmq_queue: str,
                                            brokers: Callable[[BrokerTarget], Broker]) -> None:
     broker = brokers(rabbit_target(rabbitmq_server, rabbitmq_queue, dead_letter=f"{rabbitmq_queue}.dead"))
@@ -129,6 +134,7 @@ def test_rabbitmq_dead_letters_are_counted(rabbitmq_server: RabbitServer, rabbit
     assert parked is not None and parked.message_id == "m-5"
 
 
+@pytest.mark.slow
 def test_rabbitmq_unreachable_is_one_broker_error(brokers: Callable[[BrokerTarget], Broker]) -> None:
     from harness.ports import free_port
 
@@ -139,6 +145,7 @@ def test_rabbitmq_unreachable_is_one_broker_error(brokers: Callable[[BrokerTarge
     assert not broker.publish(Message("m-6", b"{}")).confirmed
 
 
+@pytest.mark.slow
 def test_rabbitmq_management_is_on_loopback(rabbitmq_server: RabbitServer) -> None:
     answer = requests.get(f"http://127.0.0.1:{rabbitmq_server.management_port}/api/overview",
                           auth=("guest", "guest"), timeout=5)
