@@ -79,6 +79,7 @@ CREATE TABLE IF NOT EXISTS idempotency_keys (
 """
 PROBLEM = "application/problem+json"
 CONNECT_TIMEOUT = 3
+STORE_TRIES, STORE_PAUSE = 5, 0.15  # store-5xx: how hard the failure is kept
 
 
 def problem(status: int, title: str, detail: str) -> web.Response:
@@ -227,13 +228,16 @@ class PaymentsService:
         return web.Response(status=201, text=text, content_type="application/json")
 
     async def _store_failure(self, scope: str, key: str, fingerprint: str, response: web.Response) -> None:
-        """The store-5xx bug: the failure is kept as the key's answer."""
-        try:
-            async with await self._connect() as connection, connection.transaction():
-                assert isinstance(response.text, str)
-                await self._store(connection, scope, key, fingerprint, response.status, response.text)
-        except (psycopg.Error, OSError):
-            pass  # the database is still away: nothing stored this time
+        """The store-5xx bug: the failure is kept as the key's answer (a few tries, as a
+        response cache writes, so a short outage still ends with the 503 stored)."""
+        assert isinstance(response.text, str)
+        for _ in range(STORE_TRIES):
+            try:
+                async with await self._connect() as connection, connection.transaction():
+                    await self._store(connection, scope, key, fingerprint, response.status, response.text)
+                return
+            except (psycopg.Error, OSError):
+                await asyncio.sleep(STORE_PAUSE)  # the database is still away
 
     # --- store-after-commit: the answer in a second transaction ----------------------------
     async def _store_after_commit(self, scope: str, key: str, fingerprint: str,

@@ -164,7 +164,7 @@ def service_config(mode: str, database: PostgresDatabase) -> ProbeConfig:
     raw = yaml.safe_load(CONFIG.read_text())
     raw["endpoints"][0]["effects"]["dsn"] = database.dsn  # the oracle reads the database directly
     raw.pop("plan")
-    raw["load"]["duration"] = "6s"
+    raw["load"]["duration"] = "8s"  # the plan's random faults start at 6 s
     raw["service"] = {"command": [sys.executable, str(SCRIPT), "--mode", mode, "--port", "{port}",
                                   "--dsn", f"postgresql://{database.user}@{{dependency.db}}/{database.name}"],
                       "ready": {"path": "/healthz", "timeout": "20s"}}
