@@ -15,7 +15,9 @@ Fixtures:
   summary()). `@pytest.mark.probe_config("probe.yaml", duration=3, plan=...)` gives
   the defaults. `probe(config=..., service={"command": [...], "ready": "/healthz"},
   dependencies={"db": "127.0.0.1:5432"})` (no upstream) has the probe run the
-  service itself, as a config's `service:` and `dependencies:` do.
+  service itself, as a config's `service:` and `dependencies:` do. `probe(upstream,
+  webhooks=[...])` probes a webhook receiver (the config's `webhooks:`, alone or beside
+  the endpoints): the harness plays the provider.
 
 Markers: `chaos` (a test that injects faults; deselect with `-m "not chaos"`),
 `chaos_stack(...)`, `probe_config(...)`.
@@ -99,11 +101,12 @@ def chaos_stack(request: pytest.FixtureRequest,
 def idempotency_probe(request: pytest.FixtureRequest, toxiproxy: ToxiproxyHandle,
                       tmp_path: Path) -> Callable[..., Any]:
     """`probe(upstream=None, config=None, *, plan=None, duration=None, users=None, seed=None,
-    min_acknowledged=None, service=None, dependencies=None, identities=None, effects=None,
+    min_acknowledged=None, service=None, dependencies=None, identities=None, effects=None, webhooks=None,
     **simple)` → ProbeResult. `config` is a YAML path, a dict in the config's format, or
     None with `path=`/`body=` (the flags of `harness probe`); with `service=` there is no
     upstream to give. `identities=` is the config's `identities:` (a list of header maps);
-    `effects=` an endpoint's `effects:` for every endpoint, or {endpoint name: effects}."""
+    `effects=` an endpoint's `effects:` for every endpoint, or {endpoint name: effects};
+    `webhooks=` the config's `webhooks:` (a list of entries; alone, no endpoint is needed)."""
     from harness.bundled import plan_path
     from harness.probe.checker import DEFAULT_MIN_ACKNOWLEDGED
     from harness.probe.config import load_config, parse_config, parse_upstream, simple_config
@@ -126,6 +129,7 @@ def idempotency_probe(request: pytest.FixtureRequest, toxiproxy: ToxiproxyHandle
         service = {"command": service} if isinstance(service, (list, tuple)) else service
         dependencies = merged.pop("dependencies", None)
         identities, effects = merged.pop("identities", None), merged.pop("effects", None)
+        webhooks = merged.pop("webhooks", None)  # the config's `webhooks:` (harness.probe.webhooks)
         plan = merged.pop("plan", None)
         overrides = {name: merged.pop(name) for name in ("duration", "users", "seed") if name in merged}
         min_acknowledged = merged.pop("min_acknowledged", DEFAULT_MIN_ACKNOWLEDGED)
@@ -133,12 +137,17 @@ def idempotency_probe(request: pytest.FixtureRequest, toxiproxy: ToxiproxyHandle
             parsed = load_config(Path(config))
         elif isinstance(config, dict):
             parsed = parse_config(config, source="idempotency_probe")
+        elif webhooks is not None and not merged:  # a receiver alone: no endpoint flags
+            parsed = parse_config({"webhooks": webhooks}, source="idempotency_probe")
+            webhooks = None
         else:
             parsed = simple_config(upstream=address, **merged)
         if service is not None or dependencies is not None:
             # Checked as a config file's sections are (one error naming the field).
             parsed = parse_config({**parsed.to_dict(), "service": service, "dependencies": dependencies},
                                   source="idempotency_probe")
+        if webhooks is not None:
+            parsed = parse_config({**parsed.to_dict(), "webhooks": webhooks}, source="idempotency_probe")
         if identities is not None or effects is not None:
             from harness.probe.effects import with_effects
 

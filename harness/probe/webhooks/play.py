@@ -27,7 +27,9 @@
    One `WebhookOutcome` per entry, written to `webhooks.jsonl`;
    harness.probe.webhooks.checks judges them.
 
-Bounded in count (`MAX_ROUNDS`, `MAX_LATE_RETRIES`, `MAX_FACTS`) and time (the load's
+The order of the kinds depends on the seed alone; ids and generated values on the seed
+and the run directory's path (a run probing the database of an earlier one must not
+find its event ids already taken). Bounded in count (`MAX_ROUNDS`, `MAX_LATE_RETRIES`, `MAX_FACTS`) and time (the load's
 duration, `LATE_BUDGET`, `EFFECTS_BUDGET`). An oracle that cannot answer is a
 HarnessError (exit 2): a run whose effects cannot be counted proves nothing.
 """
@@ -189,9 +191,10 @@ def round_kinds(kinds: Sequence[str], rounds: int, rng: random.Random) -> list[s
 class _EntryPlay:
     """One entry's rounds on a dispatcher thread and a pool of workers."""
 
-    def __init__(self, entry: WebhookEndpoint, history_dir: Path, *, seed: int, duration: float) -> None:
+    def __init__(self, entry: WebhookEndpoint, history_dir: Path, *, seed: int, salt: str, duration: float) -> None:
         self.entry = entry
         self.seed = seed
+        self.salt = salt
         self.spread = duration * SPREAD_SHARE
         self.rounds = min(MAX_ROUNDS, max(MIN_ROUNDS, int(duration * ROUNDS_PER_SECOND)))
         self.recorder = _Recorder(history_dir, entry.spec.name)
@@ -203,11 +206,12 @@ class _EntryPlay:
         self._pool = ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix=f"webhook-{entry.spec.name}")
 
     def provider(self, index: int) -> WebhookProvider:
-        """A provider of its own for round `index`: its ids and values come from a seed of their own."""
+        """A provider of its own for round `index`: its ids and values come from a seed of their own,
+        salted with the run directory, so two runs against one database share no event id and no fact."""
         assert self.sender is not None
         spec = self.entry.spec
         scheme = spec.signer()
-        rng = random.Random(f"{self.seed}:{spec.name}:{index}")
+        rng = random.Random(f"{self.seed}:{self.salt}:{spec.name}:{index}")
         return WebhookProvider(EventMaker(scheme, spec.event, rng),
                                DeliveryPlanner(scheme, spec.secret, tolerance=spec.tolerance, rng=rng),
                                self.sender, schedule=SCHEDULE, late_after=LATE_AFTER)
@@ -255,7 +259,7 @@ class _EntryPlay:
             return 0
         spec = self.entry.spec
         planner = DeliveryPlanner(spec.signer(), spec.secret, tolerance=spec.tolerance,
-                                  rng=random.Random(f"{self.seed}:{spec.name}:late"))
+                                  rng=random.Random(f"{self.seed}:{self.salt}:{spec.name}:late"))
         sent = 0
         for chain in sender.unacknowledged()[:MAX_LATE_RETRIES]:
             if time.monotonic() > deadline:
@@ -276,7 +280,8 @@ class WebhookPlay:
     def __init__(self, entries: Sequence[WebhookEndpoint], run_dir: Path, *, seed: int, duration: float) -> None:
         self.entries = tuple(entries)
         self.run_dir = Path(run_dir)
-        self.plays = [_EntryPlay(entry, self.run_dir / "history", seed=seed, duration=duration)
+        self.plays = [_EntryPlay(entry, self.run_dir / "history", seed=seed, salt=str(self.run_dir.resolve()),
+                                  duration=duration)
                       for entry in self.entries]
 
     def __enter__(self) -> WebhookPlay:
