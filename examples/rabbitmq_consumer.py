@@ -18,6 +18,9 @@ The buggy modes, each a classic way of losing or doubling a message:
   runs; a crash in between, and the redelivery is skipped as a duplicate: lost.
 - `no-domain-guard`: the inbox dedupes by message id only and the payment table has
   no unique key on `payment_ref`: the same payment under a new id is paid twice.
+- `reject-redelivered`: a message flagged `redelivered` is taken for a poison message
+  and rejected without requeue, so it goes to the dead-letter queue (`--dead-letter`):
+  a valid payment whose first delivery died with a crashed consumer is never paid.
 
     python examples/rabbitmq_consumer.py --mode correct --port 8095 \\
         --amqp amqp://guest:guest@127.0.0.1:5672/%2F --queue payments \\
@@ -47,7 +50,8 @@ import pika  # type: ignore[import-untyped]
 import pika.exceptions  # type: ignore[import-untyped]
 import psycopg
 
-MODES = ("correct", "auto-ack", "ack-before-commit", "inbox-outside-transaction", "no-domain-guard")
+MODES = ("correct", "auto-ack", "ack-before-commit", "inbox-outside-transaction", "no-domain-guard",
+         "reject-redelivered")
 PREFETCH = 5
 
 
@@ -63,6 +67,7 @@ class Consumer:
         self.mode: str = args.mode
         self.amqp: str = args.amqp
         self.queue: str = args.queue
+        self.dead_letter: str | None = args.dead_letter
         self.work = args.work_ms / 1000.0
         self.db = psycopg.connect(args.dsn, autocommit=True)
         self.db.execute(schema(self.mode))
@@ -84,6 +89,13 @@ class Consumer:
 
     def handle(self, channel: Any, batch: list[tuple[Any, Any, bytes]]) -> None:
         """One batch of deliveries (up to the prefetch count), in one transaction."""
+        if self.mode == "reject-redelivered":
+            for method, _, _ in batch:
+                if method.redelivered:
+                    channel.basic_reject(method.delivery_tag, requeue=False)
+            batch = [item for item in batch if not item[0].redelivered]
+            if not batch:
+                return
         messages = [(properties.message_id or json.loads(raw)["message_id"], json.loads(raw))
                     for _, properties, raw in batch]
         last = batch[-1][0].delivery_tag
@@ -124,7 +136,11 @@ class Consumer:
                 parameters.connection_attempts = 1
                 connection = pika.BlockingConnection(parameters)
                 channel = connection.channel()
-                channel.queue_declare(self.queue, durable=True)
+                arguments = {}
+                if self.dead_letter:
+                    channel.queue_declare(self.dead_letter, durable=True)
+                    arguments = {"x-dead-letter-exchange": "", "x-dead-letter-routing-key": self.dead_letter}
+                channel.queue_declare(self.queue, durable=True, arguments=arguments)
                 channel.basic_qos(prefetch_count=PREFETCH)
                 self.connected.set()
                 batch: list[tuple[Any, Any, bytes]] = []
@@ -176,6 +192,7 @@ def main() -> None:
     parser.add_argument("--queue", default="payments")
     parser.add_argument("--dsn", required=True)
     parser.add_argument("--work-ms", type=float, default=40.0)
+    parser.add_argument("--dead-letter", help="the dead-letter queue of --queue (declared with it)")
     args = parser.parse_args()
     consumer = Consumer(args)
     signal.signal(signal.SIGTERM, lambda *_: (consumer.stopping.set(), sys.exit(0)))

@@ -7,7 +7,8 @@ redeliveries and counts each payment's rows in the consumer's own database.
 The correct mode passes (with redeliveries the broker itself counted); each buggy mode
 fails by its own invariant: auto-ack, ack-before-commit and inbox-outside-transaction
 lose messages (published_fact_applied), no-domain-guard pays one payment twice under
-a new message id (fact_applied_once). A consumer that takes nothing is inconclusive,
+a new message id (fact_applied_once), reject-redelivered parks valid messages in the
+dead-letter queue (no_valid_message_dead_lettered). A consumer that takes nothing is inconclusive,
 and nothing the probe started outlives it.
 """
 
@@ -117,6 +118,20 @@ def test_each_buggy_consumer_fails_by_its_own_invariant(mode: str, invariant: st
                   for publish in violation["evidence"]["publishes"]}
         assert "same_fact_new_id" in copies, explain(result)
     assert consumer_processes(rabbitmq_queue) == []
+
+
+def test_dead_lettered_valid_messages_fail_their_invariant(rabbitmq_server: RabbitServer, rabbitmq_queue: str,
+                                                           postgres_db: PostgresDatabase, tmp_path: Path) -> None:
+    dead = f"{rabbitmq_queue}.dead"
+    raw = consumer_config("reject-redelivered", rabbitmq_server, rabbitmq_queue, postgres_db, dead_letter=dead)
+    raw["service"]["command"] += ["--dead-letter", dead]
+    result = probe(raw, tmp_path / "dead")
+    assert result.verdict == "fail", explain(result)
+    assert "no_valid_message_dead_lettered" in failed(result), explain(result)
+    outcome = json.loads((result.run_dir / "messages.jsonl").read_text().splitlines()[0])
+    assert outcome["dead_letters"] and outcome["dead_letter_count"] == len(outcome["dead_letters"])
+    parked = [v for v in result.violations if v["invariant"] == "no_valid_message_dead_lettered"]
+    assert parked and all(v["evidence"]["message_id"] for v in parked)
 
 
 def test_consumer_that_takes_nothing_is_inconclusive(rabbitmq_server: RabbitServer, rabbitmq_queue: str,
