@@ -38,6 +38,13 @@ Modes (`--webhook-mode`, separate from the API's `--mode`):
   the unique violation of a duplicate is answered 500 (as dj-stripe #1239 did): nothing
   applies twice, but every duplicate, and every retry of it, fails, so a provider
   retries it for days and then disables the endpoint.
+- `created-overwrites`: a `payment_intent.created` overwrites the intent's status, so one
+  that arrives after its `succeeded` (out of order) makes a paid intent `created` again:
+  the payment is booked but the intent no longer paid (the effect the probe's oracle
+  counts joins the two).
+- `slow-handler`: correct, but the processing takes 1 s before the answer (a slow
+  handler instead of a queue): the provider gives up waiting and retries every first
+  delivery (a duplicate is found before the processing and answered at once).
 """
 
 from __future__ import annotations
@@ -52,7 +59,9 @@ from typing import Any
 import psycopg
 from aiohttp import web
 
-WEBHOOK_MODES = ("correct", "event-id-check-then-insert", "event-id-only", "no-tolerance", "duplicate-500")
+WEBHOOK_MODES = ("correct", "event-id-check-then-insert", "event-id-only", "no-tolerance", "duplicate-500",
+                 "created-overwrites", "slow-handler")
+SLOW_HANDLER = 1.0  # seconds of processing in slow-handler: longer than a probe's provider waits
 PATH = "/webhooks/stripe"
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS webhook_events (
@@ -105,7 +114,7 @@ class WebhookReceiver:
         self.dsn = dsn
         self.secret = secret
         self.tolerance = 0 if mode == "no-tolerance" else tolerance
-        self.work = work_ms / 1000.0
+        self.work = max(work_ms / 1000.0, SLOW_HANDLER) if mode == "slow-handler" else work_ms / 1000.0
 
     def mount(self, app: web.Application) -> None:
         """Add POST /webhooks/stripe to `app`, and its tables to the app's startup."""
@@ -182,8 +191,9 @@ class WebhookReceiver:
         await asyncio.sleep(self.work)  # the processing: where copies that arrive together overlap
         if event_type == "payment_intent.created":
             # Out-of-order tolerant: a `created` after its `succeeded` leaves the intent paid.
+            overwrite = "UPDATE SET status = 'created'" if self.mode == "created-overwrites" else "NOTHING"
             await connection.execute("INSERT INTO payment_intents (id, status, amount) VALUES (%s, 'created', %s) "
-                                     "ON CONFLICT (id) DO NOTHING", (intent_id, amount))
+                                     f"ON CONFLICT (id) DO {overwrite}", (intent_id, amount))
             return
         await connection.execute("INSERT INTO payment_intents (id, status, amount) VALUES (%s, 'succeeded', %s) "
                                  "ON CONFLICT (id) DO UPDATE SET status = 'succeeded'", (intent_id, amount))
