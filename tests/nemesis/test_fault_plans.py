@@ -16,6 +16,7 @@ import yaml
 from harness.nemesis.faults import FAULT_ACTIONS, FaultTargets, ProcessAction
 from harness.nemesis.plans import (
     STACK_TARGETS,
+    CrashPointFault,
     FaultWindow,
     NemesisFailed,
     NemesisRunner,
@@ -162,6 +163,7 @@ def test_shipped_plans_cover_the_promised_faults() -> None:
     assert {"toxic:redis:latency", "toxic:redis:reset_peer", "proxy_down:redis"} <= kinds["redis-brownout"]
     assert {"process:kill", "process:pause"} <= kinds["consumer-crashes"]
     assert len(kinds["chaos"]) >= 4
+    assert {"crash_point:crash", "crash_point:error", "crash_point:drop-reply"} == kinds["crash-points"]
 
 
 SMOKE_SECONDS = 8.0
@@ -193,6 +195,8 @@ def _kind(fault: Any) -> str:
         return f"toxic:{fault.proxy}:{fault.type}"
     if isinstance(fault, ProcessFault):
         return f"process:{fault.action}"
+    if isinstance(fault, CrashPointFault):
+        return f"crash_point:{fault.arming.action}"
     return f"proxy_down:{fault.proxy}"
 
 
