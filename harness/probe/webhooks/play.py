@@ -18,8 +18,8 @@
    `retry_of`, `order`, `timestamp`): `ok` for a 2xx, `fail` for a 4xx (the receiver
    said no), `info` for anything else (a 5xx, a redirect, no answer: it may or may not
    have taken effect). Files `history/webhooks-<name>-<pid>.jsonl`;
-3. `stop()` after the load: no new round starts, the running ones finish (each is
-   bounded by its tries, timeouts and waits);
+3. `stop()` after the load: no new round starts (those still queued are dropped), the
+   running ones finish (each is bounded by its tries, timeouts and waits);
 4. `finish(upstream)`, with every fault healed: the provider's late retry (a real
    provider keeps retrying for hours, then days): every delivery chain (a first try and
    its retries, per copy) that never got a 2xx is tried once more (`late: true` in the
@@ -40,7 +40,7 @@ import random
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import CancelledError, Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -230,11 +230,16 @@ class _EntryPlay:
         for index, kind in enumerate(kinds):
             if self._stop.is_set():
                 break
-            futures.append(self._pool.submit(self._round, index, kind))
+            try:
+                futures.append(self._pool.submit(self._round, index, kind))
+            except RuntimeError:
+                break  # the pool was shut down by stop() between the check and the submit
             self._stop.wait(max(0.0, started + pause * (index + 1) - time.monotonic()))
         for future in futures:
             try:
                 future.result()
+            except CancelledError:
+                continue  # not started when the load ended (stop)
             except BaseException as error:  # noqa: BLE001 - reported by stop(): the probe fails with it
                 self.error = self.error or error
 
@@ -244,12 +249,12 @@ class _EntryPlay:
         return outcomes
 
     def stop(self) -> None:
+        """No new round starts; the running ones finish, each bounded by its tries (attempts x
+        timeout, the waits, a late duplicate's pause); the rounds not started are dropped."""
         self._stop.set()
-        if self._thread is not None:
-            # Each round is bounded by its tries: attempts x timeout, the waits, a late duplicate's pause.
-            bound = (SCHEDULE.attempts * (self.entry.spec.timeout + 1) + sum(SCHEDULE.delays) + LATE_AFTER) * 3
-            self._thread.join(timeout=bound)
         self._pool.shutdown(wait=True, cancel_futures=True)
+        if self._thread is not None:
+            self._thread.join(timeout=10)
         self.recorder.flush()
 
     def late_retries(self, deadline: float) -> int:
