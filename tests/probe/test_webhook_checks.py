@@ -1,0 +1,142 @@
+"""The receiver invariants (harness.probe.webhooks.checks) and rows
+(harness.probe.webhooks.conformance) on hand-made histories: each invariant violated by
+the one thing it forbids and held otherwise, the verdict rules (a receiver that
+acknowledged too little, an entry without effects: inconclusive), and a config of
+webhooks alone judged without the endpoints' invariants."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import pytest
+
+from harness.probe.checker import ProbeCheck
+from harness.probe.config import WebhookEndpoint, parse_config
+from harness.probe.webhooks.checks import check_webhooks, combine
+from harness.probe.webhooks.conformance import receiver_rows
+from harness.probe.webhooks.play import WebhookOutcome
+
+ENTRY = {"name": "stripe", "path": "/webhooks/stripe", "scheme": "stripe", "secret": "whsec_test_123",
+         "event": {"type": "payment_intent.succeeded", "data": {"object": {"id": "pi_{uuid}"}}},
+         "fact": "/data/object/id", "timeout": "0.5s",
+         "effects": {"dsn": "sqlite:///effects.db", "query": "SELECT id FROM payments WHERE intent = :fact"}}
+ENDPOINT = {"path": "/orders", "body": {"ref": "{uuid}"}, "id": {"pointer": "/id"}}
+_ids = itertools.count()
+
+
+def entries(**changes: Any) -> tuple[WebhookEndpoint, ...]:
+    raw = {key: value for key, value in {**ENTRY, **changes}.items() if value is not None}
+    return parse_config({"webhooks": [raw], "endpoints": [ENDPOINT]}).webhooks
+
+
+def op(kind: str, fact: str, *, event: str = "evt_1", type: str = "ok", status: int | None = 200,
+       must_refuse: bool = False, **fields: Any) -> dict[str, Any]:
+    return {"op": "webhook", "op_id": f"w:{next(_ids)}", "webhook": "stripe", "kind": kind, "fact": fact,
+            "event_id": event, "event_type": "payment_intent.succeeded", "type": type, "status": status,
+            "must_refuse": must_refuse, "invoke_time": 100.0, **fields}
+
+
+def acknowledged(count: int) -> list[dict[str, Any]]:
+    return [op("first", f"pi_ok{i}", event=f"evt_ok{i}") for i in range(count)]
+
+
+def judge(ops: list[dict[str, Any]], effects: dict[str, int], *, min_acknowledged: int = 3,
+          hooks: tuple[WebhookEndpoint, ...] | None = None) -> Any:
+    facts = {str(o["fact"]) for o in ops}
+    outcome = WebhookOutcome(name="stripe", counted=True,
+                             effects=[(fact, effects.get(fact, 1)) for fact in sorted(facts)])
+    return check_webhooks(ops, [outcome], hooks or entries(), min_acknowledged=min_acknowledged)
+
+
+def failed(check: Any) -> set[str]:
+    return {inv.name for inv in check.invariants if not inv.passed}
+
+
+def test_a_receiver_that_applies_each_fact_once_holds_every_invariant() -> None:
+    ops = [*acknowledged(3), op("first", "pi_a", type="info", status=None, error="timeout"),
+           op("retry", "pi_a", retry_of="first", attempt=2),
+           op("stale_signature", "pi_s", event="evt_s", type="fail", status=400, must_refuse=True)]
+    check = judge(ops, {"pi_s": 0})
+    assert failed(check) == set() and check.reasons == []
+    names = {inv.name: inv for inv in check.invariants}
+    assert names["answered_in_time"].passed and "1 of 6" in names["answered_in_time"].description
+
+
+@pytest.mark.parametrize(("ops", "effects", "invariant"), [
+    # Two copies of one event, both applied.
+    ([op("first", "pi_a"), op("concurrent_copy", "pi_a")], {"pi_a": 2}, "fact_applied_once"),
+    # Acknowledged, never applied.
+    ([op("first", "pi_a")], {"pi_a": 0}, "acknowledged_fact_applied"),
+    # A stale signature accepted, or answered 500, or refused after it took effect.
+    ([op("stale_signature", "pi_s", must_refuse=True)], {"pi_s": 1}, "refused_not_applied"),
+    ([op("tampered_body", "pi_s", type="info", status=500, must_refuse=True)], {"pi_s": 0}, "refused_not_applied"),
+    ([op("wrong_secret", "pi_s", type="fail", status=400, must_refuse=True)], {"pi_s": 1}, "refused_not_applied"),
+    # The provider's late retry of a duplicate, after the load, answered 500.
+    ([op("first", "pi_a"), op("concurrent_copy", "pi_a", type="info", status=500),
+      op("retry", "pi_a", type="info", status=500, retry_of="concurrent_copy", attempt=5, late=True)],
+     {"pi_a": 1}, "delivery_acknowledged"),
+])
+def test_each_invariant_fails_on_what_it_forbids(ops: list[dict[str, Any]], effects: dict[str, int],
+                                                 invariant: str) -> None:
+    check = judge([*acknowledged(3), *ops], effects)
+    assert failed(check) == {invariant}, [v for inv in check.invariants for v in inv.violations]
+
+
+def test_what_the_receiver_may_do() -> None:
+    # A fact whose every delivery was lost may be absent; a late retry without an answer is not judged;
+    # a refused delivery answered 4xx without effect is what a refusal should be.
+    ops = [*acknowledged(3), op("first", "pi_lost", type="info", status=None, error="reset"),
+           op("retry", "pi_lost", type="info", status=None, error="unreachable", late=True, retry_of="first"),
+           op("missing_header", "pi_m", event="evt_m", type="fail", status=401, must_refuse=True)]
+    check = judge(ops, {"pi_lost": 0, "pi_m": 0})
+    assert failed(check) == set()
+
+
+def test_too_little_acknowledged_or_no_oracle_is_inconclusive_never_pass() -> None:
+    down = [op("first", f"pi_{i}", event=f"evt_{i}", type="info", status=None, error="reset") for i in range(5)]
+    check = judge(down, {}, min_acknowledged=3)
+    assert failed(check) == set() and any("only 0 webhook deliveries" in r for r in check.reasons)
+    merged = combine(ProbeCheck(invariants=[], counts={"statuses": {}}, verdict="inconclusive",
+                                inconclusive_reasons=["only 0 requests were acknowledged"]), check, keep=False)
+    assert merged.verdict == "inconclusive"
+    assert merged.inconclusive_reasons == check.reasons  # the endpoints' check judged nothing: dropped
+    assert merged.counts["operations"] == 5 and merged.counts["acknowledged"] == 0
+    no_oracle = entries(effects=None)
+    outcome = WebhookOutcome(name="stripe", counted=False)
+    check = check_webhooks(acknowledged(5), [outcome], no_oracle, min_acknowledged=3)
+    assert any("no `effects:`" in reason for reason in check.reasons)
+
+
+def test_conformance_rows_say_which_dedupe_failed() -> None:
+    ops = [*acknowledged(3), op("first", "pi_o"), op("same_object_new_event", "pi_o", event="evt_2"),
+           op("first", "pi_c", event="evt_c"), op("late_duplicate", "pi_c", event="evt_c"),
+           op("stale_signature", "pi_s", event="evt_s", type="fail", status=400, must_refuse=True),
+           op("future_timestamp", "pi_f", event="evt_f", must_refuse=True),
+           op("tampered_body", "pi_t", event="evt_t", type="fail", status=400, must_refuse=True)]
+    check = judge(ops, {"pi_o": 2, "pi_c": 1, "pi_s": 0, "pi_f": 1, "pi_t": 0})
+    rows = {row.id: row for row in receiver_rows(check, faults=[])}
+    assert rows["webhook-dedupe-object"].status == "fail"
+    assert rows["webhook-dedupe-event"].status == "pass"
+    assert rows["webhook-tolerance"].status == "fail" and "future_timestamp" in rows["webhook-tolerance"].evidence
+    assert rows["webhook-raw-body"].status == "pass"
+    assert rows["webhook-out-of-order"].status == "not observed"
+    assert rows["webhook-fast-2xx"].status == "pass"
+
+
+def test_fast_2xx_counts_slow_answers_outside_the_fault_windows_only() -> None:
+    slow_in = op("first", "pi_1", event="evt_1", type="info", status=None, error="timeout", invoke_time=10.5)
+    slow_out = op("first", "pi_2", event="evt_2", type="info", status=None, error="timeout", invoke_time=20.0)
+    faults = [{"start": 10.0, "end": 11.0}]
+    inside = receiver_rows(judge([*acknowledged(3), slow_in], {}), faults)
+    assert {row.id: row.status for row in inside}["webhook-fast-2xx"] == "pass"
+    outside = receiver_rows(judge([*acknowledged(3), slow_out], {}), faults)
+    assert {row.id: row.status for row in outside}["webhook-fast-2xx"] == "fail"
+
+
+def test_github_has_no_tolerance_row_to_check() -> None:
+    github = entries(scheme="github", secret="It's a Secret to Everybody",
+                     event={"type": "push", "data": {"object": {"id": "pi_{uuid}"}}})
+    ops = [dict(o, event_type="push") for o in acknowledged(3)]
+    rows = {row.id: row.status for row in receiver_rows(judge(ops, {}, hooks=github), faults=[])}
+    assert rows["webhook-tolerance"] == "not checkable"
