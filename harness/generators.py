@@ -16,6 +16,7 @@ import random
 import re
 import uuid
 from typing import Any
+from urllib.parse import quote
 
 GENERATOR = re.compile(r"^\{(uuid|key|int:(-?\d+)-(-?\d+)|choice:([^{}]+))\}$")
 
@@ -57,3 +58,18 @@ def render_body(template: Any, rng: random.Random, *, key: str | None) -> Any:
 
 def _uuid(rng: random.Random) -> str:
     return str(uuid.UUID(int=rng.getrandbits(128), version=4))
+
+
+_IN_TEXT = re.compile(r"\{(?:uuid|key|int:-?\d+--?\d+|choice:[^{}]+)\}")
+
+
+def render_path(template: str, rng: random.Random, *, key: str | None) -> str:
+    """A URL path from a template with generators anywhere in it (`/orders/ord_{uuid}/pay`,
+    `/carts/{int:1-99}/checkout`): each one replaced by a fresh value, URL-quoted. Other
+    braces (`{id}` of a read-back path) are left as they are."""
+    return _IN_TEXT.sub(lambda match: quote(str(render_body(match.group(0), rng, key=key)), safe=""), template)
+
+
+def has_generator(template: str) -> bool:
+    """True when a path template holds a generator (its rendered paths differ)."""
+    return bool(_IN_TEXT.search(template))

@@ -50,6 +50,7 @@ from harness.fieldcheck import FieldChecker
 from harness.generators import is_generated as _mutable_field
 from harness.generators import render_body as render_body  # moved to a leaf; users.py imports it from here
 from harness.probe.messages.spec import MessageSpec, parse_message
+from harness.probe.provider.spec import ProviderSpec, parse_provider
 from harness.probe.service_config import ServiceConfig, parse_dependencies, parse_service
 from harness.webhooks.config import WebhookSpec, parse_webhook
 
@@ -189,6 +190,7 @@ class ProbeConfig:
     service: ServiceConfig | None = None  # the probe runs it (harness.probe.service_config)
     dependencies: Mapping[str, str] = field(default_factory=dict)  # NAME -> the real host:port
     messages: tuple[MessageEndpoint, ...] = ()  # what the probe publishes to a consumer (harness.probe.messages)
+    provider: ProviderSpec | None = None  # the payment provider the probe runs (harness.probe.provider)
 
     def to_dict(self) -> dict[str, Any]:
         """A plain form that `parse_config` reads back (the Locust processes get it)."""
@@ -220,6 +222,9 @@ class ProbeConfig:
         raw["messages"] = [message.to_raw() for message in self.messages]
         if not raw["messages"]:
             del raw["messages"]
+        raw["provider"] = self.provider.to_raw() if self.provider is not None else None
+        if raw["provider"] is None:
+            del raw["provider"]
         raw.pop("source")
         return raw
 
@@ -257,7 +262,7 @@ def parse_config(raw: Any, *, source: str = "<config>") -> ProbeConfig:
     where = _Where(source)
     top = where.mapping(raw, "config", optional=("endpoints", "upstream", "profile", "key_header", "headers", "load",
                                                  "plan", "webhooks", "identities", "service", "dependencies",
-                                                 "messages"))
+                                                 "messages", "provider"))
     profile = top.get("profile", "ietf")
     if profile not in PROFILES:
         raise where.error("profile", f"must be one of {', '.join(PROFILES)}, not {profile!r}")
@@ -267,10 +272,11 @@ def parse_config(raw: Any, *, source: str = "<config>") -> ProbeConfig:
     key_header = where.header_name(top.get("key_header", "Idempotency-Key"), "key_header")
     headers = where.headers(top.get("headers"), "headers")
     messages = _parse_messages(where, top.get("messages"))
-    endpoints_raw = top.get("endpoints", [] if messages else None)
+    webhooks = _parse_webhooks(where, top.get("webhooks"))
+    endpoints_raw = top.get("endpoints", [] if messages or webhooks else None)
     if endpoints_raw is None:
-        raise where.error("config", "missing endpoints (or messages)")
-    if not isinstance(endpoints_raw, list) or not (endpoints_raw or messages):
+        raise where.error("config", "missing endpoints (or messages), or webhooks")
+    if not isinstance(endpoints_raw, list) or not (endpoints_raw or messages or webhooks):
         raise where.error("endpoints", "must be a non-empty list of endpoints")
     endpoints = tuple(_parse_endpoint(where, item, f"endpoints[{i}]", PROFILES[profile])
                       for i, item in enumerate(endpoints_raw))
@@ -283,16 +289,19 @@ def parse_config(raw: Any, *, source: str = "<config>") -> ProbeConfig:
     if plan is not None and not isinstance(plan, str):
         raise where.error("plan", "must be the path of a fault plan file")
     identities = _parse_identities(where, top.get("identities"))
-    webhooks = _parse_webhooks(where, top.get("webhooks"))
-    service, dependencies = _parse_service_section(where, top, upstream)
-    return ProbeConfig(endpoints=endpoints, upstream=upstream, profile=profile, key_header=key_header,
+    provider = parse_provider(where, top["provider"]) if top.get("provider") is not None else None
+    unknown = [name for name in (provider.endpoints if provider else ()) if name not in names]
+    if unknown:
+        raise where.error("provider.endpoints", f"names no endpoint: {unknown[0]!r} (endpoints: {', '.join(names)})")
+    service, dependencies = _parse_service_section(where, top, upstream, provider=provider is not None)
+    return ProbeConfig(provider=provider, endpoints=endpoints, upstream=upstream, profile=profile, key_header=key_header,
                        headers=headers, load=load, plan=Path(plan) if plan else None, source=source,
                        identities=identities, webhooks=webhooks, service=service, dependencies=dependencies,
                        messages=messages)
 
 
-def _parse_service_section(where: _Where, top: Mapping[str, Any],
-                           upstream: str | None) -> tuple[ServiceConfig | None, dict[str, str]]:
+def _parse_service_section(where: _Where, top: Mapping[str, Any], upstream: str | None, *,
+                           provider: bool = False) -> tuple[ServiceConfig | None, dict[str, str]]:
     dependencies = parse_dependencies(where, top.get("dependencies"),
                                       lambda raw, path: parse_upstream(raw, where=where, path=path))
     if top.get("service") is None:
@@ -303,7 +312,7 @@ def _parse_service_section(where: _Where, top: Mapping[str, Any],
     if upstream is not None:
         raise where.error("upstream", "not with `service:`: the probe runs the service on 127.0.0.1:{port} "
                           "and that is the upstream")
-    return parse_service(where, top["service"], dependencies), dependencies
+    return parse_service(where, top["service"], dependencies, provider=provider), dependencies
 
 
 def parse_upstream(raw: Any, *, where: _Where | None = None, path: str = "upstream") -> str:

@@ -25,6 +25,7 @@ from typing import Any
 import orjson
 import requests
 
+from harness.generators import render_path
 from harness.history import Client, HistoryWriter, history_path
 from harness.load.signing import fingerprint
 from harness.probe.answers import classify
@@ -53,7 +54,7 @@ def late_retries(config: ProbeConfig, upstream: str, operations: Sequence[Mappin
             continue
         last = max(same, key=lambda op: float(op.get("invoke_time") or 0.0))
         if last.get("type") == "info" or last.get("status") == endpoints[name].expect.in_flight:
-            pending.append((endpoints[name], key, identity, last["body"]))
+            pending.append((endpoints[name], key, identity, last["body"], last.get("path")))
     if not pending:
         return 0
     time.sleep(SETTLE)
@@ -68,27 +69,31 @@ def late_retries(config: ProbeConfig, upstream: str, operations: Sequence[Mappin
                 _send(client, config, upstream, endpoint, render_body(endpoint.body, rng, key=key), key=key,
                       identity=0 if config.identities else None, kind="first")
         sent = 0
-        for endpoint, key, identity, body in pending[:MAX_LATE_RETRIES]:
+        for endpoint, key, identity, body, path in pending[:MAX_LATE_RETRIES]:
             if time.monotonic() > deadline:
                 break
-            _send(client, config, upstream, endpoint, body, key=key, identity=identity, kind=LATE_RETRY)
+            _send(client, config, upstream, endpoint, body, key=key, identity=identity, kind=LATE_RETRY,
+                  path=path)
             sent += 1
     return sent
 
 
 def _send(client: Client, config: ProbeConfig, upstream: str, endpoint: Endpoint, body: Any, *, key: str,
-          identity: int | None, kind: str) -> None:
+          identity: int | None, kind: str, path: str | None = None) -> None:
     raw = orjson.dumps(body)  # the bytes the load sent: orjson writes one dict one way
+    path = path or render_path(endpoint.path, random.Random(key), key=key)  # the load's path, or a fresh one
     headers = {"Content-Type": "application/json", **request_headers(config, endpoint, identity),
                config.key_header: key}
     fields: dict[str, Any] = {"endpoint": endpoint.name, "idempotency_key": key, "expect": kind,
-                              "fingerprint": fingerprint(endpoint.method, endpoint.path, raw), "body": body}
+                              "fingerprint": fingerprint(endpoint.method, path, raw), "body": body}
+    if path != endpoint.path:
+        fields["path"] = path
     if identity is not None:
         fields["identity"] = identity
     operation = client.invoke(OPERATION, **fields)
     timeout = config.load.client_timeout * 2
     try:
-        response = requests.request(endpoint.method, f"http://{upstream}{endpoint.path}", data=raw,
+        response = requests.request(endpoint.method, f"http://{upstream}{path}", data=raw,
                                     headers=headers, timeout=(timeout, timeout))
     except requests.RequestException as error:
         operation.info(error=f"{type(error).__name__}: {error}"[:300], status=None)

@@ -9,7 +9,8 @@ Entering it, in this order:
    deletes those proxies if the probe dies, however it dies;
 2. the Toxiproxy: the embedded one, started here (its proxies die with it), or the one
    at `toxiproxy_url`, where every proxy is named `probe_<pid>_<token>[_NAME]`;
-3. one proxy per dependency (harness.probe.service.DependencyProxies);
+3. one proxy per dependency (harness.probe.service.DependencyProxies); with `provider:`,
+   the payment provider (harness.probe.provider.play) and its proxy `provider`;
 4. the service (`service:`), started with its placeholders filled and ready;
 5. the proxy `app` in front of the upstream (the service's 127.0.0.1:{port}, or the
    address given), which must accept connections.
@@ -43,7 +44,9 @@ from harness.nemesis.toxiproxy_client import Nemesis, NemesisError
 from harness.ports import free_ports
 from harness.probe.config import ProbeConfig
 from harness.probe.plan_targets import APP, ProbeTargets
+from harness.probe.provider.play import ProbeProvider
 from harness.probe.service import LOG_NAME, DependencyProxies, ProbedService
+from harness.probe.service_config import PROVIDER
 from harness.stack.lifeline import RunGuard
 from harness.stack.registry import ProxyClaim, refusal
 
@@ -108,6 +111,7 @@ class ProbeRig:
         self.service: ProbedService | None = None
         self.nemesis: Nemesis | None = None
         self.dependencies: DependencyProxies | None = None
+        self.provider: ProbeProvider | None = None  # with `provider:` (harness.probe.provider)
         self.app_proxy = APP
         self.proxy_url = ""
         self._stack = ExitStack()
@@ -163,12 +167,19 @@ class ProbeRig:
         if self.guard is not None:
             self.guard.use_toxiproxy(url, local=not self.shared)
         self.nemesis = nemesis = Nemesis(url)
-        ports = free_ports(1 + len(config.dependencies) + (config.service is not None))
+        provider = config.provider is not None
+        ports = free_ports(1 + len(config.dependencies) + provider + (config.service is not None))
         listen_port, dependency_ports = ports[0], ports[1:1 + len(config.dependencies)]
         self._stack.callback(self._remove_proxies)
         self.dependencies = DependencyProxies(nemesis, prefix=f"{self.app_proxy}_" if self.shared else "",
                                               recorder=self.guard)
         self.dependencies.create(config.dependencies, dependency_ports)
+        if config.provider is not None:  # harness.probe.provider: behind the proxy `provider`
+            self.provider = ProbeProvider(config.provider, seed=config.load.seed, run_dir=self.run_dir)
+            self._stack.callback(self.provider.stop)
+            self.provider.start(f"http://{HOST}:{ports[-1]}" if config.service is not None
+                                else f"http://{self.upstream}")
+            self.dependencies.create({PROVIDER: self.provider.address}, [ports[1 + len(config.dependencies)]])
         if config.service is not None:
             self.service = ProbedService(config.service, port=ports[-1], dependencies=self.dependencies.addresses,
                                          log_path=self.run_dir / LOG_NAME, base_env=os.environ, guard=self.guard)

@@ -6,17 +6,21 @@
    a real Toxiproxy given by URL, removed afterwards); with `service:`, the service
    itself, started on a free port behind one proxy per dependency (`dependencies:`),
    under the run's lease and janitor;
-2. runs Locust headless with the probe's users against the proxy, and the fault
+2. runs Locust headless with the probe's users against the proxy (and, with `webhooks:`,
+   the provider's deliveries through it: harness.probe.webhooks), and the fault
    plan's windows beside it (harness.nemesis.plans.NemesisRunner). A plan addresses the
    probe's proxy as `app`, each dependency's by its name (or all of them as
-   `dependencies`) and the service's process as `service` (harness.probe.plan_targets),
+   `dependencies`), the payment provider's (`provider:`) as `provider` and the
+   service's process as `service` (harness.probe.plan_targets),
    so the project's own network plans work unchanged; a service that ends on its own
    stops the run (exit 2, with its log's tail);
-3. after the load and the healing, retries once more every request that never got
-   a 2xx (harness.probe.late_retries), reads back (directly from the upstream) every
+3. after the load and the healing, retries once more every request (and webhook
+   delivery) that never got a 2xx (harness.probe.late_retries), reads back (directly from the upstream) every
    acknowledged resource and searches every key, when the config gives the URLs
    (as the identity that sent it, and each resource also as another identity, with
-   `identities:`), and asks each endpoint's oracle about the effects (`effects:`);
+   `identities:`), asks each endpoint's oracle about the effects (`effects:`) and,
+   with `provider:`, exports the provider's ledger (ledger.ndjson) for the ledger
+   invariants (harness.probe.ledger_checks);
 4. judges (harness.probe.checker), fills the conformance table and writes the run
    directory: config.json, plan, history/, faults.jsonl, final-reads.jsonl,
    locust/, result.json, junit.xml, report.html.
@@ -56,10 +60,17 @@ from harness.probe.effect_checks import EffectRecord
 from harness.probe.effects import EFFECTS_FILE, collect_effects
 from harness.probe.identities import READ_AS_OTHER, other_identity, owners, request_headers
 from harness.probe.late_retries import late_retries
+from harness.probe.ledger_checks import check_ledger, combine_ledger
+from harness.probe.ledger_checks import rows_to_dicts as ledger_rows_to_dicts
 from harness.probe.messages.checks import check_messages, combine
 from harness.probe.messages.play import MessageOutcome, MessagePlay
 from harness.probe.plan_targets import ProbeTargets, load_probe_plan, probe_windows
 from harness.probe.rig import ProbeRig
+from harness.probe.webhooks.checks import check_webhooks
+from harness.probe.webhooks.checks import combine as combine_webhooks
+from harness.probe.webhooks.conformance import receiver_rows
+from harness.probe.webhooks.play import WebhookOutcome, WebhookPlay
+from harness.provider.records import LedgerRecord
 from harness.report.junit import write_junit
 
 PLAN_PROXY = "app"  # how a plan names the probe's proxy
@@ -133,7 +144,8 @@ def run_probe(spec: ProbeSpec) -> ProbeResult:
     if config.service is None and not upstream:
         raise ProbeError("no upstream: give --upstream host:port or `upstream:` in the config")
     plan_path = spec.plan or config.plan
-    targets = ProbeTargets.plain(tuple(config.dependencies), service=config.service is not None)
+    targets = ProbeTargets.plain((*config.dependencies, *(["provider"] if config.provider else [])),
+                                 service=config.service is not None)
     plan = load_probe_plan(plan_path, targets) if plan_path is not None else None
     run_dir = Path(spec.out_dir)
     if (run_dir / "history").exists() or (run_dir / "result.json").exists():
@@ -147,26 +159,31 @@ def run_probe(spec: ProbeSpec) -> ProbeResult:
     # The service and its dependency proxies stay up for the final reads and the
     # effects: the rig is left only after them.
     with (ProbeRig(config, run_dir, upstream=upstream, toxiproxy_url=spec.toxiproxy_url) as rig,
-          MessagePlay(config.messages, run_dir, seed=config.load.seed, duration=config.load.duration) as play):
+          MessagePlay(config.messages, run_dir, seed=config.load.seed, duration=config.load.duration) as play,
+          WebhookPlay(config.webhooks, run_dir, seed=config.load.seed, duration=config.load.duration) as hooks):
         windows = probe_windows(plan, config.load.duration, rig.targets) if plan is not None else []
-        _load(spec, run_dir, rig, windows, play)
+        _load(spec, run_dir, rig, windows, play, hooks)
         rig.heal()
         rig.check()
         upstream = rig.upstream
         # What never succeeded is retried once more, now that the service is well.
         late_retries(config, upstream, list(iter_operations(history_files(run_dir / "history"))),
                      run_dir / "history")
+        # The provider's late retries (harness.probe.webhooks.play), then each fact's effects.
+        webhooks = hooks.finish(upstream, config.headers)
         operations = list(iter_operations(history_files(run_dir / "history")))
         reads = final_reads(config, upstream, operations, run_dir / "final-reads.jsonl")
         effects = (collect_effects(config, upstream, operations, run_dir / EFFECTS_FILE)
                    if any(endpoint.effects for endpoint in config.endpoints) else [])
         messages = play.finish(upstream)  # the drain: the consumer still runs, every fault healed
+        ledger = rig.provider.export() if rig.provider is not None else None  # ledger.ndjson
     return judge(config, operations, reads, run_dir, upstream=upstream, plan_path=plan_path,
                  started=started, min_acknowledged=spec.min_acknowledged,
-                 toxiproxy=rig.toxiproxy, effects=effects, messages=messages)
+                 toxiproxy=rig.toxiproxy, effects=effects, messages=messages, webhooks=webhooks, ledger=ledger)
 
 
-def _load(spec: ProbeSpec, run_dir: Path, rig: ProbeRig, windows: list[FaultWindow], play: MessagePlay) -> None:
+def _load(spec: ProbeSpec, run_dir: Path, rig: ProbeRig, windows: list[FaultWindow], play: MessagePlay,
+          hooks: WebhookPlay | None = None) -> None:
     load = spec.config.load
     config_json = run_dir / "config.json"
     env = {**os.environ, CONFIG_ENV: str(config_json.resolve()),
@@ -185,6 +202,8 @@ def _load(spec: ProbeSpec, run_dir: Path, rig: ProbeRig, windows: list[FaultWind
         # requests and the last windows still fall inside the load.
         _wait_load_started(locust)
     play.start()
+    if hooks is not None:
+        hooks.start(rig.proxy_url)  # the webhooks: through the proxy `app`, like the requests
     runner.start(windows)
     deadline = time.monotonic() + load.duration + LOCUST_GRACE + load.client_timeout * 4
     try:
@@ -195,7 +214,11 @@ def _load(spec: ProbeSpec, run_dir: Path, rig: ProbeRig, windows: list[FaultWind
     finally:
         runner.stop()
         locust.stop()
-        play.stop()
+        try:
+            play.stop()
+        finally:
+            if hooks is not None:
+                hooks.stop()
     if not finished:
         raise ProbeError(f"Locust did not finish in time; see {locust.log_path}")
     if runner.failure:
@@ -295,7 +318,8 @@ def _identity(item: Any) -> Any:
 def judge(config: ProbeConfig, operations: Sequence[Mapping[str, Any]], reads: Sequence[Mapping[str, Any]],
           run_dir: Path, *, upstream: str, plan_path: Path | None, started: float,
           min_acknowledged: int, toxiproxy: str, effects: Sequence[EffectRecord] = (),
-          messages: Sequence[MessageOutcome] | None = None) -> ProbeResult:
+          messages: Sequence[MessageOutcome] | None = None, webhooks: Sequence[WebhookOutcome] | None = None,
+          ledger: Sequence[LedgerRecord] | None = None) -> ProbeResult:
     """Check, build the conformance table and write result.json, junit.xml, report.html."""
     from harness.probe.report import write_report
 
@@ -306,6 +330,14 @@ def judge(config: ProbeConfig, operations: Sequence[Mapping[str, Any]], reads: S
                        read_back=any(e.read or e.search for e in config.endpoints)) if config.endpoints else []
     if messages is not None:  # with `messages:` (harness.probe.messages.checks)
         result = combine(result, check_messages(operations, messages), endpoints=bool(config.endpoints))
+    if webhooks is not None:  # with `webhooks:` (harness.probe.webhooks.checks)
+        hooks_check = check_webhooks(operations, webhooks, config.webhooks, min_acknowledged=min_acknowledged)
+        result = combine_webhooks(result, hooks_check, keep=bool(config.endpoints or config.messages))
+        rows = [*rows, *receiver_rows(hooks_check, faults)]
+    ledger_rows: list[dict[str, Any]] | None = None
+    if ledger is not None:  # with `provider:` (harness.probe.ledger_checks)
+        ledger_check = check_ledger(operations, config, ledger)
+        result, ledger_rows = combine_ledger(result, ledger_check), ledger_rows_to_dicts(ledger_check.rows)
     document = {
         "kind": "probe",
         "run_id": run_dir.name,
@@ -319,11 +351,14 @@ def judge(config: ProbeConfig, operations: Sequence[Mapping[str, Any]], reads: S
         "load": {"users": config.load.users, "duration": config.load.duration, "seed": config.load.seed,
                  "client_timeout": config.load.client_timeout},
         "endpoints": [{"name": e.name, "method": e.method, "path": e.path} for e in config.endpoints],
+        **({"webhooks": [{"name": w.spec.name, "scheme": w.spec.scheme, "path": w.spec.path}
+                         for w in config.webhooks]} if config.webhooks else {}),
         **({"identities": len(config.identities)} if config.identities else {}),
         **result.to_dict(),
         "draft": DRAFT,
         "conformance": rows_to_dicts(rows),
         "faults": faults,
+        **({"ledger": ledger_rows} if ledger_rows is not None else {}),
     }
     (run_dir / "result.json").write_bytes(orjson.dumps(document, option=orjson.OPT_INDENT_2))
     write_junit(run_dir / "junit.xml", document)

@@ -13,7 +13,9 @@ Placeholders, in `command` and in `env` values: `{port}` (a free loopback port t
 picked; the service must listen on 127.0.0.1 there, and that is the probe's upstream,
 so `upstream:` is refused beside `service:`), `{dependency.NAME}` (host:port of the
 Toxiproxy proxy in front of dependency NAME), `{dependency.NAME.host}` and
-`{dependency.NAME.port}` (its two halves). Any other text in braces is left as it is.
+`{dependency.NAME.port}` (its two halves), and with a `provider:` section `{provider.url}`
+(http://host:port of the proxy `provider` in front of the payment provider the probe
+runs, harness.probe.provider). Any other text in braces is left as it is.
 A placeholder naming an unknown dependency, a service that is never told `{port}`
 and `dependencies:` without `service:` (nobody would use the proxies) are errors.
 
@@ -45,7 +47,8 @@ DEFAULT_READY_TIMEOUT = 20.0
 RESERVED_NAMES = ("app", "service", "dependencies", "provider")
 _DEPENDENCY_NAME = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_PLACEHOLDER = re.compile(r"\{(port|dependency\.([^{}.]*)(?:\.(host|port))?)\}")
+_PLACEHOLDER = re.compile(r"\{(port|provider\.url|dependency\.([^{}.]*)(?:\.(host|port))?)\}")
+PROVIDER = "provider"  # the payment provider's proxy among the rendered addresses (`{provider.url}`)
 
 
 @dataclass(frozen=True)
@@ -92,6 +95,8 @@ def render(text: str, port: int, dependencies: Mapping[str, str]) -> str:
     def fill(match: re.Match[str]) -> str:
         if match.group(1) == "port":
             return str(port)
+        if match.group(1) == "provider.url":
+            return f"http://{dependencies[PROVIDER]}"
         address = dependencies[match.group(2)]
         host, _, dependency_port = address.rpartition(":")
         part = match.group(3)
@@ -118,8 +123,12 @@ def parse_dependencies(where: FieldChecker, raw: Any, address: Callable[[Any, st
     return result
 
 
-def parse_service(where: FieldChecker, raw: Any, dependencies: Mapping[str, str]) -> ServiceConfig:
-    """`service:` → ServiceConfig, its placeholders checked against `dependencies`."""
+def parse_service(where: FieldChecker, raw: Any, dependencies: Mapping[str, str], *,
+                  provider: bool = False) -> ServiceConfig:
+    """`service:` → ServiceConfig, its placeholders checked against `dependencies` (and
+    `{provider.url}` against the config's `provider:`)."""
+    if provider:
+        dependencies = {**dependencies, PROVIDER: ""}
     spec = where.mapping(raw, "service", required=("command",), optional=SERVICE_KEYS[1:])
     command_raw = spec["command"]
     if not isinstance(command_raw, list) or not command_raw:
@@ -167,6 +176,8 @@ def _parse_ready(where: FieldChecker, raw: Any) -> ReadyCheck:
 
 def _checked(where: FieldChecker, text: str, path: str, dependencies: Mapping[str, str]) -> str:
     for match in _PLACEHOLDER.finditer(text):
+        if match.group(1) == "provider.url" and PROVIDER not in dependencies:
+            raise where.error(path, "{provider.url} needs a `provider:` section in the config")
         name = match.group(2)
         if name is not None and name not in dependencies:
             known = ", ".join(dependencies) or "none"

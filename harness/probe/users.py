@@ -43,6 +43,7 @@ from locust.env import Environment
 from locust.event import Events
 from locust.runners import MasterRunner
 
+from harness.generators import render_path
 from harness.history import Client, HistoryWriter, history_path
 from harness.load.recording import Completion, listen, recorded_operation
 from harness.load.signing import fingerprint
@@ -127,8 +128,9 @@ class Sender:
         self.identity = identity  # index into config.identities; None without identities
 
     def send(self, endpoint: Endpoint, body: Any, *, key: str | None, kind: str, round_id: str,
-             impatient: bool = False) -> Reply:
+             impatient: bool = False, path: str | None = None) -> Reply:
         raw_body = orjson.dumps(body)
+        path = path or endpoint.path  # rendered once per logical request (generators in `path`)
         headers = {"Content-Type": "application/json", **request_headers(self.config, endpoint, self.identity)}
         if key is not None:
             headers[self.config.key_header] = key
@@ -139,7 +141,7 @@ class Sender:
             # toxic's toxicity per request, as it would for separate clients.
             with requests.Session() as session:
                 response = session.request(
-                    endpoint.method, self.host + endpoint.path, data=raw_body, headers=headers,
+                    endpoint.method, self.host + path, data=raw_body, headers=headers,
                     timeout=(timeout, IMPATIENT_READ_TIMEOUT if impatient else timeout))
                 raw = response.content
             kind_, reply, fields = _classify(endpoint, response, raw)
@@ -151,8 +153,9 @@ class Sender:
             self.client, self.events, call, op=OPERATION, request_type=endpoint.method,
             name=f"{endpoint.name} [{kind}]", expect=kind,
             fields={"endpoint": endpoint.name, "idempotency_key": key, "round": round_id,
-                    "fingerprint": fingerprint(endpoint.method, endpoint.path, raw_body),
+                    "fingerprint": fingerprint(endpoint.method, path, raw_body),
                     **({"identity": self.identity} if self.identity is not None else {}),
+                    **({"path": path} if path != endpoint.path else {}),
                     "body": body},  # what a late retry resends, what an oracle binds
             unanswered={"status": None})
         return recorded.value if recorded.value is not None else Reply("info", None, None, False)
@@ -195,38 +198,40 @@ class ProbeUser(User):
         round_id = f"{self.process.token}-{self.sender.client.user}-{next(self.rounds)}"
         key = f"probe-{round_id}"
         body = render_body(endpoint.body, self.rng, key=key)
+        path = render_path(endpoint.path, self.rng, key=key)  # retries and duplicates resend it
         stranger = self.stranger if self.stranger is not None and self.rng.random() < mix["cross_identity"] else None
         concurrent_stranger = stranger is not None and self.rng.random() < 0.5
         if stranger is not None and concurrent_stranger:
             replies = self._concurrently([
-                (self.sender, lambda s: self._with_retries(s, endpoint, body, key, "first", round_id)),
+                (self.sender, lambda s: self._with_retries(s, endpoint, body, key, "first", round_id, path=path)),
                 (stranger, lambda s: self._with_retries(s, endpoint, body, key, "other_identity_concurrent",
-                                                         round_id)),
+                                                         round_id, path=path)),
             ])[:1]
         elif self.rng.random() < mix["double_click"]:
             replies = self._concurrently([
-                (self.sender, lambda s: self._with_retries(s, endpoint, body, key, "double_click", round_id)),
-                (self.twin, lambda s: self._with_retries(s, endpoint, body, key, "double_click", round_id)),
+                (self.sender, lambda s: self._with_retries(s, endpoint, body, key, "double_click", round_id, path=path)),
+                (self.twin, lambda s: self._with_retries(s, endpoint, body, key, "double_click", round_id, path=path)),
             ])
         else:
             impatient = self.rng.random() < mix["impatient"]
             replies = [self._with_retries(self.sender, endpoint, body, key, "first", round_id,
-                                          impatient=impatient)]
+                                          impatient=impatient, path=path)]
         if stranger is not None and not concurrent_stranger:
-            self._with_retries(stranger, endpoint, body, key, "other_identity", round_id)
+            self._with_retries(stranger, endpoint, body, key, "other_identity", round_id, path=path)
         if any(isinstance(r, Reply) and r.completion == "ok" for r in replies):
             if self.rng.random() < mix["replay"]:
-                self.sender.send(endpoint, body, key=key, kind="replay", round_id=round_id)
+                self.sender.send(endpoint, body, key=key, kind="replay", round_id=round_id, path=path)
             if self.rng.random() < mix["payload_mismatch"]:
                 other = mutate_body(endpoint.body, body, endpoint, self.rng)
-                self.sender.send(endpoint, other, key=key, kind="payload_mismatch", round_id=round_id)
+                self.sender.send(endpoint, other, key=key, kind="payload_mismatch", round_id=round_id, path=path)
         if self.rng.random() < mix["missing_key"]:
             fresh = render_body(endpoint.body, self.rng, key=None)
-            self.sender.send(endpoint, fresh, key=None, kind="missing_key", round_id=round_id)
+            self.sender.send(endpoint, fresh, key=None, kind="missing_key", round_id=round_id,
+                             path=render_path(endpoint.path, self.rng, key=None))
 
     def _with_retries(self, sender: Sender, endpoint: Endpoint, body: Any, key: str, kind: str,
-                      round_id: str, *, impatient: bool = False) -> Reply:
-        reply = sender.send(endpoint, body, key=key, kind=kind, round_id=round_id, impatient=impatient)
+                      round_id: str, *, impatient: bool = False, path: str | None = None) -> Reply:
+        reply = sender.send(endpoint, body, key=key, kind=kind, round_id=round_id, impatient=impatient, path=path)
         for attempt in range(1, self.config.load.max_attempts):
             if reply.completion == "info":
                 kind = "retry_after_timeout"
@@ -236,7 +241,7 @@ class ProbeUser(User):
                 break
             # Exponential backoff with full jitter, as a well-behaved client retries.
             gevent.sleep(min(0.5, 0.025 * 2 ** attempt) * (0.5 + self.rng.random()))
-            reply = sender.send(endpoint, body, key=key, kind=kind, round_id=round_id)
+            reply = sender.send(endpoint, body, key=key, kind=kind, round_id=round_id, path=path)
         return reply
 
     def _concurrently(self, branches: list[tuple[Sender, Callable[[Sender], Reply]]]) -> list[Any]:

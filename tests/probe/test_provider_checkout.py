@@ -1,0 +1,88 @@
+"""The checkout example (examples/pg_checkout.py) under `harness probe` with `provider:`:
+the probe runs the service, its PostgreSQL (tests/support/postgres.py) behind the proxy
+`db` and the payment provider behind the proxy `provider`, plays
+harness/plans/probe-provider.yaml (replies cut, held, reset and slowed after the charge)
+and a 500 after the charge (`provider.faults`), then judges the provider's ledger.
+
+The correct mode passes; every buggy mode that charges twice fails by money_moved_once;
+ack-on-provider-error fails acknowledged_payment_charged (a 500 *before* the charge
+added: nothing was charged) and refuse-on-provider-error fails refused_not_charged."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from probe_helpers import ROOT
+
+from harness.probe.config import ProbeConfig, parse_config
+from harness.probe.runner import ProbeResult, ProbeSpec, run_probe
+from harness.provider.records import read_ledger
+from tests.support.postgres import PostgresDatabase
+
+pytestmark = pytest.mark.slow
+SCRIPT = ROOT / "examples/pg_checkout.py"
+CONFIG = ROOT / "examples/pg_checkout.yaml"
+BEFORE = {"operation": "payment_intents.create", "status": 500, "when": "before", "probability": 0.3}
+
+
+def checkout_config(db: PostgresDatabase, mode: str, *, faults: list[dict[str, Any]] | None = None) -> ProbeConfig:
+    raw = yaml.safe_load(CONFIG.read_text())
+    raw["service"]["command"] = [sys.executable, str(SCRIPT), "--port", "{port}", "--pay-mode", mode]
+    raw["service"]["env"]["PAYMENTS_DSN"] = f"postgresql://{db.user}@{{dependency.db}}/{db.name}"
+    raw["service"].pop("cwd")
+    raw["dependencies"] = {"db": f"{db.host}:{db.port}"}
+    if faults is not None:
+        raw["provider"]["faults"] = faults
+    raw.pop("plan")
+    return parse_config(raw, source=str(CONFIG))
+
+
+def probe(config: ProbeConfig, out: Path) -> ProbeResult:
+    return run_probe(ProbeSpec(config=config, out_dir=out, plan=ROOT / "harness/plans/probe-provider.yaml"))
+
+
+def failed(result: ProbeResult) -> set[str]:
+    return {inv.name for inv in result.check.invariants if not inv.passed}
+
+
+def explain(result: ProbeResult) -> str:
+    return result.summary() + "\n" + json.dumps(result.violations[:3], default=str)[:3000]
+
+
+def test_the_correct_mode_passes_when_the_providers_replies_are_lost_after_it_charged(
+        postgres_db: PostgresDatabase, tmp_path: Path) -> None:
+    result = probe(checkout_config(postgres_db, "correct"), tmp_path / "correct")
+    assert result.verdict == "pass", explain(result)
+    checked = {inv.name: inv.checked for inv in result.check.invariants}
+    assert checked["money_moved_once"] > 0 and checked["acknowledged_payment_charged"] > 0
+    ledger = read_ledger(result.run_dir / "ledger.ndjson")
+    requests = [r for r in ledger if getattr(r, "record", "") == "request"]
+    # The plan and the fault really hit the provider: 500s after charges, and lost replies.
+    assert any(getattr(r, "fault", None) == "500 after" for r in requests), "no 500 after a charge"
+    faults = [json.loads(line) for line in (result.run_dir / "faults.jsonl").read_text().splitlines()]
+    assert any("provider" in json.dumps(f) for f in faults)
+    assert result.document["ledger"], "the report's ledger table is empty"
+
+
+@pytest.mark.parametrize("mode", ["no-key-own-retry", "fresh-key-per-attempt", "record-after-second-transaction"])
+def test_each_buggy_mode_moves_money_twice(mode: str, postgres_db: PostgresDatabase, tmp_path: Path) -> None:
+    result = probe(checkout_config(postgres_db, mode), tmp_path / mode)
+    assert result.verdict == "fail", explain(result)
+    assert "money_moved_once" in failed(result), explain(result)
+
+
+def test_ack_on_provider_error_acknowledges_a_payment_never_charged(
+        postgres_db: PostgresDatabase, tmp_path: Path) -> None:
+    result = probe(checkout_config(postgres_db, "ack-on-provider-error", faults=[BEFORE]), tmp_path / "ack")
+    assert "acknowledged_payment_charged" in failed(result), explain(result)
+
+
+def test_refuse_on_provider_error_refuses_a_payment_that_was_charged(
+        postgres_db: PostgresDatabase, tmp_path: Path) -> None:
+    result = probe(checkout_config(postgres_db, "refuse-on-provider-error"), tmp_path / "refuse")
+    assert "refused_not_charged" in failed(result), explain(result)
