@@ -336,6 +336,35 @@ def test_replays_of_two_originals_after_a_record_expired_are_valid() -> None:
     assert run.check().valid
 
 
+def test_a_replay_read_before_its_different_original_fails() -> None:
+    """The key's record is packed while it holds one answer; a different original
+    arriving after the replay (another history file) unpacks it and is still compared."""
+    run = Run()
+    run.create("k1", "o1")
+    run.pay("o1", "pr1", "p1", "ok", replayed=True, status=201, body_digest=digest("stale"))
+    run.pay("o1", "pr1", "p1", "ok", status=201, body_digest=digest("paid"))
+    run.order("o1", "k1", "PAID")
+    run.payment("o1", "pr1", "api", "p1")
+    result = run.check()
+    assert failed(result) == {"replay_fidelity"}
+    (violation,) = result.invariant("replay_fidelity").violations
+    assert "differs from the original" in violation.message and violation.order_id == "o1"
+
+
+def test_answers_of_a_create_and_a_pay_under_one_key_are_kept_apart() -> None:
+    """One record per (tenant, key), but each operation's replays are compared with
+    its own originals: a pay replayed under a create's key is not a create's replay."""
+    run = Run()
+    run.create("k1", "o1", status=201, body_digest=digest("created"))
+    run.create("k1", "o1", replayed=True, status=201, body_digest=digest("created"))
+    run.pay("o1", "pr1", "k1", "ok", replayed=True, status=201, body_digest=digest("paid"))
+    run.order("o1", "k1", "PAID")
+    run.payment("o1", "pr1", "api", "k1")
+    result = run.check()
+    assert result.invariant("replay_fidelity").passed, result.invariant("replay_fidelity").violations
+    assert result.invariant("replay_fidelity").checked == 2  # (create, k1) and (pay, k1)
+
+
 # -- inventory_conservation --------------------------------------------------------
 
 def test_conserved_inventory_is_valid() -> None:
