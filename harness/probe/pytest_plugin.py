@@ -17,7 +17,12 @@ Fixtures:
   dependencies={"db": "127.0.0.1:5432"})` (no upstream) has the probe run the
   service itself, as a config's `service:` and `dependencies:` do. `probe(upstream,
   webhooks=[...])` probes a webhook receiver (the config's `webhooks:`, alone or beside
-  the endpoints): the harness plays the provider.
+  the endpoints): the harness plays the provider. `provider={...}` adds the config's
+  `provider:` (a payment provider behind the proxy `provider`, its ledger judged:
+  money_moved_once, ...).
+- `payment_provider`: a Stripe-compatible `harness.provider.server.EmbeddedProvider`
+  started for the test on a free loopback port and stopped after it (`.url` for the
+  SDK's api base, `.add_fault(...)`, `.ledger.records()`).
 
 Markers: `chaos` (a test that injects faults; deselect with `-m "not chaos"`),
 `chaos_stack(...)`, `probe_config(...)`.
@@ -98,6 +103,18 @@ def chaos_stack(request: pytest.FixtureRequest,
 
 
 @pytest.fixture
+def payment_provider() -> Iterator[Any]:
+    """An EmbeddedProvider (harness.provider) for the test: `.url`, `.add_fault`, `.ledger`."""
+    from harness.provider.server import EmbeddedProvider, ProviderConfig
+
+    provider = EmbeddedProvider(ProviderConfig(seed=0)).start()
+    try:
+        yield provider
+    finally:
+        provider.stop()
+
+
+@pytest.fixture
 def idempotency_probe(request: pytest.FixtureRequest, toxiproxy: ToxiproxyHandle,
                       tmp_path: Path) -> Callable[..., Any]:
     """`probe(upstream=None, config=None, *, plan=None, duration=None, users=None, seed=None,
@@ -106,7 +123,9 @@ def idempotency_probe(request: pytest.FixtureRequest, toxiproxy: ToxiproxyHandle
     None with `path=`/`body=` (the flags of `harness probe`); with `service=` there is no
     upstream to give. `identities=` is the config's `identities:` (a list of header maps);
     `effects=` an endpoint's `effects:` for every endpoint, or {endpoint name: effects};
-    `webhooks=` the config's `webhooks:` (a list of entries; alone, no endpoint is needed)."""
+    `webhooks=` the config's `webhooks:` (a list of entries; alone, no endpoint is needed);
+    `provider=` the config's `provider:` (a dict, or True for its defaults): the probe runs a
+    payment provider for the service (`{provider.url}`) and judges its ledger."""
     from harness.bundled import plan_path
     from harness.probe.checker import DEFAULT_MIN_ACKNOWLEDGED
     from harness.probe.config import load_config, parse_config, parse_upstream, simple_config
@@ -130,6 +149,8 @@ def idempotency_probe(request: pytest.FixtureRequest, toxiproxy: ToxiproxyHandle
         dependencies = merged.pop("dependencies", None)
         identities, effects = merged.pop("identities", None), merged.pop("effects", None)
         webhooks = merged.pop("webhooks", None)  # the config's `webhooks:` (harness.probe.webhooks)
+        provider = merged.pop("provider", None)  # the config's `provider:` (True: its defaults)
+        provider = {} if provider is True else provider
         plan = merged.pop("plan", None)
         overrides = {name: merged.pop(name) for name in ("duration", "users", "seed") if name in merged}
         min_acknowledged = merged.pop("min_acknowledged", DEFAULT_MIN_ACKNOWLEDGED)
@@ -142,9 +163,12 @@ def idempotency_probe(request: pytest.FixtureRequest, toxiproxy: ToxiproxyHandle
             webhooks = None
         else:
             parsed = simple_config(upstream=address, **merged)
-        if service is not None or dependencies is not None:
+        if service is not None or dependencies is not None or provider is not None:
             # Checked as a config file's sections are (one error naming the field).
-            parsed = parse_config({**parsed.to_dict(), "service": service, "dependencies": dependencies},
+            sections = ({"service": service, "dependencies": dependencies}
+                        if service is not None or dependencies is not None else {})
+            parsed = parse_config({**parsed.to_dict(), **sections,
+                                   **({"provider": provider} if provider is not None else {})},
                                   source="idempotency_probe")
         if webhooks is not None:
             parsed = parse_config({**parsed.to_dict(), "webhooks": webhooks}, source="idempotency_probe")

@@ -32,6 +32,7 @@ def render_report(document: Mapping[str, Any]) -> str:
         _conformance(document.get("conformance") or []),
         "<h2>Invariants</h2>",
         _invariants(document.get("invariants") or []),
+        *(("<h2>The provider's ledger</h2>", _ledger(document["ledger"])) if "ledger" in document else ()),
         "<h2>What the clients did</h2>",
         _kinds(counts),
         "<h2>Faults</h2>",
@@ -102,3 +103,25 @@ def _kinds(counts: Mapping[str, Any]) -> str:
     return ("<section class='card'><table><thead><tr><th>request kind</th><th class='num'>requests</th>"
             f"<th>answers (status × count; None = no answer)</th></tr></thead><tbody>{body}</tbody></table>"
             f"<p class='note'>completions: {escape(str(counts.get('completions') or {}))}</p></section>")
+
+
+def _ledger(rows: list[Mapping[str, Any]]) -> str:
+    """Per business key: the provider's charges next to the service's answers (`provider:`)."""
+    if not rows:
+        return "<p class='note'>The provider's ledger holds no charge with a business key.</p>"
+
+    def charges(row: Mapping[str, Any]) -> str:
+        return "<br>".join(
+            f"<code>{escape(str(c['id']))}</code> {escape(str(c['amount']))} {escape(str(c['currency']))} "
+            f"{badge(str(c['state']), 'pass' if c.get('moved_money') else 'muted')} "
+            f"key <code>{escape(str(c.get('idempotency_key')))}</code>" for c in row.get("charges") or [])
+
+    body = "".join(
+        f"<tr class='{'failed' if row.get('violated') else ''}'><td><code>{escape(str(row['key']))}</code></td>"
+        f"<td class='num'>{sum(1 for c in row.get('charges') or [] if c.get('moved_money'))}</td>"
+        f"<td class='wrap'>{charges(row)}</td>"
+        f"<td class='wrap'>{escape(', '.join(str(a) for a in row.get('answers') or []))}</td>"
+        f"<td>{escape(', '.join(str(v) for v in row.get('violated') or [])) or badge('held', 'pass')}</td></tr>"
+        for row in rows)
+    return card_table("<th>business key</th><th class='num'>money moved</th><th>charges (ledger)</th>"
+                      "<th>the service's answers (kind status)</th><th>invariants</th>", body, scroll=True)

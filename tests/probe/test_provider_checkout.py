@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ import pytest
 import yaml
 from probe_helpers import ROOT
 
+from harness.history import history_files, iter_operations
 from harness.probe.config import ProbeConfig, parse_config
 from harness.probe.runner import ProbeResult, ProbeSpec, run_probe
 from harness.provider.records import read_ledger
@@ -67,12 +69,33 @@ def test_the_correct_mode_passes_when_the_providers_replies_are_lost_after_it_ch
     faults = [json.loads(line) for line in (result.run_dir / "faults.jsonl").read_text().splitlines()]
     assert any("provider" in json.dumps(f) for f in faults)
     assert result.document["ledger"], "the report's ledger table is empty"
+    # A natural key in the path: every retry and duplicate of a logical request resent its path.
+    paths: dict[str, set[str]] = {}
+    for op in iter_operations(history_files(result.run_dir / "history")):
+        if op.get("op") == "create_order" and op.get("idempotency_key") and op.get("expect") != "payload_mismatch":
+            paths.setdefault(str(op["idempotency_key"]), set()).add(str(op.get("path")))
+    assert paths and all(len(seen) == 1 and next(iter(seen)).startswith("/orders/ord_") for seen in paths.values())
 
 
 @pytest.mark.parametrize("mode", ["no-key-own-retry", "fresh-key-per-attempt", "record-after-second-transaction"])
 def test_each_buggy_mode_moves_money_twice(mode: str, postgres_db: PostgresDatabase, tmp_path: Path) -> None:
     result = probe(checkout_config(postgres_db, mode), tmp_path / mode)
     assert result.verdict == "fail", explain(result)
+    assert "money_moved_once" in failed(result), explain(result)
+
+
+def test_the_plugin_probes_with_a_provider(idempotency_probe: Callable[..., ProbeResult],
+                                          postgres_db: PostgresDatabase) -> None:
+    """`idempotency_probe(config, provider=...)` on the session's (shared) Toxiproxy."""
+    raw = checkout_config(postgres_db, "fresh-key-per-attempt").to_dict()
+    provider = raw.pop("provider")
+    raw["service"]["command"] = [sys.executable, str(SCRIPT), "--port", "{port}", "--pay-mode",
+                                 "fresh-key-per-attempt"]
+    raw["service"]["env"] = {"PAYMENTS_DSN": raw["service"]["env"]["PAYMENTS_DSN"]}
+    raw["service"]["command"] += ["--provider-url", "{provider.url}"]
+    result = idempotency_probe(config={k: v for k, v in raw.items() if k not in ("service", "dependencies")},
+                               service=raw["service"], dependencies=raw["dependencies"], provider=provider,
+                               plan="probe-provider")
     assert "money_moved_once" in failed(result), explain(result)
 
 
