@@ -107,6 +107,13 @@ class _Server(ThreadingHTTPServer):
     request_queue_size = 128
     closing = False
 
+    def handle_error(self, request: object, client_address: object) -> None:
+        # A client that hung up or reset (a probe's toxic, a timed-out SDK) is not a
+        # provider error worth a traceback on stderr; anything else still is.
+        if isinstance(sys.exc_info()[1], (ConnectionResetError, BrokenPipeError, TimeoutError)):
+            return
+        super().handle_error(request, client_address)  # type: ignore[arg-type]
+
 
 class EmbeddedProvider:
     """The provider on a loopback port (0: any free one) in a background thread."""
