@@ -19,6 +19,8 @@ application/problem+json):
 - GET /payments/{id}: the payment, to its owner only (404 to anyone else).
 - GET /payments?idempotency_key=K: the caller's payments made under K.
 - GET /healthz.
+- POST /orders/{order_id}/pay: with `--provider-url` (or STRIPE_API_BASE), the checkout's
+  pay endpoint charging through the `stripe` SDK (examples/pg_checkout.py, `--pay-mode`).
 - POST /webhooks/stripe: Stripe's `payment_intent` events (examples/pg_webhook_receiver.py,
   mounted here; its modes are `--webhook-mode`, separate from `--mode`).
 
@@ -361,6 +363,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--webhook-secret", default=os.environ.get("WEBHOOK_SECRET", "whsec_test_123"))
     parser.add_argument("--webhook-tolerance", type=int, default=300, help="seconds, both ways")
     parser.add_argument("--webhook-work-ms", type=int, default=30, help="how long processing an event takes")
+    # The checkout's pay endpoint (examples/pg_checkout.py, next to this file), through the stripe SDK.
+    from pg_checkout import PAY_MODES, Checkout
+
+    parser.add_argument("--pay-mode", choices=PAY_MODES, default="correct")
+    parser.add_argument("--provider-url", default=os.environ.get("STRIPE_API_BASE", ""),
+                        help="the payment provider's API base (default: $STRIPE_API_BASE); none: no pay endpoint")
     args = parser.parse_args(argv)
     if not args.dsn:
         parser.error("--dsn (or PAYMENTS_DSN) is required")
@@ -368,6 +376,9 @@ def main(argv: list[str] | None = None) -> None:
     app = service.app()
     WebhookReceiver(mode=args.webhook_mode, dsn=args.dsn, secret=args.webhook_secret,
                     tolerance=args.webhook_tolerance, work_ms=args.webhook_work_ms).mount(app)
+    if args.provider_url:  # POST /orders/{order_id}/pay
+        Checkout(dsn=args.dsn, provider_url=args.provider_url, pay_mode=args.pay_mode,
+                 api_key=os.environ.get("STRIPE_API_KEY", "sk_test_probe")).mount(app)
     web.run_app(app, host=args.host, port=args.port, print=lambda *_: print(
         f"payments service ({args.mode}) on http://{args.host}:{args.port}", flush=True))
 

@@ -86,11 +86,12 @@ def test_each_buggy_mode_moves_money_twice(mode: str, postgres_db: PostgresDatab
 
 def test_the_plugin_probes_with_a_provider(idempotency_probe: Callable[..., ProbeResult],
                                           postgres_db: PostgresDatabase) -> None:
-    """`idempotency_probe(config, provider=...)` on the session's (shared) Toxiproxy."""
+    """`idempotency_probe(config, provider=...)` on the session's (shared) Toxiproxy, with the
+    pay endpoint mounted on the payments example (examples/pg_payments_service.py)."""
     raw = checkout_config(postgres_db, "fresh-key-per-attempt").to_dict()
     provider = raw.pop("provider")
-    raw["service"]["command"] = [sys.executable, str(SCRIPT), "--port", "{port}", "--pay-mode",
-                                 "fresh-key-per-attempt"]
+    raw["service"]["command"] = [sys.executable, str(ROOT / "examples/pg_payments_service.py"), "--port", "{port}",
+                                 "--pay-mode", "fresh-key-per-attempt"]
     raw["service"]["env"] = {"PAYMENTS_DSN": raw["service"]["env"]["PAYMENTS_DSN"]}
     raw["service"]["command"] += ["--provider-url", "{provider.url}"]
     result = idempotency_probe(config={k: v for k, v in raw.items() if k not in ("service", "dependencies")},
