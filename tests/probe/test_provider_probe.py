@@ -156,3 +156,50 @@ def test_the_payment_provider_fixture_is_a_running_provider(payment_provider: Em
         _charge(client, "ord_1", "k")
     charges = [r for r in payment_provider.ledger.records() if getattr(r, "record", "") == "charge"]
     assert len(charges) == 1 and charges[0].metadata == {"order_id": "ord_1"}  # charged, answered 500
+
+
+def test_the_runs_provider_signs_webhooks_to_the_service_and_exports_its_ledger(tmp_path: Path) -> None:
+    """ProbeProvider (harness.probe.provider.play): the spec's key and faults, events POSTed
+    to the service's paths that stripe.Webhook.construct_event accepts, ledger.ndjson."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from harness.probe.provider.play import LEDGER_FILE, ProbeProvider
+    from harness.provider.records import ChargeRecord, read_ledger
+
+    received: list[tuple[str, bytes, str]] = []
+
+    class Receiver(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # noqa: N802 - the base class's naming
+            body = self.rfile.read(int(self.headers["Content-Length"]))
+            received.append((self.path, body, self.headers.get("Stripe-Signature", "")))
+            self.send_response(200)
+            self.end_headers()
+
+        def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Receiver)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    parsed = config(webhooks=[{"path": "/hooks/stripe", "secret": "whsec_test_probe"}],
+                    faults=[{"operation": "payment_intents.create", "status": 500, "count": 1}])
+    assert parsed.provider is not None
+    provider = ProbeProvider(parsed.provider, seed=3, run_dir=tmp_path).start(f"http://127.0.0.1:{server.server_port}")
+    try:
+        url = f"http://{provider.address}"
+        with pytest.raises(stripe.AuthenticationError):  # only the spec's key is accepted
+            _charge(stripe.StripeClient("sk_test_other", base_addresses={"api": url}, max_network_retries=0),
+                    "ord_0", "k0")
+        client = stripe.StripeClient(KEY, base_addresses={"api": url}, max_network_retries=0)
+        with pytest.raises(stripe.APIError):  # the spec's fault: 500 after the charge
+            _charge(client, "ord_1", "k1")
+        records = provider.export()
+    finally:
+        provider.stop()
+        server.shutdown()
+    charges = [r for r in read_ledger(tmp_path / LEDGER_FILE) if isinstance(r, ChargeRecord)]
+    assert [c.metadata["order_id"] for c in charges] == ["ord_1"] and records
+    assert received and all(path == "/hooks/stripe" for path, _, _ in received)
+    events = [stripe.Webhook.construct_event(body.decode(), signature, "whsec_test_probe")
+              for _, body, signature in received]
+    assert "payment_intent.succeeded" in {event["type"] for event in events}
