@@ -294,6 +294,9 @@ def parse_config(raw: Any, *, source: str = "<config>") -> ProbeConfig:
     if unknown:
         raise where.error("provider.endpoints", f"names no endpoint: {unknown[0]!r} (endpoints: {', '.join(names)})")
     service, dependencies = _parse_service_section(where, top, upstream, provider=provider is not None)
+    if provider is not None and service is None:
+        raise where.error("provider", "needs `service:`: the probe hands the provider's URL to the service it "
+                          "starts ({provider.url})")
     return ProbeConfig(provider=provider, endpoints=endpoints, upstream=upstream, profile=profile, key_header=key_header,
                        headers=headers, load=load, plan=Path(plan) if plan else None, source=source,
                        identities=identities, webhooks=webhooks, service=service, dependencies=dependencies,

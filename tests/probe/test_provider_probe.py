@@ -72,13 +72,18 @@ def test_provider_url_needs_a_provider_section() -> None:
         parse_config({"endpoints": [PAY], "service": SERVICE})
 
 
+def test_a_provider_needs_a_service_to_tell_its_url() -> None:
+    with pytest.raises(ProbeConfigError, match=r"^probe.yaml: provider: needs `service:`"):
+        parse_config({"endpoints": [PAY], "upstream": "127.0.0.1:9", "provider": {}}, source="probe.yaml")
+
+
 def test_the_cli_exits_2_on_one_line_and_makes_no_run_directory(tmp_path: Path,
                                                                  capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "probe.yaml"
     path.write_text("endpoints:\n  - {path: /p, body: {a: '{uuid}'}, id: {pointer: /id}}\n"
-                    "provider: {faults: [{status: 501}]}\n")
+                    "service: {command: [app, '{port}']}\nprovider: {faults: [{status: 501}]}\n")
     out = tmp_path / "run"
-    assert main(["probe", "--config", str(path), "--upstream", "127.0.0.1:9", "--out", str(out)]) == 2
+    assert main(["probe", "--config", str(path), "--out", str(out)]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"harness: {path}: provider.faults[0].status:") and len(err.strip().splitlines()) == 1
     assert not out.exists()
