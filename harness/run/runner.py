@@ -73,6 +73,8 @@ HOLD_TOLERANCE = 0.01
 # app; this long a pause lets it land before the state is read.
 SETTLE_SECONDS = 0.5
 INTERRUPT_DRAIN_SECONDS = 2.0
+# How long a local Locust may take to start its users before the run is a harness failure.
+LOAD_START_TIMEOUT = 60.0
 # state.json keys a run directory must not keep (settings.json is shared freely).
 SECRET_STATE_KEYS = ("webhook_secret", "internal_token")
 
@@ -246,6 +248,10 @@ def _run_in(spec: RunSpec, run_dir: RunDir, plan: Plan | None, guard: RunGuard, 
                       f"harness worker {spec.scenario} --master <this host>:{port} "
                       f"(listening on {host}:{port})", file=out)
                 _wait_for_load(locust, run_dir.histories, spec.workers_wait + 5.0)
+            elif not spec.scale_workers:  # a Locust of ours, on this host
+                # The plan's clock starts with the load, not with Locust's process: on a
+                # busy machine its first request came 4.3 s after it was spawned.
+                _wait_for_load(locust, run_dir.histories, LOAD_START_TIMEOUT)
 
         def heal() -> None:
             try:  # before the heal's `start` could hide it: a crashed service came back by itself
