@@ -266,13 +266,18 @@ def _check_key(key: str, ops: list[Mapping[str, Any]], endpoint: Endpoint,
                           key=key, operation=_evidence(op))
     same_payload = [op for op in ops if op.get("expect") != "payload_mismatch"]
     succeeded = any(op["type"] == "ok" for op in same_payload)
+    # Only the key's last late retry is judged stuck: an earlier one refused as in flight
+    # with a Retry-After was asked again once that wait had passed.
+    late = [op for op in same_payload if op.get("expect") == "late_retry"]
+    last_late = max(late, key=lambda op: float(op.get("invoke_time") or 0.0)) if late else None
     for op in same_payload:
         if op["type"] != "fail" or op.get("expect") == "payload_mismatch":
             continue
         in_flight.checked += 1
         status = op.get("status")
-        if status == endpoint.expect.in_flight and op.get("expect") == "late_retry":
-            # Sent after the load, every fault healed: nothing can still be in flight.
+        if status == endpoint.expect.in_flight and op.get("expect") == "late_retry" and op is last_late:
+            # Sent after the load, every fault healed (and after the Retry-After the service
+            # gave, harness.probe.late_retries): nothing can still be in flight.
             in_flight.violate(f"{endpoint.name}: key {key!r} is stuck in flight: the late retry, sent after "
                               f"the load when nothing can be in flight, was refused with {status} (the key "
                               f"never released, or its result withheld)", key=key, operation=_evidence(op))

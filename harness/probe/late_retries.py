@@ -8,8 +8,12 @@ last answer was indeterminate (a 5xx, a timeout, a reset) or the in-flight statu
 key, body and identity) is sent once more, straight to the service, as kind
 `late_retry`. First, one fresh request per endpoint (kind `first`, a new key) shows
 the service answering again: the evidence that a repeated 5xx is a replay
-(harness.probe.replays). Bounded in count and time; recorded in the run's history like
-every other request, so every invariant judges them.
+(harness.probe.replays). A late retry refused as in flight with a `Retry-After` of at
+most MAX_RETRY_AFTER seconds is sent once more when that time has passed: a claim
+left by a request that died mid-way may block its key for a bounded lease (the draft
+lets a server answer "in progress" until then), and only a key still refused after
+its own stated wait is stuck. Bounded in count and time; recorded in the run's
+history like every other request, so every invariant judges them.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ LATE_RETRY = "late_retry"
 MAX_LATE_RETRIES = 300
 LATE_BUDGET = 20.0  # seconds for all late retries together
 SETTLE = 0.5  # seconds given to the service after the heal (reconnecting to its dependencies)
+MAX_RETRY_AFTER = 60.0  # the longest Retry-After of an in-flight refusal the late retries wait out
 OPERATION = "create_order"
 
 
@@ -69,17 +74,40 @@ def late_retries(config: ProbeConfig, upstream: str, operations: Sequence[Mappin
                 _send(client, config, upstream, endpoint, render_body(endpoint.body, rng, key=key), key=key,
                       identity=0 if config.identities else None, kind="first")
         sent = 0
-        for endpoint, key, identity, body, path in pending[:MAX_LATE_RETRIES]:
+        waited: list[tuple[float, tuple[Endpoint, str, Any, Any, Any]]] = []
+        for item in pending[:MAX_LATE_RETRIES]:
             if time.monotonic() > deadline:
                 break
+            endpoint, key, identity, body, path = item
+            response = _send(client, config, upstream, endpoint, body, key=key, identity=identity,
+                             kind=LATE_RETRY, path=path)
+            sent += 1
+            wait = _retry_after(response, endpoint)
+            if wait is not None:
+                waited.append((time.monotonic() + wait, item))
+        # Keys refused as in flight with a bounded Retry-After: asked once more when it has passed.
+        for due, (endpoint, key, identity, body, path) in sorted(waited, key=lambda pair: pair[0]):
+            time.sleep(max(0.0, due - time.monotonic()))
             _send(client, config, upstream, endpoint, body, key=key, identity=identity, kind=LATE_RETRY,
                   path=path)
             sent += 1
     return sent
 
 
+def _retry_after(response: requests.Response | None, endpoint: Endpoint) -> float | None:
+    """Seconds to wait before asking again, when `response` refused the key as in flight
+    with a Retry-After (in seconds) of at most MAX_RETRY_AFTER; else None."""
+    if response is None or response.status_code != endpoint.expect.in_flight:
+        return None
+    try:
+        seconds = float(response.headers.get("Retry-After", ""))
+    except ValueError:
+        return None
+    return seconds + 0.2 if 0 <= seconds <= MAX_RETRY_AFTER else None
+
+
 def _send(client: Client, config: ProbeConfig, upstream: str, endpoint: Endpoint, body: Any, *, key: str,
-          identity: int | None, kind: str, path: str | None = None) -> None:
+          identity: int | None, kind: str, path: str | None = None) -> requests.Response | None:
     raw = orjson.dumps(body)  # the bytes the load sent: orjson writes one dict one way
     path = path or render_path(endpoint.path, random.Random(key), key=key)  # the load's path, or a fresh one
     headers = {"Content-Type": "application/json", **request_headers(config, endpoint, identity),
@@ -97,6 +125,7 @@ def _send(client: Client, config: ProbeConfig, upstream: str, endpoint: Endpoint
                                     headers=headers, timeout=(timeout, timeout))
     except requests.RequestException as error:
         operation.info(error=f"{type(error).__name__}: {error}"[:300], status=None)
-        return
+        return None
     answer = classify(endpoint, response.status_code, response.headers, response.content)
     {"ok": operation.ok, "fail": operation.fail, "info": operation.info}[answer.completion](**answer.fields)
+    return response

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -149,3 +150,58 @@ def test_a_mismatch_refused_as_in_flight_while_the_first_may_still_run_is_fair()
     settled = [op("k", "first", at=1.0), mismatch]
     result = check(settled, CONFIG, min_acknowledged=1)
     assert not next(inv for inv in result.invariants if inv.name == codes).passed
+
+
+def test_an_in_flight_refusal_waited_out_and_then_answered_is_not_stuck() -> None:
+    waited = [op("k", "first", "info", at=1.0), op("k", LATE_RETRY, "fail", status=409, at=3.0),
+              op("k", LATE_RETRY, at=4.5)]
+    result = check(waited, CONFIG, min_acknowledged=1)
+    assert next(inv for inv in result.invariants if inv.name == "in_flight_refused_or_waited").passed
+    # Still refused after the wait the service asked for: stuck.
+    still = [*waited[:2], op("k", LATE_RETRY, "fail", status=409, at=4.5)]
+    result = check(still, CONFIG, min_acknowledged=1)
+    in_flight = next(inv for inv in result.invariants if inv.name == "in_flight_refused_or_waited")
+    assert len(in_flight.violations) == 1 and "stuck in flight" in in_flight.violations[0]["message"]
+
+
+@pytest.mark.parametrize(("retry_after", "asked"), [("1", 2), ("600", 1), (None, 1)])
+def test_a_bounded_retry_after_is_waited_out_once(tmp_path: Path, retry_after: str | None, asked: int) -> None:
+    """A key refused as in flight with a Retry-After the late retries may wait out is asked
+    again once that time has passed (a lease left by a request that died); a longer one,
+    or none, is not waited for."""
+    seen: list[float] = []
+
+    class Leased(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # noqa: N802 - the stdlib's name
+            self.rfile.read(int(self.headers.get("Content-Length", "0")))
+            if self.headers.get("Idempotency-Key", "").startswith("probe-late-"):
+                status, answer = 201, b'{"id": "fresh"}'
+            else:
+                seen.append(time.monotonic())
+                status, answer = (409, b'{"title": "in progress"}') if len(seen) == 1 else (201, b'{"id": "r9"}')
+            self.send_response(status)
+            if status == 409 and retry_after is not None:
+                self.send_header("Retry-After", retry_after)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(answer)))
+            self.end_headers()
+            self.wfile.write(answer)
+
+        def log_message(self, *_: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Leased)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        history = tmp_path / "history"
+        history.mkdir()
+        sent = late_retries(CONFIG, f"127.0.0.1:{server.server_address[1]}",
+                            [op("k", "first", "info", at=1.0)], history)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert sent == asked == len(seen)
+    if asked == 2:
+        assert seen[1] - seen[0] >= 1.0  # after the wait the service named, not before
+        recorded = [r for r in iter_operations(history_files(history)) if r.get("expect") == LATE_RETRY]
+        assert [r["type"] for r in sorted(recorded, key=lambda r: r["invoke_time"])] == ["fail", "ok"]

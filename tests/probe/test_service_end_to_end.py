@@ -81,13 +81,16 @@ def wait_until(condition, timeout: float, interval: float = 0.1) -> bool:
 
 def target_app_config(tmp_path: Path, redis_server: RedisServer, token: str, *, duration: str = "5s",
                       plan: str = "probe-dependencies") -> Path:
+    # The app's in-flight lease at 10 s instead of 30: a request killed with the service
+    # leaves its key claimed until the lease ends (409 + Retry-After), and the late
+    # retries wait that out before judging a key stuck, so a shorter lease is a faster test.
     path = tmp_path / "probe.yaml"
     path.write_text(f"""profile: conflict-409
 service:
   command: [{sys.executable}, -m, gunicorn, --workers, "2", --bind, "127.0.0.1:{{port}}",
             --log-level, warning, target_app.wsgi:app]
   env: {{TARGET_APP_REDIS_URL: "redis://{{dependency.redis}}/9", TARGET_APP_INVENTORY: "sku-1=10000000",
-         {MARK}: "{token}"}}
+         TARGET_APP_INFLIGHT_LEASE: "10", {MARK}: "{token}"}}
   cwd: {ROOT}
   ready: {{path: /healthz, timeout: 20s}}
 dependencies:
