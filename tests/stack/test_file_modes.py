@@ -110,8 +110,11 @@ def test_a_run_directory_holds_neither_secret(tmp_path: Path, private_registry: 
     completed = run_harness("run", "mixed", "--duration", "4s", "--users", "4", "--app-workers", "2",
                             "--consumers", "1", "--min-acknowledged", "1", "--runs-dir", str(tmp_path / "runs"),
                             cwd=tmp_path, env=env, timeout=240)
-    assert completed.returncode == 0, completed.stdout + completed.stderr[-3000:]
+    # The verdict is not this test's subject: a 4 s run on a busy machine may miss a
+    # promised path (inconclusive, 3); a violation (1) or a harness failure (2) may not.
+    assert completed.returncode in (0, 3), completed.stdout + completed.stderr[-3000:]
     [run_dir] = list((tmp_path / "runs").iterdir())
+    assert any(path.stat().st_size for path in (run_dir / "histories").glob("*.jsonl"))  # the load ran
     files = [path for path in run_dir.rglob("*") if path.is_file()]
     assert any(path.name == SETTINGS_FILE for path in files) and any(path.suffix == ".log" for path in files)
     leaks = [str(path.relative_to(run_dir)) for path in files
