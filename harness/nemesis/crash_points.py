@@ -55,8 +55,14 @@ PATH = "/internal/v1/crash-points"
 # A crashing app worker cuts the calls it was serving, the internal listener's too
 # (gthread: one process serves many requests), and while crash points fire several
 # workers may die in a row; each call is idempotent (a read, or setting a point to one
-# state), so a call that got no answer is tried again for up to RETRY_SECONDS.
+# state), so a call that got no answer is tried again for up to RETRY_SECONDS. A
+# refused connection is another matter: gunicorn's master holds the listening socket
+# while its workers die and come back, so "refused" means the whole app is gone (a
+# stack stopped under the run, or the app's process killed): tried again only for
+# REFUSED_RETRY_SECONDS (a supervisor's restart), so a run on a stopped stack is not
+# held up by its heal.
 RETRY_SECONDS = 15.0
+REFUSED_RETRY_SECONDS = 2.0
 RETRY_PAUSE = 0.3
 
 
@@ -179,7 +185,8 @@ class CrashPointClient:
     # -- plumbing --------------------------------------------------------------
     def _request(self, method: str, path: str, what: str, body: Any = None) -> Any:
         url = self.app_url + path
-        deadline = time.monotonic() + self._retry_seconds
+        started = time.monotonic()
+        deadline = started + self._retry_seconds
         attempts = 0
         while True:
             attempts += 1
@@ -187,6 +194,8 @@ class CrashPointClient:
                 response = requests.request(method, url, json=body, headers=self._headers, timeout=self._timeout)
                 break
             except requests.RequestException as error:
+                if _refused(error):
+                    deadline = min(deadline, started + REFUSED_RETRY_SECONDS)
                 if time.monotonic() + RETRY_PAUSE >= deadline:
                     raise NemesisUnreachable(f"{what}: the app's internal listener at {self.app_url} "
                                              f"did not answer ({attempts} attempts): {error}") from None
@@ -314,3 +323,19 @@ def _problem_detail(response: requests.Response) -> str:
         if text:
             return str(text)
     return response.text.strip()[:200] or f"HTTP {response.status_code}"
+
+
+def _refused(error: BaseException) -> bool:
+    """Whether a failed request was a refused connection (nothing listens at all), found
+    anywhere in the chain requests and urllib3 wrap it in."""
+    seen: set[int] = set()
+    pending: list[object] = [error]
+    while pending:
+        item = pending.pop()
+        if not isinstance(item, BaseException) or id(item) in seen:
+            continue
+        seen.add(id(item))
+        if isinstance(item, ConnectionRefusedError):
+            return True
+        pending.extend([item.__cause__, item.__context__, getattr(item, "reason", None), *item.args])
+    return False

@@ -201,6 +201,15 @@ def test_a_wrong_token_and_a_dead_app_are_nemesis_errors(fake: FakeCrashPoints) 
     assert time.monotonic() - started < 5  # bounded
 
 
+def test_a_refused_connection_is_given_up_sooner_than_a_cut_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Nothing listening (the app is gone, e.g. its stack stopped under the run) is tried
+    only for REFUSED_RETRY_SECONDS, not the RETRY_SECONDS a crashing worker's cut call gets."""
+    monkeypatch.setattr("harness.nemesis.crash_points.REFUSED_RETRY_SECONDS", 0.0)
+    dead = CrashPointClient(f"http://127.0.0.1:{free_port()}", TOKEN, timeout=0.5, retry_seconds=30.0)
+    with pytest.raises(NemesisUnreachable, match=r"did not answer \(1 attempts\)"):
+        dead.points()
+
+
 # --- plans ------------------------------------------------------------------------------------
 
 def _plan(**window: Any) -> dict[str, Any]:
