@@ -7,7 +7,6 @@ Debian's Chromium through Playwright, as tests/webui/test_browser.py drives it
 
 from __future__ import annotations
 
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,7 +18,7 @@ from report_sample import START, build_run, typed
 from harness.report.run_facts import RedisCapture, RedisSettings
 from harness.report.run_report import write_reports
 from harness.run.rundir import RunDir
-from tests.webui.webui_helpers import CHROMIUM_FLAGS, chromium_path
+from tests.support.browser import browser_page
 
 CRASH_FAULT = {"name": "crash-after-effect", "kind": "crash_point", "target": "consumer.after_effect",
                "action": "crash", "crash_point": "consumer.after_effect", "probability": 0.5, "count": 3,
@@ -29,21 +28,8 @@ CRASH_FAULT = {"name": "crash-after-effect", "kind": "crash_point", "target": "c
 
 @pytest.fixture()
 def page(tmp_path: Path) -> Iterator[Any]:
-    executable = chromium_path()
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        pytest.fail("playwright is not installed: pip install -e '.[dev]' (scripts/setup.sh does it)")
-    with sync_playwright() as playwright, tempfile.TemporaryDirectory(dir=tmp_path) as profile:
-        context = playwright.chromium.launch_persistent_context(
-            profile, executable_path=executable, headless=True, args=CHROMIUM_FLAGS,
-            viewport={"width": 1280, "height": 1000})
-        try:
-            browser_page = context.new_page()
-            browser_page.set_default_timeout(20_000)
-            yield browser_page
-        finally:
-            context.close()
+    with browser_page(tmp_path) as browser:
+        yield browser
 
 
 @pytest.mark.slow

@@ -11,15 +11,15 @@ Without Chromium the test fails and says how to install it (scripts/setup.sh doe
 
 from __future__ import annotations
 
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import requests
-from webui_helpers import CHROMIUM_FLAGS, LocustWebUI, chromium_path, start_locust_web
+from webui_helpers import LocustWebUI, start_locust_web
 
 from harness.stack.local import Stack
+from tests.support.browser import browser_page, chromium_path
 
 LOAD_SECONDS = 12  # long enough for `mixed` to exercise every path it promises
 
@@ -35,22 +35,8 @@ def web(stack: Stack, tmp_path: Path) -> Iterator[LocustWebUI]:
 
 @pytest.fixture()
 def page(tmp_path: Path) -> Iterator[object]:
-    executable = chromium_path()
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        pytest.fail("playwright is not installed: pip install -e '.[dev]' (scripts/setup.sh does it)")
-    with sync_playwright() as playwright, tempfile.TemporaryDirectory(dir=tmp_path) as profile:
-        # A fresh profile per test; Playwright passes it as --user-data-dir.
-        context = playwright.chromium.launch_persistent_context(
-            profile, executable_path=executable, headless=True, args=CHROMIUM_FLAGS,
-            viewport={"width": 1400, "height": 1000})
-        try:
-            browser_page = context.new_page()
-            browser_page.set_default_timeout(30_000)
-            yield browser_page
-        finally:
-            context.close()
+    with browser_page(tmp_path, width=1400, timeout_ms=30_000) as browser:
+        yield browser
 
 
 def test_swarm_toxic_stop_verdict_in_the_browser(web: LocustWebUI, stack: Stack, page: object,
@@ -170,9 +156,9 @@ def test_a_page_of_another_origin_cannot_drive_the_tab(web: LocustWebUI, page: o
 
 
 def test_missing_chromium_fails_with_the_install_command(monkeypatch: pytest.MonkeyPatch) -> None:
-    import webui_helpers
+    from tests.support import browser
 
-    monkeypatch.setattr(webui_helpers.shutil, "which", lambda name: None)
+    monkeypatch.setattr(browser.shutil, "which", lambda name: None)
     with pytest.raises(pytest.fail.Exception, match="apt-get install chromium"):
         chromium_path()
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -15,7 +14,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import pytest
 import requests
 
 from harness.ports import free_ports
@@ -23,9 +21,6 @@ from tests.support.cli import clean_env, run_harness
 
 REPO = Path(__file__).resolve().parents[2]
 LOCUST = Path(sys.executable).with_name("locust")
-CHROMIUM_CANDIDATES = ("/usr/bin/chromium", "chromium", "chromium-browser")
-CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 
 
 def harness(*args: str, cwd: Path, timeout: float = 180) -> subprocess.CompletedProcess[str]:
@@ -130,14 +125,3 @@ def start_locust_web(scenario: str, stack_root: Path, workdir: Path, *, workers:
     web.stop()
     raise AssertionError(f"the Locust web UI did not answer within 30 s:\n{log.read_text()[-3000:]}")
 
-
-def chromium_path() -> str:
-    """Debian's Chromium, or a failed test that says how to install it."""
-    for candidate in CHROMIUM_CANDIDATES:
-        found = shutil.which(candidate)
-        if found:
-            return found
-    pytest.fail("chromium is not installed: the web UI test drives Debian's Chromium. "
-                "Install it with `apt-get install chromium` (scripts/setup.sh does it), "
-                "or run `make test` after scripts/setup.sh.")
-    raise AssertionError("unreachable")
