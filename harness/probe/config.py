@@ -523,16 +523,8 @@ def _parse_webhooks(where: _Where, raw: Any) -> tuple[WebhookEndpoint, ...]:
     for i, item in enumerate(raw):
         path = f"webhooks[{i}]"
         spec = parse_webhook(where, item, path, also=("effects",))
-        effects = _parse_effects(where, item.get("effects"), f"{path}.effects", {"fact": None})
-        if effects is not None and effects.params != ("fact",):
-            field_name = "query" if effects.kind == "sql" else "path"
-            raise where.error(f"{path}.effects.{field_name}",
-                              "must take the fact as its one parameter: {fact} in a path, :fact in a query")
-        webhooks.append(WebhookEndpoint(spec=spec, effects=effects))
-    names = [webhook.spec.name for webhook in webhooks]
-    duplicates = sorted({name for name in names if names.count(name) > 1})
-    if duplicates:
-        raise where.error("webhooks", f"names must be unique: {', '.join(duplicates)}")
+        webhooks.append(WebhookEndpoint(spec=spec, effects=_fact_effects(where, item, path)))
+    _unique_names(where, "webhooks", [webhook.spec.name for webhook in webhooks])
     return tuple(webhooks)
 
 
@@ -546,19 +538,28 @@ def _parse_messages(where: _Where, raw: Any) -> tuple[MessageEndpoint, ...]:
     for i, item in enumerate(raw):
         path = f"messages[{i}]"
         spec = parse_message(where, item, path, also=("effects",))
-        effects = _parse_effects(where, item.get("effects"), f"{path}.effects", {"fact": None})
+        effects = _fact_effects(where, item, path)
         if effects is None:
             raise where.error(f"{path}.effects", "is required: how the effects of a message's fact are counted")
-        if effects.params != ("fact",):
-            field_name = "query" if effects.kind == "sql" else "path"
-            raise where.error(f"{path}.effects.{field_name}",
-                              "must take the fact as its one parameter: {fact} in a path, :fact in a query")
         messages.append(MessageEndpoint(spec=spec, effects=effects))
-    names = [message.spec.name for message in messages]
+    _unique_names(where, "messages", [message.spec.name for message in messages])
+    return tuple(messages)
+
+
+def _fact_effects(where: _Where, item: Mapping[str, Any], path: str) -> EffectsSpec | None:
+    """An entry's `effects`, counted by its fact: the fact must be the one parameter."""
+    effects = _parse_effects(where, item.get("effects"), f"{path}.effects", {"fact": None})
+    if effects is not None and effects.params != ("fact",):
+        field_name = "query" if effects.kind == "sql" else "path"
+        raise where.error(f"{path}.effects.{field_name}",
+                          "must take the fact as its one parameter: {fact} in a path, :fact in a query")
+    return effects
+
+
+def _unique_names(where: _Where, field: str, names: list[str]) -> None:
     duplicates = sorted({name for name in names if names.count(name) > 1})
     if duplicates:
-        raise where.error("messages", f"names must be unique: {', '.join(duplicates)}")
-    return tuple(messages)
+        raise where.error(field, f"names must be unique: {', '.join(duplicates)}")
 
 
 class _Where(FieldChecker):
