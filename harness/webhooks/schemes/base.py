@@ -116,6 +116,13 @@ def header(headers: Mapping[str, str], name: str) -> str | None:
     return None
 
 
+def with_header(headers: Mapping[str, str], name: str, value: str | None) -> dict[str, str]:
+    """A copy of `headers` whose header `name` (any case) is `value`, or gone when None:
+    how a scheme builds a malformed delivery from a correct one."""
+    kept = {key: item for key, item in headers.items() if key.lower() != name.lower()}
+    return kept if value is None else {**kept, name: value}
+
+
 def required_header(headers: Mapping[str, str], name: str) -> str:
     value = header(headers, name)
     if not value:

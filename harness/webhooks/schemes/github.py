@@ -23,6 +23,7 @@ from harness.webhooks.schemes.base import (
     hmac_sha256,
     random_uuid,
     required_header,
+    with_header,
 )
 
 HEADER = "X-Hub-Signature-256"
@@ -63,8 +64,7 @@ class GitHubScheme(Scheme):
     def malformed(self, headers: Mapping[str, str]) -> dict[str, str]:
         # `sha256:<hex>`: the algorithm's separator is wrong, so the value is no sha256=<hex>.
         value = required_header(headers, HEADER)
-        return {**{key: item for key, item in headers.items() if key.lower() != HEADER.lower()},
-                HEADER: value.replace("sha256=", "sha256:", 1)}
+        return with_header(headers, HEADER, value.replace("sha256=", "sha256:", 1))
 
 
 SCHEME = GitHubScheme()

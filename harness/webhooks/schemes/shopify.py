@@ -25,6 +25,7 @@ from harness.webhooks.schemes.base import (
     hmac_sha256,
     random_uuid,
     required_header,
+    with_header,
 )
 
 HEADER = "X-Shopify-Hmac-Sha256"
@@ -65,7 +66,7 @@ class ShopifyScheme(Scheme):
         # The digest in hex instead of base64: the right HMAC in the wrong encoding.
         value = required_header(headers, HEADER)
         hexed = base64.b64decode(value).hex()
-        return {**{key: item for key, item in headers.items() if key.lower() != HEADER.lower()}, HEADER: hexed}
+        return with_header(headers, HEADER, hexed)
 
 
 SCHEME = ShopifyScheme()

@@ -33,6 +33,7 @@ from harness.webhooks.schemes.base import (
     hmac_sha256,
     random_token,
     required_header,
+    with_header,
 )
 
 ID_HEADER = "webhook-id"
@@ -111,8 +112,7 @@ class StandardScheme(Scheme):
     def malformed(self, headers: Mapping[str, str]) -> dict[str, str]:
         # The comma between version and signature is gone: `v1abc=` is no `version,signature` entry.
         value = required_header(headers, SIGNATURE_HEADER)
-        return {**{key: item for key, item in headers.items() if key.lower() != SIGNATURE_HEADER},
-                SIGNATURE_HEADER: value.replace(",", "", 1)}
+        return with_header(headers, SIGNATURE_HEADER, value.replace(",", "", 1))
 
 
 SCHEME = StandardScheme()

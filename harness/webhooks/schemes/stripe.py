@@ -31,6 +31,7 @@ from harness.webhooks.schemes.base import (
     hmac_sha256,
     random_token,
     required_header,
+    with_header,
 )
 
 HEADER = "Stripe-Signature"
@@ -96,7 +97,7 @@ class StripeScheme(Scheme):
         # The timestamp is not a number: the header cannot be parsed, let alone verified.
         value = required_header(headers, HEADER)
         broken = ",".join("t=now" if part.startswith("t=") else part for part in value.split(","))
-        return {**_without(headers, HEADER), HEADER: broken}
+        return with_header(headers, HEADER, broken)
 
     def downgraded(self, secret: str, body: bytes, *, timestamp: int, event_id: str,
                    topic: str = "") -> dict[str, str] | None:
@@ -123,10 +124,6 @@ def parse_header(value: str) -> tuple[int, list[tuple[str, str]]]:
     if timestamp is None:
         raise SignatureError(f"{HEADER} has no t=<unix seconds>")
     return timestamp, entries
-
-
-def _without(headers: Mapping[str, str], name: str) -> dict[str, str]:
-    return {key: value for key, value in headers.items() if key.lower() != name.lower()}
 
 
 SCHEME = StripeScheme()
