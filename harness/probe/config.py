@@ -244,7 +244,17 @@ def load_config(path: Path) -> ProbeConfig:
         config = replace(config, plan=_resolve_plan(config.plan, beside=path))
     if config.service is not None:
         config = replace(config, service=config.service.beside(path))
+    if any(message.spec.process is not None for message in config.messages):
+        config = replace(config, messages=tuple(_process_beside(message, path) for message in config.messages))
     return config
+
+
+def _process_beside(message: MessageEndpoint, config_file: Path) -> MessageEndpoint:
+    """An owned broker's relative `cwd` taken relative to the config file's folder."""
+    process = message.spec.process
+    if process is None:
+        return message
+    return replace(message, spec=replace(message.spec, process=process.beside(config_file)))
 
 
 def _resolve_plan(plan: Path, *, beside: Path) -> Path:
@@ -543,6 +553,11 @@ def _parse_messages(where: _Where, raw: Any) -> tuple[MessageEndpoint, ...]:
             raise where.error(f"{path}.effects", "is required: how the effects of a message's fact are counted")
         messages.append(MessageEndpoint(spec=spec, effects=effects))
     _unique_names(where, "messages", [message.spec.name for message in messages])
+    # Owned brokers are plan targets by their names: one name, one process.
+    owned = [message.spec.process.name for message in messages if message.spec.process is not None]
+    if len(set(owned)) < len(owned):
+        raise where.error("messages", "every `process:` needs a name of its own (a plan names it): "
+                          + ", ".join(sorted({name for name in owned if owned.count(name) > 1})))
     return tuple(messages)
 
 

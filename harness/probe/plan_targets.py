@@ -9,7 +9,11 @@ A probe plan is an ordinary plan (docs/nemesis.md) whose targets are the probe's
   `<window>-<NAME>`. That is how a bundled plan (harness/plans/probe-dependencies.yaml)
   faults dependencies whose names only the config knows;
 - service `service`: the process of `service:` (kill, pause, restart), only when the
-  config has one.
+  config has one;
+- service NAME for each broker the probe owns (a `messages:` entry's `process:`, named
+  by its `name`, harness.probe.brokers.process): `restart` stops it cleanly and starts
+  it again, `kill`, `pause` as for the service. A process fault naming a broker the
+  probe does not own is refused before the run.
 
 `ProbeTargets` holds a run's names (plan name → the proxy's real name on the
 Toxiproxy). `load_probe_plan(path, targets)` (or `parse_probe_plan(raw, source=...,
@@ -34,21 +38,25 @@ from harness.nemesis.plans import Plan, PlanError, PlanTargets, parse_plan, sche
 APP = "app"  # how a plan names the probe's proxy in front of the service
 SERVICE = "service"  # how a plan names the service's process
 DEPENDENCIES = "dependencies"  # every dependency proxy at once
+# Why a broker's name is refused: the probe restarts only a broker it started itself.
+NOT_OWNED = "; a broker is a process target only when its `messages:` entry has `process:` (the probe owns it)"
 
 
 @dataclass(frozen=True)
 class ProbeTargets:
     """A probe run's plan names: `proxies` maps each plan name (app and every
     dependency) to the proxy's name on the Toxiproxy; `service` says whether the probe
-    runs the service's process."""
+    runs the service's process; `brokers` names the broker processes it owns."""
 
     proxies: Mapping[str, str]
     service: bool = False
+    brokers: tuple[str, ...] = ()
 
     @classmethod
-    def plain(cls, dependencies: tuple[str, ...] = (), *, service: bool = False) -> ProbeTargets:
+    def plain(cls, dependencies: tuple[str, ...] = (), *, service: bool = False,
+              brokers: tuple[str, ...] = ()) -> ProbeTargets:
         """Real names equal to the plan names (an embedded Toxiproxy of the probe's own)."""
-        return cls(proxies={name: name for name in (APP, *dependencies)}, service=service)
+        return cls(proxies={name: name for name in (APP, *dependencies)}, service=service, brokers=brokers)
 
     @property
     def dependencies(self) -> tuple[str, ...]:
@@ -95,12 +103,22 @@ def check_probe_plan(plan: Plan, targets: ProbeTargets) -> None:
 
 def _problem(fault: Fault, targets: ProbeTargets) -> str | None:
     if isinstance(fault, ProcessFault):
-        if not targets.service:
-            return (f"the probe cannot {fault.action} {fault.service!r}: it runs no process of the service "
-                    "(give `service:` in the probe config to fault it as 'service')")
-        if fault.service != SERVICE:
-            return f"the probe cannot {fault.action} {fault.service!r}; the process it runs is called {SERVICE!r}"
-        return None
+        if fault.service in targets.brokers:
+            return None
+        if fault.service == SERVICE or not targets.brokers:
+            if not targets.service:
+                return (f"the probe cannot {fault.action} {fault.service!r}: it runs no process of the service "
+                        f"(give `service:` in the probe config to fault it as 'service'){NOT_OWNED}")
+            if fault.service == SERVICE:
+                return None
+            return (f"the probe cannot {fault.action} {fault.service!r}; the process it runs is called {SERVICE!r}"
+                    f"{NOT_OWNED}")
+        owned = ", ".join(repr(name) for name in targets.brokers)
+        if targets.service:
+            return (f"the probe cannot {fault.action} {fault.service!r}; the process it runs is called "
+                    f"{SERVICE!r}, the brokers it owns: {owned}")
+        return (f"the probe cannot {fault.action} {fault.service!r}: it owns no process of that name "
+                f"(the brokers it owns: {owned})")
     if not isinstance(fault, (ToxicFault, ProxyDownFault)):
         return f"the probe cannot apply a {type(fault).__name__}"
     if fault.proxy == DEPENDENCIES:

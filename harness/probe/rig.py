@@ -4,9 +4,12 @@
 Entering it, in this order:
 
 1. a `RunGuard` (harness.stack.lifeline: the run's lease and its janitor) when the
-   probe starts something that could outlive it: the service's process, or proxies on
-   a Toxiproxy it does not own. The janitor stops the service's process group and
-   deletes those proxies if the probe dies, however it dies;
+   probe starts something that could outlive it: the service's process, a broker it
+   owns, or proxies on a Toxiproxy it does not own. The janitor stops the process
+   groups and deletes those proxies if the probe dies, however it dies;
+1b. the brokers the probe owns (a `messages:` entry's `process:`,
+   harness.probe.brokers.process), each started and accepting connections before
+   anything is pointed at it;
 2. the Toxiproxy: the embedded one, started here (its proxies die with it), or the one
    at `toxiproxy_url`, where every proxy is named `probe_<pid>_<token>[_NAME]`;
 3. one proxy per dependency (harness.probe.service.DependencyProxies); with `provider:`,
@@ -17,13 +20,17 @@ Entering it, in this order:
 
 Leaving it undoes all of it in reverse: the service stopped (its whole group), the
 toxics healed, the proxies deleted from a shared Toxiproxy, the embedded one stopped,
-the guard left (lease removed; on an interrupt the run directory is marked), and
-`service.json` written (the command as run, its port, how often it was started, each
-dependency's proxy). A failure half-way through entering undoes what was done so far.
+the owned brokers stopped (SIGTERM, then SIGKILL of their groups, then their
+`after_stop`), the guard left (lease removed; on an interrupt the run directory is
+marked), `service.json` written (the command as run, its port, how often it was
+started, each dependency's proxy) and, with owned brokers, `brokers.json` (each one's
+command, address, starts and clean restarts). A failure half-way through entering
+undoes what was done so far.
 
 The rig's `targets` are the plan names of the run (harness.probe.plan_targets),
-`processes` the plan's process faults (the service, or a refusal when there is none)
-and `check()` raises when the service ended on its own (harness.probe.service).
+`processes` the plan's process faults (`service` to the service, an owned broker's
+name to that broker; a name it lacks was refused before the run) and `check()`
+raises when the service ended on its own (harness.probe.service).
 """
 
 from __future__ import annotations
@@ -42,8 +49,9 @@ import requests
 from harness.errors import HarnessError
 from harness.nemesis.toxiproxy_client import Nemesis, NemesisError
 from harness.ports import free_ports
+from harness.probe.brokers.process import OwnedBroker
 from harness.probe.config import ProbeConfig
-from harness.probe.plan_targets import APP, ProbeTargets
+from harness.probe.plan_targets import APP, SERVICE, ProbeTargets
 from harness.probe.provider.play import ProbeProvider
 from harness.probe.service import LOG_NAME, DependencyProxies, ProbedService
 from harness.probe.service_config import PROVIDER
@@ -52,6 +60,7 @@ from harness.stack.registry import ProxyClaim, refusal
 
 HOST = "127.0.0.1"
 SERVICE_RECORD = "service.json"
+BROKERS_RECORD = "brokers.json"
 
 
 @dataclass(frozen=True)
@@ -87,6 +96,49 @@ class NoProcess:
     kill = start = pause = resume = restart = _refuse
 
 
+@dataclass(frozen=True)
+class BrokerRecord:
+    """One owned broker in brokers.json."""
+
+    name: str
+    command: list[str]
+    address: str
+    starts: int
+    restarts: int
+    log: str
+
+
+class ProbeProcesses:
+    """The plan's process faults of one run: `service` goes to the service, an owned
+    broker's name to that broker (harness.nemesis.faults.ProcessFaults)."""
+
+    def __init__(self, service: ProbedService | None, brokers: dict[str, OwnedBroker]) -> None:
+        self.service = service
+        self.brokers = brokers
+
+    def _target(self, name: str) -> ProbedService | OwnedBroker | NoProcess:
+        if name in self.brokers:
+            return self.brokers[name]
+        if name == SERVICE and self.service is not None:
+            return self.service
+        return NoProcess()
+
+    def kill(self, service: str) -> None:
+        self._target(service).kill(service)
+
+    def start(self, service: str) -> None:
+        self._target(service).start(service)
+
+    def pause(self, service: str) -> None:
+        self._target(service).pause(service)
+
+    def resume(self, service: str) -> None:
+        self._target(service).resume(service)
+
+    def restart(self, service: str) -> None:
+        self._target(service).restart(service)
+
+
 def check_upstream(upstream: str, *, timeout: float = 3.0) -> None:
     host, _, port = upstream.rpartition(":")
     try:
@@ -112,6 +164,7 @@ class ProbeRig:
         self.nemesis: Nemesis | None = None
         self.dependencies: DependencyProxies | None = None
         self.provider: ProbeProvider | None = None  # with `provider:` (harness.probe.provider)
+        self.brokers: dict[str, OwnedBroker] = {}  # the brokers the probe owns, by plan name
         self.app_proxy = APP
         self.proxy_url = ""
         self._stack = ExitStack()
@@ -129,11 +182,12 @@ class ProbeRig:
     @property
     def targets(self) -> ProbeTargets:
         names = self.dependencies.real_names if self.dependencies is not None else {}
-        return ProbeTargets(proxies={APP: self.app_proxy, **names}, service=self.service is not None)
+        return ProbeTargets(proxies={APP: self.app_proxy, **names}, service=self.service is not None,
+                            brokers=tuple(self.brokers))
 
     @property
-    def processes(self) -> ProbedService | NoProcess:
-        return self.service if self.service is not None else NoProcess()
+    def processes(self) -> ProbeProcesses:
+        return ProbeProcesses(self.service, self.brokers)
 
     def check(self) -> None:
         """Raise (ServiceFailed) when the service ended on its own."""
@@ -152,8 +206,17 @@ class ProbeRig:
 
     def _enter(self) -> None:
         config = self.config
-        if config.service is not None or self.shared:
+        owned = [message.spec.process for message in config.messages if message.spec.process is not None]
+        if config.service is not None or self.shared or owned:
             self.guard = self._stack.enter_context(RunGuard(self.run_dir))
+        if owned:
+            self._stack.callback(self._record_brokers)
+        for process in owned:
+            broker = OwnedBroker(process, log_path=self.run_dir / f"broker-{process.name}.log", base_env=os.environ,
+                                 guard=self.guard)
+            self._stack.callback(broker.stop)
+            self.brokers[process.name] = broker
+            broker.start()
         if self.shared:
             assert self.toxiproxy_url is not None
             url = self.toxiproxy_url
@@ -207,6 +270,13 @@ class ProbeRig:
                                            upstream=proxy.upstream)
                           for proxy in (self.dependencies.proxies if self.dependencies else [])])
         (self.run_dir / SERVICE_RECORD).write_bytes(orjson.dumps(record, option=orjson.OPT_INDENT_2))
+
+    def _record_brokers(self) -> None:
+        """`brokers.json`: what the probe ran as brokers and how often it started them."""
+        records = [BrokerRecord(name=name, command=list(broker.config.command), address=broker.config.address,
+                                starts=broker.starts, restarts=broker.restarts, log=broker.log_path.name)
+                   for name, broker in self.brokers.items()]
+        (self.run_dir / BROKERS_RECORD).write_bytes(orjson.dumps(records, option=orjson.OPT_INDENT_2))
 
     def heal(self) -> None:
         """Remove every toxic and re-enable every proxy of this run (after the load)."""

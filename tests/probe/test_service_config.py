@@ -134,7 +134,8 @@ def test_upstream_beside_a_service_is_refused_before_anything_starts(
     ("{at: 1s, for: 1s, proxy_down: db}", "windows[0].proxy_down", "proxy 'db' does not exist in a probe "
                                                                      "(its proxies: app, cache, dependencies)"),
     ("{at: 1s, for: 1s, process: {action: kill, service: app}}", "windows[0].process.service",
-     "the probe cannot kill 'app'; the process it runs is called 'service'"),
+     "the probe cannot kill 'app'; the process it runs is called 'service'; a broker is a process target only "
+     "when its `messages:` entry has `process:` (the probe owns it)"),
 ])
 def test_the_cli_checks_a_plan_against_the_config_before_the_run_directory(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], plan: str, field: str, words: str) -> None:

@@ -22,6 +22,11 @@ test's folder), configured only through its environment:
 guest/guest works on loopback. The node is stopped with SIGTERM (a clean shutdown),
 then SIGKILL of its process group after a grace time. Missing binaries fail the test
 (never skip) with how to install them.
+
+`prepare()` alone picks the ports and writes the folder without starting anything:
+`probe_process()` is then the `process:` of a probe config's `messages:` entry, so the
+probe itself starts, restarts and stops the node (harness.probe.brokers.process), and
+`node_processes()` lists what of it still runs (nothing, once the probe is done).
 """
 
 from __future__ import annotations
@@ -100,7 +105,8 @@ class RabbitServer:
             "ERL_EPMD_PORT": str(self.epmd_port), "ERL_EPMD_ADDRESS": HOST,
         }
 
-    def start(self) -> None:
+    def prepare(self) -> None:
+        """Free ports and a folder of its own, configured; nothing started."""
         if not (SERVER.is_file() and os.access(SERVER, os.X_OK)) or shutil.which("epmd") is None:
             raise RabbitNotAvailable(INSTALL_HINT)
         self.port, self.dist_port, self.management_port, self.epmd_port = free_ports(4, HOST)
@@ -109,6 +115,35 @@ class RabbitServer:
         (self.root / "rabbitmq.conf").write_text(
             f"management.tcp.ip = {HOST}\nmanagement.tcp.port = {self.management_port}\n"
             "collect_statistics_interval = 500\n")
+
+    def probe_process(self, name: str = "broker") -> dict[str, object]:
+        """The `process:` of a probe's `messages:` entry that runs this (prepared) node:
+        the probe starts it, may restart it, and stops it and its port mapper after."""
+        assert self.root is not None, "prepare() first"
+        return {"name": name, "command": [str(SERVER)], "env": self.environment(), "cwd": str(self.root),
+                "ready": {"timeout": f"{READY_TIMEOUT:.0f}s"}, "stop_timeout": f"{STOP_GRACE:.0f}s",
+                "after_stop": ["epmd", "-port", str(self.epmd_port), "-kill"]}
+
+    def node_processes(self) -> list[int]:
+        """Pids of live processes started for this node (its Erlang VM, its port mapper):
+        their environment names the node's own folder or epmd port."""
+        assert self.root is not None
+        marks = (f"RABBITMQ_MNESIA_BASE={self.root / 'mnesia'}".encode(), f"ERL_EPMD_PORT={self.epmd_port}".encode())
+        found = []
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                environ = (entry / "environ").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if any(mark in environ for mark in marks):
+                found.append(int(entry.name))
+        return found
+
+    def start(self) -> None:
+        self.prepare()
+        assert self.root is not None
         with open(self.log_path, "ab") as log:
             self.process = subprocess.Popen([str(SERVER)], stdout=log, stderr=subprocess.STDOUT,
                                             stdin=subprocess.DEVNULL, cwd=self.root, env=self.environment(),

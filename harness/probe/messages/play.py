@@ -27,7 +27,7 @@ import json
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -66,13 +66,21 @@ class MessageOutcome:
 
 
 class _Watcher:
-    """Reads a broker's counts on a thread of its own; keeps the highest redelivery count."""
+    """Reads a broker's counts on a thread of its own; keeps the highest redelivery count.
+
+    A broker's counters start again from zero when it restarts (RabbitMQ's management
+    statistics do: a plan may restart a broker the probe owns), so a count lower than
+    the last one read means a restart: what was counted before it is carried over, and
+    `read()` returns the counts of the whole run (at least: what a restart swallowed
+    between two reads is not seen)."""
 
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
         self.highest: int | None = None
         self.last: BrokerStats | None = None
         self.error: str | None = None
+        self._raw: dict[str, int] = {}  # the broker's own last reading of each counter
+        self._carried: dict[str, int] = {}  # counted before the broker's restarts
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, name="broker-watch", daemon=True)
@@ -80,9 +88,20 @@ class _Watcher:
     def start(self) -> None:
         self._thread.start()
 
+    def _across_restarts(self, counter: str, value: int | None) -> int | None:
+        if value is None:
+            return None
+        last = self._raw.get(counter)
+        if last is not None and value < last:
+            self._carried[counter] = self._carried.get(counter, 0) + last
+        self._raw[counter] = value
+        return value + self._carried.get(counter, 0)
+
     def read(self) -> BrokerStats:
         with self._lock:
-            stats = self.broker.stats()
+            raw = self.broker.stats()
+            stats = replace(raw, redeliveries=self._across_restarts("redeliveries", raw.redeliveries),
+                            stored=self._across_restarts("stored", raw.stored))
             if stats.redeliveries is not None:
                 self.highest = max(self.highest or 0, stats.redeliveries)
             self.last = stats
@@ -197,7 +216,9 @@ class MessagePlay:
         outcome.drain_seconds = round(time.monotonic() - started, 3)
         outcome.effects = [(fact, oracle.count({"fact": fact}, {}).count) for fact in facts]
         grace = time.monotonic() + STATS_GRACE
-        while not (stats.stored is None or stats.stored >= stored) and time.monotonic() < grace:
+        # Counts not yet reported (a restarted broker's statistics start empty) are waited for too.
+        while (not (stats.stored is None or stats.stored >= stored)
+               or (stats.redeliveries is None and stats.unacknowledged is not None)) and time.monotonic() < grace:
             time.sleep(POLL)
             stats = watcher.read()
         outcome.stats_current = stats.stored is None or stats.stored >= stored

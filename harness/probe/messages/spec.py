@@ -12,6 +12,11 @@
         count: 40                       # logical messages (each played as one of the kinds)
         drain_timeout: 15s              # after the load: how long the consumer may take to catch up
         effects: {dsn: ..., query: "SELECT count(*) FROM payments WHERE ref = :fact"}   # the caller's
+        process: {name: broker, command: [...], env: {...}}   # optional: the probe owns and may restart it
+
+`process:` (harness.probe.brokers.process) makes the broker the probe's own: started
+before the consumer, stopped after it, and a target of the plan's process faults by
+its `name` (a broker restart: `{process: {action: restart, service: broker}}`).
 
 `body` is a template of the body generators (harness.generators); `{message_id}` is the
 message's id, the same for every copy of one message, and also the broker's own id of
@@ -33,9 +38,11 @@ from urllib.parse import urlsplit
 from harness.fieldcheck import FieldChecker
 from harness.generators import is_generated, render_body
 from harness.probe.brokers import BROKERS, BrokerTarget
+from harness.probe.brokers.process import BrokerProcessConfig, parse_broker_process
 
 MESSAGE_ID = "{message_id}"
-KEYS = ("name", "broker", "url", "management", "queue", "dead_letter", "body", "fact", "count", "drain_timeout")
+KEYS = ("name", "broker", "url", "management", "queue", "dead_letter", "body", "fact", "count", "drain_timeout",
+        "process")
 URL_SCHEMES = {"rabbitmq": ("amqp",), "nats": ("nats",), "redis-streams": ("redis",)}
 DEFAULT_COUNT = 40
 MAX_COUNT = 5000
@@ -56,6 +63,7 @@ class MessageSpec:
     drain_timeout: float = DEFAULT_DRAIN
     dead_letter: str | None = None
     management: str | None = None
+    process: BrokerProcessConfig | None = None  # the broker's process, when the probe owns it
 
     @property
     def target(self) -> BrokerTarget:
@@ -72,6 +80,8 @@ class MessageSpec:
                                "drain_timeout": self.drain_timeout}
         raw.update({key: value for key, value in (("dead_letter", self.dead_letter),
                                                   ("management", self.management)) if value is not None})
+        if self.process is not None:
+            raw["process"] = self.process.to_raw()
         return raw
 
 
@@ -148,5 +158,8 @@ def parse_message(where: FieldChecker, raw: Any, path: str, *, also: Sequence[st
     drain = where.duration(item.get("drain_timeout", DEFAULT_DRAIN), f"{path}.drain_timeout")
     if drain <= 0:
         raise where.error(f"{path}.drain_timeout", "must be longer than 0s")
+    process = (parse_broker_process(where, item["process"], f"{path}.process", url)
+               if item.get("process") is not None else None)
     return MessageSpec(name=name, broker=broker, url=url, queue=str(queues["queue"]), body=body, fact=fact, count=count,
-                       drain_timeout=drain, dead_letter=queues["dead_letter"], management=management)
+                       drain_timeout=drain, dead_letter=queues["dead_letter"], management=management,
+                       process=process)
