@@ -116,7 +116,6 @@ class ProbeResult:
         return self.check.violations
 
     def summary(self) -> str:
-        counts = self.check.counts
         failed = [inv.name for inv in self.check.invariants if not inv.passed]
         if self.verdict == "pass":
             head = f"PASS: all {len(self.check.invariants)} probe invariants held"
@@ -124,8 +123,21 @@ class ProbeResult:
             head = f"FAIL: {', '.join(failed)} violated"
         else:
             head = "INCONCLUSIVE: " + "; ".join(self.check.inconclusive_reasons)
-        return (f"{head} ({counts['operations']} requests, {counts['acknowledged']} acknowledged, "
-                f"{counts['duplicated_keys']} keys duplicated) — report: {self.run_dir / 'report.html'}")
+        return f"{head} ({', '.join(self._played())}) — report: {self.run_dir / 'report.html'}"
+
+    def _played(self) -> list[str]:
+        """What the run played, by kind: the requests (when any were made, or nothing
+        else was played) and the messages (published, confirmed, redelivered by the
+        broker's own count), so a messages-only run does not read as '0 requests'."""
+        counts = self.check.counts
+        played = []
+        if counts.get("operations") or "messages" not in counts:
+            played.append(f"{counts['operations']} requests, {counts['acknowledged']} acknowledged, "
+                          f"{counts['duplicated_keys']} keys duplicated")
+        if "messages" in counts:
+            played.append(f"{counts['publishes']} messages published, {counts.get('confirmed', 0)} confirmed, "
+                          f"{counts['redeliveries']} redelivered")
+        return played
 
 
 def plan_windows(plan: Plan, duration: float, proxy_name: str) -> list[FaultWindow]:

@@ -193,3 +193,30 @@ def test_dead_lettered_valid_messages_are_listed_and_judged() -> None:
     assert dead.checked == 2 and dead.violation_count == 1
     assert dead.violations[0]["evidence"]["fact"] == "b"
     assert check.counts["messages"]["payments"]["dead_letters"] == 2
+
+
+# --- the summary line ---------------------------------------------------------------------
+
+def _summary(operations: int, ops: list[dict[str, Any]], outcomes: list[MessageOutcome], endpoints: bool) -> str:
+    from harness.probe.checker import ProbeCheck
+    from harness.probe.runner import ProbeResult
+
+    base = ProbeCheck(invariants=[], counts={"operations": operations, "acknowledged": operations,
+                                             "duplicated_keys": 0}, verdict="pass", inconclusive_reasons=[])
+    check = combine(base, check_messages(ops, outcomes), endpoints=endpoints)
+    return ProbeResult(verdict=check.verdict, exit_code=0, run_dir=Path("/tmp/run"), check=check, conformance=(),
+                       document={}).summary()
+
+
+def test_a_messages_only_summary_names_what_was_played_not_requests() -> None:
+    ops = [publish("a"), publish("a", "duplicate", message_id="id-a-first"), publish("b", completion="info"),
+           publish("c")]
+    line = _summary(0, ops, [outcome([("a", 1), ("b", 0), ("c", 1)], redeliveries=5)], endpoints=False)
+    assert "(4 messages published, 3 confirmed, 5 redelivered)" in line, line
+    assert "requests" not in line, line
+
+
+def test_a_summary_with_requests_and_messages_names_both() -> None:
+    line = _summary(12, [publish("a")], [outcome([("a", 1)], redeliveries=2)], endpoints=True)
+    assert "(12 requests, 12 acknowledged, 0 keys duplicated, 1 messages published, 1 confirmed, 2 redelivered)" \
+        in line, line

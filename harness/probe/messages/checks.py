@@ -118,6 +118,7 @@ def check_messages(operations: Iterable[Mapping[str, Any]], outcomes: Sequence[M
                            "publishes": dict(kinds[name])}
     counts = {"messages": per_entry,
               "publishes": sum(len(ops) for ops in publishes.values()),
+              "confirmed": sum(1 for ops in publishes.values() for op in ops if op["type"] == "ok"),
               "redeliveries": sum(o.redeliveries or 0 for o in outcomes)}
     return MessageCheck(invariants=list(results.values()), counts=counts, reasons=reasons)
 
