@@ -11,6 +11,7 @@
 | `--idempotency-ttl DURATION` | how long a key's answer is replayed (default 24h) |
 | `--webhook URL` / `--webhook-secret S` | an endpoint and its signing secret (repeatable, in pairs) |
 | `--webhook-retries N` / `--webhook-retry-delay DURATION` | the retry schedule (exponential) |
+| `--webhook-kinds K,K` | the delivery kinds every endpoint gets (default `first`: in order, retries only; also `concurrent_copy`, `late_duplicate`, `out_of_order`) |
 
 `config_from_arguments` turns what argparse parsed into a `ProviderConfig`; every
 inconsistency is a `ProviderError` in one line.
@@ -23,7 +24,7 @@ from pathlib import Path
 
 from harness.durations import parse_duration
 from harness.provider.errors import ProviderError
-from harness.provider.outbox import Endpoint
+from harness.provider.outbox import OUTBOX_KINDS, Endpoint, check_kinds
 from harness.provider.server import DEFAULT_PORT, ProviderConfig
 from harness.webhooks.sender import RetrySchedule
 
@@ -55,6 +56,13 @@ def _count(text: str) -> int:
     return value
 
 
+def _kinds(text: str) -> tuple[str, ...]:
+    try:
+        return check_kinds([kind.strip() for kind in text.split(",") if kind.strip()])
+    except ProviderError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
 def add_server_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the options; their values land in `provider_*` attributes."""
     parser.add_argument("--host", dest="provider_host", default="127.0.0.1", help="address to listen on")
@@ -75,6 +83,8 @@ def add_server_arguments(parser: argparse.ArgumentParser) -> None:
                         metavar="N", help="retries of a delivery not answered 2xx")
     parser.add_argument("--webhook-retry-delay", dest="provider_webhook_retry_delay", type=_duration,
                         default=0.5, metavar="DURATION", help="the first retry's wait (doubling after)")
+    parser.add_argument("--webhook-kinds", dest="provider_webhook_kinds", type=_kinds, default=("first",),
+                        metavar="K,K", help=f"delivery kinds of every endpoint, among {', '.join(OUTBOX_KINDS)}")
 
 
 def config_from_arguments(args: argparse.Namespace) -> ProviderConfig:
@@ -91,7 +101,8 @@ def config_from_arguments(args: argparse.Namespace) -> ProviderConfig:
     return ProviderConfig(
         host=args.provider_host, port=args.provider_port, seed=args.provider_seed,
         idempotency_ttl=args.provider_idempotency_ttl, api_keys=keys,
-        webhooks=tuple(Endpoint(url, secret) for url, secret in zip(urls, secrets, strict=True)),
+        webhooks=tuple(Endpoint(url, secret, kinds=args.provider_webhook_kinds)
+                       for url, secret in zip(urls, secrets, strict=True)),
         webhook_schedule=RetrySchedule.exponential(args.provider_webhook_retry_delay,
                                                    retries=args.provider_webhook_retries),
         ledger_path=args.provider_ledger)

@@ -10,7 +10,8 @@ Every line has `record` naming its type:
 - `refund`: one refund, with its charge, amount and request.
 - `request`: every API request answered: method, path, operation, status, idempotency
   key, whether it was a replay, and the fault (if any) the provider played on it.
-- `delivery`: what became of one webhook event at one endpoint (tries, last status).
+- `delivery`: what became of one delivery chain of a webhook event at one endpoint (its
+  kind: `first`, `concurrent_copy`, `late_duplicate`, `out_of_order`; tries, statuses).
 
 `write_ledger` / `read_ledger` are the file's only writer and reader; `parse_ledger` reads the
 same lines from `GET /_harness/ledger`.
@@ -114,7 +115,8 @@ class DeliveryRecord:
     attempts: int
     acknowledged: bool
     statuses: tuple[int | None, ...] = field(default_factory=tuple)
-    dropped: bool = False  # the endpoint's queue was full: never sent
+    dropped: bool = False  # the endpoint's queue was full (or the outbox stopped): never sent
+    kind: str = "first"  # the delivery kind this chain played (harness.webhooks.deliveries)
     record: str = DELIVERY
 
 

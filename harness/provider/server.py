@@ -48,7 +48,7 @@ class ProviderConfig:
     api_keys: frozenset[str] = frozenset()
     webhooks: tuple[Endpoint, ...] = ()
     webhook_schedule: RetrySchedule = field(default_factory=RetrySchedule)
-    webhook_timeout: float = 10.0
+    webhook_timeout: float | None = None  # None: each endpoint's own timeout
     ledger_path: Path | None = None
 
     def __post_init__(self) -> None:

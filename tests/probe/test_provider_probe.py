@@ -40,6 +40,12 @@ def test_the_provider_section_round_trips_and_fills_provider_url() -> None:
         operation="payment_intents.create", status=500, probability=0.3)
     assert parse_config(parsed.to_dict()) == parse_config(parsed.to_dict())
     assert parse_config(parsed.to_dict()).provider == parsed.provider
+    [hook] = parsed.provider.webhooks  # Stripe's duplicates and disorder by default, not in order only
+    assert hook.kinds == ("first", "concurrent_copy", "late_duplicate", "out_of_order") and hook.timeout == 10
+    tuned = config(webhooks=[{"path": "/h", "secret": "whsec_test_probe", "kinds": ["out_of_order"],
+                              "late_after": "300ms", "timeout": "2s", "name": "hooks"}]).provider
+    assert tuned is not None and tuned.webhooks[0].kinds == ("out_of_order",)
+    assert (tuned.webhooks[0].late_after, tuned.webhooks[0].timeout, tuned.webhooks[0].name) == (0.3, 2.0, "hooks")
     assert parsed.service is not None
     env = parsed.service.environment(8000, {"provider": "127.0.0.1:4242"})
     assert env == {"STRIPE_API_BASE": "http://127.0.0.1:4242"}
@@ -57,6 +63,16 @@ def test_the_provider_section_round_trips_and_fills_provider_url() -> None:
     ({"faults": [{"colour": "red"}]}, "provider.faults[0]"),
     ({"webhooks": [{"path": "hooks", "secret": "whsec_test_probe"}]}, "provider.webhooks[0].path"),
     ({"webhooks": [{"path": "/hooks", "secret": "short"}]}, "provider.webhooks[0].secret"),
+    ({"webhooks": [{"path": "/hooks", "secret": "whsec_test_probe", "kinds": ["retry"]}]},
+     "provider.webhooks[0].kinds"),
+    ({"webhooks": [{"path": "/hooks", "secret": "whsec_test_probe", "kinds": "first"}]}, "provider.webhooks[0].kinds"),
+    ({"webhooks": [{"path": "/hooks", "secret": "whsec_test_probe", "scheme": "github"}]},
+     "provider.webhooks[0].scheme"),
+    ({"webhooks": [{"path": "/hooks", "secret": "whsec_test_probe", "timeout": 0}]}, "provider.webhooks[0].timeout"),
+    ({"webhooks": [{"path": "/hooks", "secret": "whsec_test_probe", "late_after": "2m"}]},
+     "provider.webhooks[0].late_after"),
+    ({"webhooks": [{"path": "/a", "secret": "whsec_test_probe", "name": "x"},
+                   {"path": "/b", "secret": "whsec_test_probe", "name": "x"}]}, "provider.webhooks"),
     ({"endpoints": ["refund"]}, "provider.endpoints"),
     ({"colour": 1}, "provider"),
 ])

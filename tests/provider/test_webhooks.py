@@ -15,10 +15,12 @@ import pytest
 import stripe
 
 from harness.provider.cards import card_named
+from harness.provider.errors import ProviderError
 from harness.provider.ledger import Ledger
-from harness.provider.outbox import Endpoint, Outbox
+from harness.provider.outbox import OUTBOX_KINDS, Endpoint, Outbox
 from harness.provider.records import DeliveryRecord, RequestInfo
 from harness.provider.server import EmbeddedProvider, ProviderConfig
+from harness.webhooks.deliveries import CONCURRENT_COPY, FIRST, LATE_DUPLICATE, OUT_OF_ORDER
 from harness.webhooks.sender import RetrySchedule
 from tests.provider.conftest import KEY
 
@@ -167,3 +169,75 @@ def test_a_full_queue_drops_and_records_never_blocks() -> None:
         ("charge.succeeded", True, 0), ("payment_intent.succeeded", True, 0)]
     outbox.stop(drain_timeout=0)  # the one queued event is dropped too, without waiting for a schedule
     assert [r.event_type for r in recorded][-1] == "payment_intent.created"
+
+
+def _pay(provider: EmbeddedProvider) -> list[str]:
+    """One confirmed payment (three events); the event ids in the order the ledger made them."""
+    client = stripe.StripeClient(KEY, base_addresses={"api": provider.url}, max_network_retries=0)
+    client.v1.payment_intents.create(params={"amount": 900, "currency": "eur", "confirm": True,
+                                            "payment_method": "pm_card_visa", "metadata": {"order_id": "o-d"}})
+    return [event.id for event in client.v1.events.list(params={"limit": 100}).data][::-1]
+
+
+def _deliveries(provider: EmbeddedProvider) -> list[DeliveryRecord]:
+    return [r for r in provider.ledger.records() if isinstance(r, DeliveryRecord)]
+
+
+@pytest.mark.parametrize("kind", [CONCURRENT_COPY, LATE_DUPLICATE])
+def test_duplicates_arrive_each_freshly_signed_and_accepted(receiver_url: tuple[str, StripeReceiver],
+                                                             kind: str) -> None:
+    url, receiver = receiver_url
+    config = ProviderConfig(webhooks=(Endpoint(url, SECRET, kinds=(kind,), late_after=1.1),))
+    with EmbeddedProvider(config) as provider:
+        stored = _pay(provider)
+        assert provider.outbox.drain(15)
+        records = _deliveries(provider)
+    assert receiver.refused == []  # construct_event accepted every copy
+    assert sorted(arrival.event_id for arrival in receiver.arrivals) == sorted(stored * 2)
+    if kind == LATE_DUPLICATE:  # signed 1.1 s later: a new timestamp, so a new signature
+        for event_id in stored:
+            first, late = [a.signature for a in receiver.arrivals if a.event_id == event_id]
+            assert first != late
+    assert sorted(r.kind for r in records) == sorted([FIRST, kind] * len(stored))
+    assert all(r.acknowledged for r in records)
+
+
+def test_held_events_arrive_out_of_order(receiver_url: tuple[str, StripeReceiver]) -> None:
+    url, receiver = receiver_url
+    config = ProviderConfig(webhooks=(Endpoint(url, SECRET, kinds=(OUT_OF_ORDER,), late_after=0.5),))
+    with EmbeddedProvider(config) as provider:
+        created, charged, succeeded = _pay(provider)
+        assert provider.outbox.drain(15)
+        records = _deliveries(provider)
+    # created is held and overtaken by charge.succeeded; succeeded is held with nothing after it,
+    # so it goes out plainly once its wait is over.
+    assert [a.event_id for a in receiver.arrivals] == [charged, created, succeeded]
+    assert receiver.refused == []
+    assert [(r.event_id, r.kind) for r in records] == [(charged, OUT_OF_ORDER), (created, OUT_OF_ORDER),
+                                                       (succeeded, FIRST)]
+
+
+def test_mixed_kinds_show_a_receiver_duplicates_and_disorder(receiver_url: tuple[str, StripeReceiver]) -> None:
+    url, receiver = receiver_url
+    config = ProviderConfig(seed=3, webhooks=(Endpoint(url, SECRET, kinds=OUTBOX_KINDS, late_after=0.3),))
+    with EmbeddedProvider(config) as provider:
+        stored: list[str] = []
+        kinds: set[str] = set()
+        for _ in range(15):  # the draws are seeded: bounded payments until every kind was played
+            stored = _pay(provider)
+            assert provider.outbox.drain(20)
+            kinds = {r.kind for r in _deliveries(provider)}
+            if kinds == set(OUTBOX_KINDS):
+                break
+    arrived = [a.event_id for a in receiver.arrivals]
+    assert receiver.refused == [] and set(arrived) == set(stored)
+    assert len(arrived) > len(set(arrived))  # duplicates
+    firsts = list(dict.fromkeys(arrived))
+    assert firsts != stored  # disorder: first arrivals not in the ledger's order
+    assert kinds == set(OUTBOX_KINDS)
+
+
+@pytest.mark.parametrize("kinds", [(), ("retry",), (FIRST, FIRST), ("tampered_body",)])
+def test_an_endpoint_refuses_kinds_it_cannot_play(kinds: tuple[str, ...]) -> None:
+    with pytest.raises(ProviderError, match="delivery kinds"):
+        Endpoint("http://127.0.0.1:9/hooks", SECRET, kinds=kinds)

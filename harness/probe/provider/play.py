@@ -9,7 +9,8 @@ service that proxy's URL as `{provider.url}`; the plan's toxics on `provider` th
 cut or reset the provider's answers after it charged.
 
 `webhook_base` is where the spec's `webhooks` paths live (the service's own address):
-every event of the ledger is delivered there, signed with the path's secret.
+every event of the ledger is delivered there, signed with the path's secret, as the
+entry's delivery kinds say (retries, concurrent copies, late duplicates, disorder).
 
 `export()` reads the ledger (typed records) and writes it to `ledger.ndjson` in the run
 directory, the ground truth the ledger invariants judge (harness.probe.ledger_checks).
@@ -46,7 +47,8 @@ class ProbeProvider:
         return f"{HOST}:{self.server.port}"
 
     def start(self, webhook_base: str | None = None) -> ProbeProvider:
-        hooks = tuple(Endpoint(url=f"{webhook_base.rstrip('/')}{hook.path}", secret=hook.secret)
+        hooks = tuple(Endpoint(url=f"{webhook_base.rstrip('/')}{hook.path}", secret=hook.secret, kinds=hook.kinds,
+                               late_after=hook.late_after, timeout=hook.timeout, tolerance=hook.tolerance)
                       for hook in self.spec.webhooks) if webhook_base else ()
         server = EmbeddedProvider(ProviderConfig(host=HOST, port=0, seed=self.seed,
                                                  api_keys=frozenset({self.spec.api_key}), webhooks=hooks))

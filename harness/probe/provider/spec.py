@@ -5,12 +5,23 @@
       key_by: /metadata/order_id      # a JSON pointer into a ledger charge: the business key
       api_key: sk_test_probe          # optional: the only secret key the provider accepts
       webhooks:                       # optional: the service's receivers of signed events
-        - {path: /webhooks/stripe, secret: whsec_test_probe}
+        - path: /webhooks/stripe
+          secret: whsec_test_probe
+          name: stripe                # optional (provider-webhook-<i>)
+          scheme: stripe              # optional; the only scheme the provider signs with
+          timeout: 10s                # optional: the provider's wait for an answer before it retries
+          tolerance: 300              # optional: the tolerance the receiver should accept
+          kinds: [first, concurrent_copy, late_duplicate, out_of_order]   # optional (default: all four)
+          late_after: 1s              # optional: a late duplicate's wait, an event's hold for disorder
       endpoints: [pay]                # optional: the endpoints that charge (default: all)
       faults:                         # optional: what a proxy cannot do (harness.provider.faults)
         - {operation: payment_intents.create, status: 500, when: after, probability: 0.3}
 
 `webhooks` paths are on the service the probe runs (`service:`), or on the upstream.
+Their knobs are the `webhooks:` entries' (harness.webhooks.config) where they apply to
+events the ledger makes, plus the delivery kinds the outbox plays
+(harness.provider.outbox): by default every kind, so a receiver sees retries,
+concurrent copies, late duplicates and events out of order, each freshly signed.
 Each fault is a `harness.provider.faults.FaultRule` (operation, status 500/429/null,
 when after/before, stored fault/result, delay, count, probability). Every error is the
 config's one-line error naming the field (`probe.yaml: provider.faults[0].status: ...`).
@@ -25,13 +36,17 @@ from typing import Any
 from harness.fieldcheck import FieldChecker
 from harness.provider.errors import ProviderError
 from harness.provider.faults import FaultRule
+from harness.provider.outbox import DEFAULT_LATE_AFTER, DEFAULT_TIMEOUT, MAX_LATE_AFTER, OUTBOX_KINDS, check_kinds
 from harness.provider.routes import OPERATIONS
+from harness.webhooks.schemes.base import DEFAULT_TOLERANCE
 
 KINDS = ("stripe",)
 KEYS = ("kind", "key_by", "api_key", "webhooks", "faults", "endpoints")
 DEFAULT_API_KEY = "sk_test_probe"
 _API_KEY = re.compile(r"^(sk|rk)_test_[A-Za-z0-9_]{1,200}$")
 _SECRET = re.compile(r"^\S{8,200}$")
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
+WEBHOOK_KEYS = ("name", "scheme", "timeout", "tolerance", "kinds", "late_after")
 
 
 @dataclass(frozen=True)
@@ -40,6 +55,11 @@ class ProviderWebhook:
 
     path: str
     secret: str
+    name: str = ""
+    timeout: float = DEFAULT_TIMEOUT
+    tolerance: int = DEFAULT_TOLERANCE
+    kinds: tuple[str, ...] = OUTBOX_KINDS
+    late_after: float = DEFAULT_LATE_AFTER
 
 
 @dataclass(frozen=True)
@@ -54,7 +74,7 @@ class ProviderSpec:
     def to_raw(self) -> dict[str, Any]:
         """The plain form `parse_provider` reads back (config.json)."""
         return {"kind": self.kind, "key_by": self.key_by, "api_key": self.api_key,
-                "webhooks": [asdict(hook) for hook in self.webhooks],
+                "webhooks": [{**asdict(hook), "kinds": list(hook.kinds)} for hook in self.webhooks],
                 "faults": [asdict(rule) for rule in self.faults], "endpoints": list(self.endpoints)}
 
 
@@ -85,15 +105,41 @@ def _webhooks(where: FieldChecker, raw: Any, path: str) -> tuple[ProviderWebhook
         raise where.error(path, "must be a list of {path, secret}")
     hooks = []
     for i, item in enumerate(raw):
-        entry = where.mapping(item, f"{path}[{i}]", required=("path", "secret"))
+        at = f"{path}[{i}]"
+        entry = where.mapping(item, at, required=("path", "secret"), optional=WEBHOOK_KEYS)
         url_path = entry["path"]
         if not isinstance(url_path, str) or not url_path.startswith("/") or any(c.isspace() for c in url_path):
-            raise where.error(f"{path}[{i}].path", f"must be a URL path starting with /, not {url_path!r}")
+            raise where.error(f"{at}.path", f"must be a URL path starting with /, not {url_path!r}")
         secret = entry["secret"]
         if not isinstance(secret, str) or not _SECRET.match(secret):
-            raise where.error(f"{path}[{i}].secret", "must be a signing secret of 8 or more characters "
+            raise where.error(f"{at}.secret", "must be a signing secret of 8 or more characters "
                               "without spaces, e.g. whsec_test_probe")
-        hooks.append(ProviderWebhook(path=url_path, secret=secret))
+        name = entry.get("name", f"provider-webhook-{i}")
+        if not isinstance(name, str) or not _NAME.match(name):
+            raise where.error(f"{at}.name", f"must be letters, digits, '.', '_' or '-', not {name!r}")
+        if entry.get("scheme", "stripe") != "stripe":
+            raise where.error(f"{at}.scheme", f"the provider signs with stripe only, not {entry['scheme']!r}")
+        timeout = where.duration(entry.get("timeout", DEFAULT_TIMEOUT), f"{at}.timeout")
+        if timeout <= 0:
+            raise where.error(f"{at}.timeout", "must be longer than 0s")
+        tolerance = where.duration(entry.get("tolerance", DEFAULT_TOLERANCE), f"{at}.tolerance")
+        if tolerance < 0 or tolerance != int(tolerance):
+            raise where.error(f"{at}.tolerance", f"must be whole seconds >= 0, not {entry.get('tolerance')!r}")
+        late_after = where.duration(entry.get("late_after", DEFAULT_LATE_AFTER), f"{at}.late_after")
+        if not 0 <= late_after <= MAX_LATE_AFTER:
+            raise where.error(f"{at}.late_after", f"must be 0-{MAX_LATE_AFTER:g}s, not {entry.get('late_after')!r}")
+        kinds_raw = entry.get("kinds", list(OUTBOX_KINDS))
+        if not isinstance(kinds_raw, list):
+            raise where.error(f"{at}.kinds", f"must be a list of {', '.join(OUTBOX_KINDS)}")
+        try:
+            kinds = check_kinds(kinds_raw)
+        except ProviderError as error:
+            raise where.error(f"{at}.kinds", str(error)) from None
+        hooks.append(ProviderWebhook(path=url_path, secret=secret, name=name, timeout=timeout,
+                                     tolerance=int(tolerance), kinds=kinds, late_after=late_after))
+    names = [hook.name for hook in hooks]
+    if len(set(names)) != len(names):
+        raise where.error(path, "names a webhook twice (give each its own name)")
     return tuple(hooks)
 
 
