@@ -1,6 +1,9 @@
 # The two commands of the README: `make demo` and `make test`.
 VENV ?= .venv
-PYTEST_ARGS ?=
+# Four workers on two cores: most tests wait (servers starting, fixed-length chaos runs),
+# so the waits overlap; loadgroup keeps the tests of one shared session fixture on one
+# worker (tests/conftest.py). PYTEST_ARGS="-n 0" runs everything in one process.
+PYTEST_ARGS ?= -n 4 --dist loadgroup
 
 .PHONY: setup demo lint test bench clean
 

@@ -7,6 +7,10 @@ need an HTTP service of their own (the target app, an example) start it with
 that need a running embedded Toxiproxy ask for `embedded_toxiproxy`
 (tests/support/toxiproxy.py); a real PostgreSQL, `postgres_server` / `postgres_db`
 (tests/support/postgres.py).
+
+The suite runs on several pytest-xdist workers (Makefile): every fixture here is per
+worker (each its own redis-server, own ports, own tmp_path), and the tests of a module
+that shares one costly session fixture run on one worker (ONE_WORKER_MODULES).
 """
 
 from __future__ import annotations
@@ -76,6 +80,12 @@ def http_services(tmp_path: Path) -> Iterator[Callable[..., HttpService]]:
         service.stop()
 
 
+# Modules whose tests share a session fixture too costly to build once per xdist worker:
+# tests/e2e/test_smoke.py reads one whole `harness smoke` job (smoke_run, minutes of CPU
+# on two cores). Under `--dist loadgroup` (the Makefile's setting) each such module is one
+# unit of work; every other test is scheduled on its own, as with `--dist load`.
+ONE_WORKER_MODULES = ("tests/e2e/test_smoke.py",)
+
 # Whole-run packages: every test in them starts stacks, swarms and runs the checker
 # end to end (minutes in all), so the fast inner loop `-m "not slow"` leaves them out.
 SLOW_PACKAGES = ("e2e", "lifecycle", "webui")
@@ -87,3 +97,21 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         path = Path(item.fspath)
         if path.is_relative_to(tests_root) and path.relative_to(tests_root).parts[0] in SLOW_PACKAGES:
             item.add_marker(pytest.mark.slow)
+
+
+# Why a scheduler of our own: pytest-xdist's loadgroup tags each test's node id with its
+# xdist_group in the worker (item._nodeid), which pytest 9 no longer reads, so the marks
+# group nothing; the scheduling half of loadgroup is public (LoadScopeScheduling and this
+# hook) and needs only to be told each test's unit of work.
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
+    if config.getoption("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ModuleGroups(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::", 1)[0]
+            return module if module in ONE_WORKER_MODULES else nodeid
+
+    return ModuleGroups(config, log)

@@ -61,6 +61,17 @@ def answers(probed: ProbedService) -> bool:
         return False
 
 
+def all_stopped(pids: list[int], *, within: float = 5.0) -> bool:
+    """True once every pid is stopped: SIGSTOP is sent at once but takes effect when the
+    kernel next schedules each process, later than the kill() on a busy machine."""
+    deadline = time.monotonic() + within
+    while not all(pid_stopped(pid) for pid in pids):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
+
+
 def test_faults_act_on_the_whole_group_and_every_start_waits_until_ready(tmp_path: Path) -> None:
     guard = Recorder()
     probed = service(tmp_path, guard)
@@ -70,7 +81,7 @@ def test_faults_act_on_the_whole_group_and_every_start_waits_until_ready(tmp_pat
         assert first is not None and answers(probed) and guard.groups == [first]
         assert len(group_members(first)) == 2  # the parent and its serving child
         probed.pause("service")
-        assert all(pid_stopped(pid) for pid in group_members(first))
+        assert all_stopped(group_members(first))
         probed.check()  # paused is not dead
         probed.resume("service")
         assert answers(probed)
