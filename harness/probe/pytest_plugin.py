@@ -17,7 +17,10 @@ Fixtures:
   dependencies={"db": "127.0.0.1:5432"})` (no upstream) has the probe run the
   service itself, as a config's `service:` and `dependencies:` do. `probe(upstream,
   webhooks=[...])` probes a webhook receiver (the config's `webhooks:`, alone or beside
-  the endpoints): the harness plays the provider. `provider={...}` adds the config's
+  the endpoints): the harness plays the provider. `probe(service=..., dependencies=...,
+  messages=[...])` probes a message consumer (the config's `messages:`, alone or beside
+  the endpoints): the probe publishes with duplicates on purpose, and a plan such as
+  `probe-redelivery` provokes redeliveries. `provider={...}` adds the config's
   `provider:` (a payment provider behind the proxy `provider`, its ledger judged:
   money_moved_once, ...).
 - `payment_provider`: a Stripe-compatible `harness.provider.server.EmbeddedProvider`
@@ -119,11 +122,13 @@ def idempotency_probe(request: pytest.FixtureRequest, toxiproxy: ToxiproxyHandle
                       tmp_path: Path) -> Callable[..., Any]:
     """`probe(upstream=None, config=None, *, plan=None, duration=None, users=None, seed=None,
     min_acknowledged=None, service=None, dependencies=None, identities=None, effects=None, webhooks=None,
-    **simple)` → ProbeResult. `config` is a YAML path, a dict in the config's format, or
+    messages=None, **simple)` → ProbeResult. `config` is a YAML path, a dict in the config's format, or
     None with `path=`/`body=` (the flags of `harness probe`); with `service=` there is no
     upstream to give. `identities=` is the config's `identities:` (a list of header maps);
     `effects=` an endpoint's `effects:` for every endpoint, or {endpoint name: effects};
     `webhooks=` the config's `webhooks:` (a list of entries; alone, no endpoint is needed);
+    `messages=` the config's `messages:` (a list of entries, each with its `effects:`; alone,
+    no endpoint is needed: give the consumer as `service=` and its broker link as `dependencies=`);
     `provider=` the config's `provider:` (a dict, or True for its defaults): the probe runs a
     payment provider for the service (`{provider.url}`) and judges its ledger."""
     from harness.bundled import plan_path
@@ -149,6 +154,7 @@ def idempotency_probe(request: pytest.FixtureRequest, toxiproxy: ToxiproxyHandle
         dependencies = merged.pop("dependencies", None)
         identities, effects = merged.pop("identities", None), merged.pop("effects", None)
         webhooks = merged.pop("webhooks", None)  # the config's `webhooks:` (harness.probe.webhooks)
+        messages = merged.pop("messages", None)  # the config's `messages:` (harness.probe.messages)
         provider = merged.pop("provider", None)  # the config's `provider:` (True: its defaults)
         provider = {} if provider is True else provider
         plan = merged.pop("plan", None)
@@ -158,9 +164,11 @@ def idempotency_probe(request: pytest.FixtureRequest, toxiproxy: ToxiproxyHandle
             parsed = load_config(Path(config))
         elif isinstance(config, dict):
             parsed = parse_config(config, source="idempotency_probe")
-        elif webhooks is not None and not merged:  # a receiver alone: no endpoint flags
-            parsed = parse_config({"webhooks": webhooks}, source="idempotency_probe")
-            webhooks = None
+        elif (webhooks is not None or messages is not None) and not merged:  # no endpoint flags
+            alone = {name: value for name, value in (("webhooks", webhooks), ("messages", messages))
+                     if value is not None}
+            parsed = parse_config(alone, source="idempotency_probe")
+            webhooks = messages = None
         else:
             parsed = simple_config(upstream=address, **merged)
         if service is not None or dependencies is not None or provider is not None:
@@ -172,6 +180,8 @@ def idempotency_probe(request: pytest.FixtureRequest, toxiproxy: ToxiproxyHandle
                                   source="idempotency_probe")
         if webhooks is not None:
             parsed = parse_config({**parsed.to_dict(), "webhooks": webhooks}, source="idempotency_probe")
+        if messages is not None:
+            parsed = parse_config({**parsed.to_dict(), "messages": messages}, source="idempotency_probe")
         if identities is not None or effects is not None:
             from harness.probe.effects import with_effects
 

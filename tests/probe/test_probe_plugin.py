@@ -3,10 +3,15 @@ file uses the fixtures and markers exactly as docs/probe.md shows."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 from probe_helpers import ROOT
+from test_messages_rabbitmq import consumer_config
+
+from tests.support.postgres import PostgresServer
+from tests.support.rabbitmq import RabbitServer
 
 pytest_plugins = ["pytester"]
 pytestmark = pytest.mark.slow
@@ -71,3 +76,41 @@ def test_chaos_stack_fixture_starts_and_stops_the_stack(pytester: pytest.Pyteste
     root = Path((pytester.path / "root.txt").read_text())
     assert root.is_dir(), root
     assert not (root / "state.json").exists(), "the stack was stopped after the test"
+
+
+def test_a_team_probes_its_message_consumer_with_messages(pytester: pytest.Pytester, rabbitmq_server: RabbitServer,
+                                                          rabbitmq_queue: str, postgres_server: PostgresServer,
+                                                          tmp_path: Path) -> None:
+    """`idempotency_probe(service=..., dependencies=..., messages=[...])` on a real RabbitMQ
+    and PostgreSQL: the correct example consumer passes probe-redelivery, the auto-ack one
+    is caught by published_fact_applied, and the summary names the messages played."""
+    sections = {}
+    names = [f"plugin_{mode.replace('-', '_')}_{os.getpid()}" for mode in ("correct", "auto-ack")]
+    for mode, name in zip(("correct", "auto-ack"), names, strict=True):
+        db = postgres_server.create_database(name)
+        raw = consumer_config(mode, rabbitmq_server, f"{rabbitmq_queue}-{mode}", db)
+        sections[mode] = {name: raw[name] for name in ("service", "dependencies", "messages")}
+    pytester.makepyfile(test_consumer=f"""
+        import pytest
+
+        SECTIONS = {sections!r}
+
+        @pytest.mark.chaos
+        def test_correct_consumer_takes_each_payment_once(idempotency_probe):
+            result = idempotency_probe(**SECTIONS["correct"], plan="probe-redelivery", duration=5)
+            assert result.passed, result.summary()
+            assert "messages published" in result.summary() and "requests" not in result.summary()
+            assert result.check.counts["messages"]["payments"]["redeliveries"] > 0
+
+        @pytest.mark.chaos
+        def test_auto_ack_consumer_is_caught(idempotency_probe):
+            result = idempotency_probe(**SECTIONS["auto-ack"], plan="probe-redelivery", duration=5)
+            assert result.verdict == "fail", result.summary()
+            assert any(v["invariant"] == "published_fact_applied" for v in result.violations)
+    """)
+    try:
+        result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-q", "-p", "no:logging")
+    finally:
+        for name in names:
+            postgres_server.drop_database(name)
+    result.assert_outcomes(passed=2)
