@@ -13,7 +13,9 @@ A probe plan is an ordinary plan (docs/nemesis.md) whose targets are the probe's
 - service NAME for each broker the probe owns (a `messages:` entry's `process:`, named
   by its `name`, harness.probe.brokers.process): `restart` stops it cleanly and starts
   it again, `kill`, `pause` as for the service. A process fault naming a broker the
-  probe does not own is refused before the run.
+  probe does not own is refused before the run;
+- `provider_fault` windows (harness.probe.provider.plan): a provider-side fault armed on
+  the run's payment provider, only when the config has `provider:`.
 
 `ProbeTargets` holds a run's names (plan name → the proxy's real name on the
 Toxiproxy). `load_probe_plan(path, targets)` (or `parse_probe_plan(raw, source=...,
@@ -34,6 +36,8 @@ import yaml
 
 from harness.nemesis.faults import Fault, FaultWindow, ProcessFault, ProxyDownFault, TargetType, ToxicFault
 from harness.nemesis.plans import Plan, PlanError, PlanTargets, parse_plan, schedule
+from harness.probe.provider.plan import TARGET as PROVIDER
+from harness.probe.provider.plan import ProviderPlanFault, split_provider_windows
 
 APP = "app"  # how a plan names the probe's proxy in front of the service
 SERVICE = "service"  # how a plan names the service's process
@@ -85,9 +89,24 @@ def load_probe_plan(path: Path, targets: ProbeTargets) -> Plan:
 
 def parse_probe_plan(raw: Any, *, source: str, targets: ProbeTargets) -> Plan:
     """Check a plan already parsed from YAML against a probe's targets (PlanError)."""
-    plan = parse_plan(raw, source=source, targets=_AnyTarget(proxies=(), services=()))
+    # `provider_fault:` windows are the probe's own kind (harness.probe.provider.plan).
+    raw, provider_windows = split_provider_windows(raw, source=source)
+    if provider_windows and not raw.get("windows") and raw.get("random") is None:
+        plan = Plan(seed=_seed(raw, source), windows=provider_windows, source=source)
+    else:
+        plan = parse_plan(raw, source=source, targets=_AnyTarget(proxies=(), services=()))
+        plan = replace(plan, windows=(*plan.windows, *provider_windows))
     check_probe_plan(plan, targets)
     return plan
+
+
+def _seed(raw: Any, source: str) -> int:
+    seed = raw.get("seed")
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise PlanError(f"{source}: seed: must be an integer")
+    if raw.get("promises"):
+        raise PlanError(f"{source}: promises: go with toxic windows, not with provider faults alone")
+    return seed
 
 
 def check_probe_plan(plan: Plan, targets: ProbeTargets) -> None:
@@ -102,6 +121,9 @@ def check_probe_plan(plan: Plan, targets: ProbeTargets) -> None:
 
 
 def _problem(fault: Fault, targets: ProbeTargets) -> str | None:
+    if isinstance(fault, ProviderPlanFault):
+        return None if PROVIDER in targets.proxies else \
+            "a provider fault needs the probe's payment provider (`provider:` in the probe config)"
     if isinstance(fault, ProcessFault):
         if fault.service in targets.brokers:
             return None

@@ -65,6 +65,7 @@ from harness.probe.ledger_checks import rows_to_dicts as ledger_rows_to_dicts
 from harness.probe.messages.checks import check_messages, combine
 from harness.probe.messages.play import MessageOutcome, MessagePlay
 from harness.probe.plan_targets import ProbeTargets, load_probe_plan, probe_windows
+from harness.probe.provider.plan import bind_provider_faults
 from harness.probe.rig import ProbeRig
 from harness.probe.webhooks.checks import check_webhooks
 from harness.probe.webhooks.checks import combine as combine_webhooks
@@ -175,6 +176,7 @@ def run_probe(spec: ProbeSpec) -> ProbeResult:
           MessagePlay(config.messages, run_dir, seed=config.load.seed, duration=config.load.duration) as play,
           WebhookPlay(config.webhooks, run_dir, seed=config.load.seed, duration=config.load.duration) as hooks):
         windows = probe_windows(plan, config.load.duration, rig.targets) if plan is not None else []
+        windows = bind_provider_faults(windows, rig.provider.control() if rig.provider is not None else None)
         _load(spec, run_dir, rig, windows, play, hooks)
         rig.heal()
         rig.check()

@@ -214,7 +214,15 @@ class ProviderApi:
             if request.method == "GET":
                 return self._faults_answer(base)
             if request.method == "DELETE":
-                self.faults.clear()
+                if not request.body.strip():
+                    self.faults.clear()
+                    return self._faults_answer(base)
+                try:  # one rule: the heal of a plan's window, leaving the config's rules in force
+                    rule = FaultRule.from_json(json.loads(request.body))
+                except (ValueError, ProviderError) as error:
+                    return _problem(400, str(error), base)
+                if self.faults.remove(rule) is None:
+                    return _problem(404, f"no such fault in force: {rule.describe()} on {rule.operation}", base)
                 return self._faults_answer(base)
             if request.method == "POST":
                 try:

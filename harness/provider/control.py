@@ -33,6 +33,10 @@ class ProviderControl:
         return [(FaultRule.from_json({k: v for k, v in item.items() if k != "hits"}), int(item["hits"]))
                 for item in answer["faults"]]
 
+    def remove_fault(self, rule: FaultRule) -> None:
+        """Take out one rule in force (ProviderError when it is not)."""
+        self._call("DELETE", "/_harness/faults", json=rule.to_json())
+
     def clear_faults(self) -> None:
         self._call("DELETE", "/_harness/faults")
 

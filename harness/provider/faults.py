@@ -16,7 +16,8 @@ A `FaultRule` targets one operation (`payment_intents.confirm`, `refunds.create`
 matching request from the provider's seeded generator, so a run is repeatable.
 Replays of stored answers are never faulted. `Faults` is the thread-safe set of rules
 the server consults; rules parse from JSON (`FaultRule.from_json`) for the control
-endpoint `/_harness/faults`.
+endpoint `/_harness/faults` (POST adds, GET reads back with hits, DELETE clears all or,
+with a rule as its body, takes out that one: what a plan's `provider_fault` window does).
 """
 
 from __future__ import annotations
@@ -119,6 +120,15 @@ class Faults:
             raise ProviderError(f"unknown operation {rule.operation!r} (one of *, {', '.join(operations)})")
         with self._lock:
             self._rules.append([rule, 0])
+
+    def remove(self, rule: FaultRule) -> int | None:
+        """Take out the first rule equal to `rule`; its hits, or None when none was in force."""
+        with self._lock:
+            for index, entry in enumerate(self._rules):
+                if entry[0] == rule:
+                    del self._rules[index]
+                    return int(entry[1])
+        return None
 
     def clear(self) -> None:
         with self._lock:

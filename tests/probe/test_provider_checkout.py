@@ -110,3 +110,31 @@ def test_refuse_on_provider_error_refuses_a_payment_that_was_charged(
         postgres_db: PostgresDatabase, tmp_path: Path) -> None:
     result = probe(checkout_config(postgres_db, "refuse-on-provider-error"), tmp_path / "refuse")
     assert "refused_not_charged" in failed(result), explain(result)
+
+
+PLAN_FAULT = {"seed": 7, "windows": [
+    {"at": "0.3s", "for": "2.5s", "provider_fault": {"operation": "payment_intents.create", "status": 500,
+                                                   "when": "after", "probability": 0.2}}]}
+
+
+@pytest.mark.parametrize(("mode", "verdict"), [("fresh-key-per-attempt", "fail"), ("correct", "pass")])
+def test_a_plans_500_after_the_charge_catches_a_fresh_key_per_attempt(
+        mode: str, verdict: str, postgres_db: PostgresDatabase, tmp_path: Path) -> None:
+    """The provider fault comes from the plan (`provider_fault:`), none from the config."""
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(yaml.safe_dump(PLAN_FAULT))
+    # A low minimum: on a loaded machine the 4 s load answers few requests, and what is judged
+    # here is the ledger (money_moved_once), with the window's hits asserted below.
+    result = run_probe(ProbeSpec(config=checkout_config(postgres_db, mode, faults=[]), out_dir=tmp_path / mode,
+                                 plan=plan, min_acknowledged=3))
+    assert result.verdict == verdict, explain(result)
+    if verdict == "fail":
+        assert "money_moved_once" in failed(result), explain(result)
+    else:
+        assert {inv.name: inv.checked for inv in result.check.invariants}["money_moved_once"] > 0
+    [line] = [json.loads(line) for line in (result.run_dir / "faults.jsonl").read_text().splitlines()]
+    assert (line["kind"], line["target"], line["action"], line["error"]) == ("provider_fault", "provider",
+                                                                             "500 after", None)
+    assert line["hits"] > 0, line  # the provider counted the window's 500s after charges
+    requests = [r for r in read_ledger(result.run_dir / "ledger.ndjson") if getattr(r, "record", "") == "request"]
+    assert sum(getattr(r, "fault", None) == "500 after" for r in requests) == line["hits"]

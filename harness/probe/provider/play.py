@@ -22,6 +22,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from harness.probe.provider.spec import ProviderSpec
+from harness.provider.control import ProviderControl
 from harness.provider.outbox import Endpoint
 from harness.provider.records import LedgerRecord, write_ledger
 from harness.provider.server import EmbeddedProvider, ProviderConfig
@@ -56,6 +57,13 @@ class ProbeProvider:
             server.add_fault(rule)
         self.server = server.start()
         return self
+
+    def control(self) -> ProviderControl:
+        """The provider's control surface, straight to it (not through the proxy's toxics):
+        what a plan's provider_fault windows arm and read back."""
+        if self.server is None:
+            raise RuntimeError("the provider is not started")
+        return ProviderControl(self.server.url, self.spec.api_key)
 
     def export(self) -> list[LedgerRecord]:
         """The ledger now, also written to the run directory's ledger.ndjson."""
