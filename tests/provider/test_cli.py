@@ -28,6 +28,8 @@ from tests.provider.conftest import KEY
     (["--idempotency-ttl", "0"], "--idempotency-ttl"),
     (["--idempotency-ttl", "soon"], "--idempotency-ttl"),
     (["--api-key", "sk_live_123456789"], "test key"),
+    (["--webhook-kinds", "first,retry"], "webhook delivery kinds"),
+    (["--webhook-kinds", ","], "webhook delivery kinds"),
     (["--colour", "red"], "unrecognized arguments"),
 ])
 def test_bad_input_is_one_line_and_exit_2(capsys: pytest.CaptureFixture[str], argv: list[str], says: str) -> None:
