@@ -241,3 +241,18 @@ def test_mixed_kinds_show_a_receiver_duplicates_and_disorder(receiver_url: tuple
 def test_an_endpoint_refuses_kinds_it_cannot_play(kinds: tuple[str, ...]) -> None:
     with pytest.raises(ProviderError, match="delivery kinds"):
         Endpoint("http://127.0.0.1:9/hooks", SECRET, kinds=kinds)
+
+
+def test_a_held_event_never_sent_is_recorded_dropped_at_stop(receiver_url: tuple[str, StripeReceiver]) -> None:
+    url, receiver = receiver_url
+    config = ProviderConfig(webhooks=(Endpoint(url, SECRET, kinds=(OUT_OF_ORDER,), late_after=30),))
+    provider = EmbeddedProvider(config).start()
+    try:
+        client = stripe.StripeClient(KEY, base_addresses={"api": provider.url}, max_network_retries=0)
+        client.v1.payment_intents.create(params={"amount": 900, "currency": "eur"})  # one event: held
+        wait_for(lambda: provider.outbox.pending() == 1 and not provider.outbox.drain(0))
+    finally:
+        provider.stop(drain_timeout=0)  # held for 30 s: stopping does not wait for it
+    assert receiver.arrivals == []
+    [record] = _deliveries(provider)
+    assert (record.kind, record.dropped, record.attempts) == (OUT_OF_ORDER, True, 0)
