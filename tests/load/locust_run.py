@@ -1,7 +1,8 @@
 """Run a locustfile headless in a subprocess and read back what it recorded.
 
 Locust monkey-patches the process it is imported in, so the tests never import it
-(nor harness.load); they run `python -m locust` the way the harness does.
+(nor the modules of harness.load that import it: settings is plain); they run
+`python -m locust` the way the harness does, for a load of `--harness-run-time` seconds.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.history import history_files, iter_records
+from harness.load.settings import RUN_TIME_FLAG
 from harness.ports import free_port
 from harness.stack.info import StackInfo
 
@@ -24,9 +26,12 @@ LOCUSTFILES = REPO / "harness" / "locustfiles"
 
 def run_locust(locustfile: str, host: str, env: dict[str, str], *, users: int = 4,
                seconds: int = 4, processes: int = 1, timeout: float = 60.0) -> int:
-    """Run headless; the number of requests in Locust's final statistics."""
+    """Run headless for `seconds` of load; the number of requests in Locust's final statistics."""
+    # --harness-run-time, not Locust's -t: -t's clock starts before the users, and on a
+    # machine busy with other test workers Locust's own start used up all of a 2 s run
+    # (no request at all); the harness's counts from test_start, as the harness runs it.
     args = [sys.executable, "-m", "locust", "-f", str(LOCUSTFILES / locustfile), "--headless",
-            "-u", str(users), "-r", str(users), "-t", f"{seconds}s", "--host", host,
+            "-u", str(users), "-r", str(users), RUN_TIME_FLAG, str(seconds), "--host", host,
             "--only-summary", "--stop-timeout", "1", "--exit-code-on-error", "0", "--json"]
     if processes > 1:
         port = free_port()

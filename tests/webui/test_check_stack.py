@@ -17,10 +17,14 @@ RUN_FILES = ("settings.json", "baseline.ndjson", "export.ndjson", "final_reads.n
 
 
 def swarm(stack: Stack, workdir: Path, histories: Path, seconds: int = 6) -> None:
-    """`locust --headless` by hand, recording into `histories`."""
+    """`locust --headless` by hand, recording into `histories`, for `seconds` of load.
+
+    --harness-run-time, not Locust's -t: -t's clock starts before the users, and on a
+    machine busy with other test workers Locust's start ate the whole run (nothing acknowledged)."""
     completed = subprocess.run(
         [str(LOCUST), "-f", str(REPO / "harness" / "locustfiles" / "timeout_replay.py"), "--headless", "-u", "6", "-r", "6",
-         "-t", f"{seconds}s", "--harness-root", str(stack.root), "--harness-history-dir", str(histories)],
+         "--harness-run-time", str(seconds), "--harness-root", str(stack.root),
+         "--harness-history-dir", str(histories)],
         cwd=workdir, env=clean_env(), capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
     assert completed.returncode in (0, 1), completed.stderr[-3000:]  # 1: some requests failed, by design
 
@@ -92,7 +96,7 @@ def test_whole_state_judges_a_swarm_that_was_never_begun(tmp_path: Path) -> None
     try:
         completed = subprocess.run(
             [str(LOCUST), "-f", str(REPO / "harness" / "locustfiles" / "timeout_replay.py"), "--headless", "-u", "6",
-             "-r", "6", "-t", "6s", "--harness-root", str(fresh.root)],
+             "-r", "6", "--harness-run-time", "6", "--harness-root", str(fresh.root)],
             cwd=tmp_path, env=clean_env(), capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
         assert completed.returncode in (0, 1), completed.stderr[-3000:]
         [histories] = list((tmp_path / "runs").glob("swarm-*/histories"))
