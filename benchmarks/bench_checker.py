@@ -5,6 +5,7 @@
     .venv/bin/python benchmarks/bench_checker.py --row 100000,1,0,0 --repeat 1   # one row
     .venv/bin/python benchmarks/bench_checker.py --compare OLD_TREE   # this checker beside another
     .venv/bin/python benchmarks/bench_checker.py --row 1000000,1,0,0 --repeat 1   # 10^7 operations
+    .venv/bin/python benchmarks/bench_checker.py --row 1000000,1,0,0 --repeat 1 --run-dir /tmp/r7  # kept
 
 The 10^7 row (10^6 orders, 1.1 x 10^7 operations) writes 7.5 GB of history to the
 temp directory in about 75 s on the project's VM, then checks it in 1-5 minutes
@@ -21,6 +22,12 @@ a fixed number of operations per order (memory should grow linearly), then keep
 the orders and multiply the operations by adding duplicate rounds (memory should
 stay flat), then add duplicate payments so the evidence pass runs too.
 Results go to benchmarks/results/checker.md by hand.
+
+CPU time is the check's own user + system time from resource.getrusage, not wall
+time: the machine is shared, and neighbours stretch wall time far more than CPU.
+`--run-dir DIR` keeps the generated run in DIR (generated there when DIR does not
+exist yet, reused as it is when it does), so the 10^7 row is generated once and
+checked as often as needed.
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ import argparse
 import hashlib
 import json
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -210,7 +218,7 @@ def measure(run_dir: Path, tree: Path | None = None) -> dict:
     """Check the run in a fresh interpreter: wall time and peak RSS of the check alone."""
     # VmHWM (not ru_maxrss, which a forked child inherits from this big parent)
     code = (
-        "import json, time, sys\n"
+        "import json, resource, time, sys\n"
         "from pathlib import Path\n"
         "from harness.check.checker import check_run\n"
         "def hwm():\n"
@@ -222,10 +230,13 @@ def measure(run_dir: Path, tree: Path | None = None) -> dict:
         "    run = RunDir(Path(sys.argv[1]))\n"
         "except ImportError:  # an older tree (--compare): check_run took the path\n"
         "    run = Path(sys.argv[1])\n"
+        "def cpu_s():\n"
+        "    usage = resource.getrusage(resource.RUSAGE_SELF)\n"
+        "    return usage.ru_utime + usage.ru_stime\n"
         "base = hwm()\n"
-        "start, cpu = time.perf_counter(), time.process_time()\n"
+        "start, cpu = time.perf_counter(), cpu_s()\n"
         "result = check_run(run)\n"
-        "seconds, cpu = time.perf_counter() - start, time.process_time() - cpu\n"
+        "seconds, cpu = time.perf_counter() - start, cpu_s() - cpu\n"
         "peak = hwm()\n"
         "print(json.dumps({'seconds': seconds, 'cpu': cpu, 'peak_mib': peak / 1024, 'base_mib': base / 1024,\n"
         "                  'valid': result.valid, 'verdict': result.verdict,\n"
@@ -242,6 +253,61 @@ def measure(run_dir: Path, tree: Path | None = None) -> dict:
     return json.loads(output.strip().splitlines()[-1])
 
 
+# The fields the checker's fold reads from a record (harness.check.invariants.consume_pairs):
+# what a decoder that skips the others would have to produce.
+FOLD_FIELDS = ("type", "op_id", "op", "tenant", "expect", "must_reject", "order_id", "provider_ref",
+               "message_id", "idempotency_key", "fingerprint", "sku", "quantity", "amount_cents",
+               "status", "replayed", "body_digest", "problem_type", "answer")
+
+
+def compare_parsers(run_dir: Path) -> None:
+    """CPU seconds to decode every history line of a run, per decoder, alternating twice:
+    the evidence for choosing the reader's parser (orjson now; msgspec when installed,
+    into dicts and into a struct of FOLD_FIELDS only, which skips the other fields)."""
+    decoders = {"orjson.loads (dicts, every field)": orjson.loads}
+    try:
+        import msgspec
+    except ImportError:
+        print("<!-- msgspec is not installed: only orjson measured -->")
+    else:
+        fold = msgspec.defstruct("FoldRecord", [(name, object, None) for name in FOLD_FIELDS])
+        decoders["msgspec (dicts, every field)"] = msgspec.json.Decoder().decode
+        decoders["msgspec (struct of the fold's fields)"] = msgspec.json.Decoder(fold).decode
+    files = sorted((run_dir / "histories").glob("*.jsonl"))
+    best: dict[str, float] = {}
+    for _ in range(2):
+        for label, decode in decoders.items():
+            started = resource.getrusage(resource.RUSAGE_SELF)
+            for path in files:
+                with open(path, "rb") as handle:
+                    for line in handle:
+                        decode(line)
+            ended = resource.getrusage(resource.RUSAGE_SELF)
+            cpu = ended.ru_utime + ended.ru_stime - started.ru_utime - started.ru_stime
+            best[label] = min(cpu, best.get(label, cpu))
+    print("| decoder | CPU s to decode every history line (best of 2) |\n|---|---:|")
+    for label, cpu in best.items():
+        print(f"| {label} | {cpu:.2f} |", flush=True)
+
+
+ROW_FILE = "bench-row.json"  # in a kept run directory: the row it was generated for
+
+
+def _generated(run_dir: Path, *, orders: int, rounds: int, duplicates: int, lost: int) -> int:
+    """The run's operation count: generated into run_dir, or read back from a kept run
+    of the same row (a kept run of another row is refused, not silently measured)."""
+    row = {"orders": orders, "rounds": rounds, "duplicates": duplicates, "lost": lost}
+    marker = run_dir / ROW_FILE
+    if run_dir.exists():
+        kept = json.loads(marker.read_text()) if marker.is_file() else None
+        if kept is None or {name: kept.get(name) for name in row} != row:
+            sys.exit(f"{run_dir} holds no run of row {row} (its {ROW_FILE}: {kept})")
+        return int(kept["operations"])
+    operations = generate(run_dir, orders=orders, rounds=rounds, duplicates=duplicates, lost=lost)
+    marker.write_text(json.dumps({**row, "operations": operations}))
+    return operations
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small sizes only")
@@ -252,7 +318,14 @@ def main() -> None:
                         help="one row only, e.g. 100000,1,0,0 (for iterating on the checker)")
     parser.add_argument("--compare", type=Path, metavar="DIR",
                         help="also check each row with the harness package in DIR, alternating")
+    parser.add_argument("--run-dir", type=Path, metavar="DIR",
+                        help="one row only: generate its run in DIR when DIR does not exist, "
+                             "else check the run already there (generating 10^7 takes minutes)")
+    parser.add_argument("--parsers", action="store_true",
+                        help="with --run-dir: also time each JSON decoder over the run's history lines")
     args = parser.parse_args()
+    if args.run_dir is not None and not args.row:
+        parser.error("--run-dir needs --row (one run directory holds one row)")
     # (orders, duplicate rounds, second payments, lost payments)
     if args.row:
         rows = [tuple(int(part) for part in args.row.split(","))]
@@ -268,9 +341,10 @@ def main() -> None:
         injected = (f"{duplicates:,} second payments" if duplicates else
                     f"{lost:,} lost payments" if lost else "none")
         with tempfile.TemporaryDirectory(prefix="bench-checker-") as temp:
-            run_dir = Path(temp) / "run"
+            run_dir = args.run_dir if args.run_dir is not None else Path(temp) / "run"
             started = time.perf_counter()
-            operations = generate(run_dir, orders=orders, rounds=rounds, duplicates=duplicates, lost=lost)
+            operations = _generated(run_dir, orders=orders, rounds=rounds, duplicates=duplicates,
+                                    lost=lost)
             generated = time.perf_counter() - started
             runs, others = [], []
             for _ in range(max(1, args.repeat)):
@@ -290,6 +364,8 @@ def main() -> None:
         print(f"| {orders:,} | {operations:,} | {injected} | {figures['seconds']:.2f} | {figures['cpu']:.2f} "
               f"| {figures['peak_mib']:.0f} | {figures['peak_mib'] - figures['base_mib']:.0f} "
               f"| {figures['verdict']} |", flush=True)
+        if args.parsers:
+            compare_parsers(run_dir)
         walls = ", ".join(f"{figure['seconds']:.2f}" for figure in runs)
         print(f"<!-- generated in {generated:.1f} s; violations {figures['violations']}; "
               f"wall of each check {walls} s -->", flush=True)
