@@ -259,3 +259,16 @@ def test_the_watcher_carries_counts_across_a_broker_restart() -> None:
     readings = [watcher.read() for _ in range(4)]
     assert [(s.redeliveries, s.stored) for s in readings] == [(3, 10), (5, 20), (6, 22), (7, 26)]
     assert watcher.highest == 7
+
+
+def test_a_config_with_an_owned_broker_reads_back_the_same(tmp_path: Path) -> None:
+    raw = yaml.safe_load(CONFIG.read_text())
+    raw["messages"][0]["process"] = {"name": "rabbit", "command": ["rabbitmq-server"], "env": {"A": "1"},
+                                     "cwd": "/tmp/x", "ready": {"timeout": "30s"}, "stop_timeout": "4s",
+                                     "after_stop": ["epmd", "-kill"]}
+    config = parse_config(raw, source="probe.yaml")
+    process = config.messages[0].spec.process
+    assert process is not None
+    assert (process.name, process.address, process.ready_timeout, process.stop_timeout, process.after_stop) == \
+        ("rabbit", "127.0.0.1:5672", 30.0, 4.0, ("epmd", "-kill"))
+    assert parse_config(config.to_dict(), source="probe.yaml") == config

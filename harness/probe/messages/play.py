@@ -34,7 +34,7 @@ from typing import Any
 import orjson
 
 from harness.history import history_files, iter_operations
-from harness.probe.brokers import Broker, BrokerStats, open_broker
+from harness.probe.brokers import Broker, BrokerError, BrokerStats, open_broker
 from harness.probe.config import MessageEndpoint
 from harness.probe.messages.producer import Producer
 from harness.probe.messages.spec import fact_of
@@ -106,6 +106,15 @@ class _Watcher:
                 self.highest = max(self.highest or 0, stats.redeliveries)
             self.last = stats
             return stats
+
+    def read_or_unknown(self) -> BrokerStats:
+        """`read()`, or nothing known while the broker cannot answer (it may be starting
+        again after a restart): the caller waits for the counts, bounded by its deadline."""
+        try:
+            return self.read()
+        except BrokerError as error:
+            self.error = f"{type(error).__name__}: {error}"
+            return BrokerStats(redeliveries=None, unacknowledged=None)
 
     def _run(self) -> None:
         while not self._stop.wait(WATCH_INTERVAL):
@@ -199,17 +208,22 @@ class MessagePlay:
         started = time.monotonic()
         deadline = started + spec.drain_timeout
         waiting = list(confirmed)
-        stats = watcher.read()
+        # A broker that reports its counts (all but RabbitMQ without `management:`) may not
+        # have them yet (a restarted RabbitMQ reports a recovered queue seconds after it
+        # accepts connections): unknown counts are waited for, never taken for an empty queue.
+        reports = spec.broker != "rabbitmq" or spec.management is not None
+        stats = watcher.read_or_unknown()
         progress = time.monotonic()
         while time.monotonic() < deadline:
             still = [fact for fact in waiting if oracle.count({"fact": fact}, {}).count == 0]
             if len(still) < len(waiting):
                 progress = time.monotonic()
             waiting = still
-            stats = watcher.read()
+            stats = watcher.read_or_unknown()
             empty = stats.unacknowledged == 0 and (stats.stored is None or stats.stored >= stored)
             # Drained: nothing waits, or the broker holds nothing and no effect came for a while (lost).
-            if (not waiting and not stats.unacknowledged) or (empty and time.monotonic() - progress > SETTLE):
+            known = stats.unacknowledged is not None or not reports
+            if (not waiting and not stats.unacknowledged and known) or (empty and time.monotonic() - progress > SETTLE):
                 outcome.drained = True
                 break
             time.sleep(POLL)
@@ -218,9 +232,10 @@ class MessagePlay:
         grace = time.monotonic() + STATS_GRACE
         # Counts not yet reported (a restarted broker's statistics start empty) are waited for too.
         while (not (stats.stored is None or stats.stored >= stored)
-               or (stats.redeliveries is None and stats.unacknowledged is not None)) and time.monotonic() < grace:
+               or (reports and stats.redeliveries is None)) \
+                and time.monotonic() < grace:
             time.sleep(POLL)
-            stats = watcher.read()
+            stats = watcher.read_or_unknown()
         outcome.stats_current = stats.stored is None or stats.stored >= stored
         outcome.backlog = stats.unacknowledged
         outcome.redeliveries = (max(watcher.highest or 0, stats.redeliveries)
