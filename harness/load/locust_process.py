@@ -27,6 +27,7 @@ from pathlib import Path
 
 from harness import bundled
 from harness.errors import HarnessError
+from harness.load.settings import RUN_TIME_FLAG
 from harness.ports import free_port
 from harness.process_handle import ProcessGuard, ProcessHandle
 from harness.stack.services import _child_setup
@@ -105,7 +106,9 @@ class LocustProcess(ProcessHandle):
             "--headless",
             "--users", str(self.users),
             "--spawn-rate", f"{self.spawn_rate:g}",
-            "--run-time", f"{max(1, round(self.duration))}s",
+            # The load's length from its first user, not from Locust's start (whole
+            # seconds, as --run-time counted them).
+            RUN_TIME_FLAG, f"{max(1, round(self.duration))}",
             "--stop-timeout", f"{self.stop_timeout:g}",
             "--host", self.host,
             "--csv", str(self.output_dir / "stats"),

@@ -131,6 +131,11 @@ def _env_default(spec: OptionSpec, environ: Mapping[str, str]) -> Any:
     return _BUILTIN.get(spec.dest, "")
 
 
+# The load's length in seconds from its start (Locust's test_start), the harness's
+# own counterpart of Locust's --run-time (harness.load.recording installs it).
+RUN_TIME_FLAG = "--harness-run-time"
+
+
 def add_options(parser: Any, environ: Mapping[str, str] | None = None) -> None:
     """Register every option on Locust's parser (or a plain argparse parser, for tests)."""
     env = os.environ if environ is None else environ
