@@ -56,7 +56,8 @@ from locust.event import EventHook, Events
 from locust.runners import STATE_STOPPED, MasterRunner, WorkerRunner
 
 from harness.history import DEFAULT_TENANT, Client, HistoryWriter, RecordSink, history_path
-from harness.load.settings import RUN_TIME_FLAG, LoadSettings, add_options, swarm_history_dir
+from harness.load.run_time import install_run_time
+from harness.load.settings import LoadSettings, add_options, swarm_history_dir
 from harness.load.toxics import ToxicWatch
 from harness.load.transport import (
     ACK_MESSAGE,
@@ -333,9 +334,6 @@ def install(events: Events) -> None:
 
     def on_parser(parser: Any, **_: Any) -> None:
         add_options(parser)
-        parser.add_argument(RUN_TIME_FLAG, type=float, default=None, metavar="SECONDS",
-                            help="headless: stop the load this long after it started (test_start), "
-                                 "unlike --run-time, whose clock starts before the users")
 
     def on_init(environment: Environment, **_: Any) -> None:
         runner = environment.runner
@@ -357,13 +355,6 @@ def install(events: Events) -> None:
 
     def on_test_start(environment: Environment, **_: Any) -> None:
         runner = environment.runner
-        run_time = getattr(environment.parsed_options, "harness_run_time", None)
-        if run_time is not None and runner is not None and not isinstance(runner, WorkerRunner):
-            # Counted from here, where the load begins: Locust's --run-time clock starts
-            # before test_start, and on a busy machine the users' start ate up to 4.4 s
-            # of a 6 s load (benchmarks/bench_detection.py). runner.quit is what
-            # Locust's own headless run-time end calls.
-            gevent.spawn_later(float(run_time), runner.quit)
         if isinstance(runner, WorkerRunner):
             # parsed_options now hold the master's values (the spawn message carried them).
             settings = LoadSettings.from_options(environment.parsed_options or {})
@@ -395,6 +386,7 @@ def install(events: Events) -> None:
         if process is not None and not isinstance(environment.runner, WorkerRunner):
             process.close()
 
+    install_run_time(events)  # the load's length from its first user (LocustProcess passes it)
     listen(events.init_command_line_parser, on_parser)
     listen(events.init, on_init)
     listen(events.test_start, on_test_start)

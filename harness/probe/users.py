@@ -46,6 +46,7 @@ from locust.runners import MasterRunner
 from harness.generators import render_path
 from harness.history import Client, HistoryWriter, history_path
 from harness.load.recording import Completion, listen, recorded_operation
+from harness.load.run_time import install_run_time
 from harness.load.signing import fingerprint
 from harness.probe.answers import CONFIG_ENV, HISTORY_ENV, classify
 from harness.probe.config import Endpoint, ProbeConfig, mutate_body, parse_config, render_body
@@ -112,6 +113,7 @@ def install(events: Events) -> None:
         if process is not None:
             process.close()
 
+    install_run_time(events)  # `harness probe` starts Locust with --harness-run-time
     listen(events.init, on_init)
     listen(events.quitting, on_stop)
 
