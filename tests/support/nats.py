@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from harness.ports import free_ports
+from tests.support.server_process import remove_folder, stop_server
 
 INSTALL_HINT = "nats-server is not installed: run scripts/setup.sh (apt-get install nats-server)"
 HOST = "127.0.0.1"
@@ -76,18 +77,11 @@ class NatsServer:
         raise NatsNotAvailable(f"nats-server on port {self.port} did not get ready:\n{tail}")
 
     def stop(self) -> None:
-        if self.process is not None:
-            if self.process.poll() is None:
-                self.process.send_signal(signal.SIGTERM)
-                try:
-                    self.process.wait(timeout=STOP_GRACE)
-                except subprocess.TimeoutExpired:
-                    os.killpg(self.process.pid, signal.SIGKILL)
-                    self.process.wait(timeout=STOP_GRACE)
-            self.process = None
-        if self.root is not None:
-            shutil.rmtree(self.root, ignore_errors=True)
-            self.root = None
+        """SIGTERM, SIGKILL of its group after a grace time; the folder is removed."""
+        stop_server(self.process, signal.SIGTERM, STOP_GRACE)
+        self.process = None
+        remove_folder(self.root)
+        self.root = None
 
 
 @pytest.fixture(scope="session")

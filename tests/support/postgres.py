@@ -28,7 +28,6 @@ from __future__ import annotations
 import itertools
 import os
 import pwd
-import shutil
 import signal
 import subprocess
 import tempfile
@@ -41,6 +40,7 @@ import psycopg
 import pytest
 
 from harness.ports import free_port
+from tests.support.server_process import remove_folder, stop_server
 
 BIN_DIR = Path("/usr/lib/postgresql/15/bin")
 INSTALL_HINT = "PostgreSQL is not installed: run scripts/setup.sh (apt-get install postgresql)"
@@ -154,20 +154,11 @@ class PostgresServer:
         raise PostgresNotAvailable(f"{what}:\n{tail}")
 
     def stop(self) -> None:
-        """Fast shutdown (SIGINT), SIGKILL after a grace time; the folder is removed."""
-        if self.process is not None:
-            if self.process.poll() is None:
-                self.process.send_signal(signal.SIGINT)
-                try:
-                    self.process.wait(timeout=STOP_GRACE)
-                except subprocess.TimeoutExpired:
-                    # The postmaster's children are in its session's process group.
-                    os.killpg(self.process.pid, signal.SIGKILL)
-                    self.process.wait(timeout=STOP_GRACE)
-            self.process = None
-        if self.root is not None:
-            shutil.rmtree(self.root, ignore_errors=True)
-            self.root = None
+        """Fast shutdown (SIGINT), SIGKILL of its group after a grace time; the folder is removed."""
+        stop_server(self.process, signal.SIGINT, STOP_GRACE)  # the postmaster's children are in its group
+        self.process = None
+        remove_folder(self.root)
+        self.root = None
 
     def create_database(self, name: str) -> PostgresDatabase:
         with psycopg.connect(self.dsn, autocommit=True) as connection:

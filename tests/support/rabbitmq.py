@@ -48,6 +48,7 @@ from pathlib import Path
 import pytest
 
 from harness.ports import free_ports
+from tests.support.server_process import remove_folder, stop_server
 
 SERVER = Path("/usr/lib/rabbitmq/bin/rabbitmq-server")
 INSTALL_HINT = "RabbitMQ is not installed: run scripts/setup.sh (apt-get install rabbitmq-server)"
@@ -202,27 +203,15 @@ class RabbitServer:
 
     def stop(self) -> None:
         """SIGTERM the node, SIGKILL its group after a grace time, stop its own epmd, remove the folder."""
-        if self.process is not None:
-            if self.process.poll() is None:
-                self.process.send_signal(signal.SIGTERM)
-                try:
-                    self.process.wait(timeout=STOP_GRACE)
-                except subprocess.TimeoutExpired:
-                    pass
-            try:
-                os.killpg(self.process.pid, signal.SIGKILL)  # what is left of its group
-            except ProcessLookupError:
-                pass
-            self.process.wait(timeout=STOP_GRACE)
-            self.process = None
+        stop_server(self.process, signal.SIGTERM, STOP_GRACE, sweep_group=True)  # what is left of its group
+        self.process = None
         if self.epmd_port:
             # This node's own port mapper (ERL_EPMD_PORT): never the system's.
             subprocess.run(["epmd", "-port", str(self.epmd_port), "-kill"], stdout=subprocess.DEVNULL,
                            stderr=subprocess.DEVNULL, env={**os.environ, "ERL_EPMD_ADDRESS": HOST},
                            check=False, timeout=10)
-        if self.root is not None:
-            shutil.rmtree(self.root, ignore_errors=True)
-            self.root = None
+        remove_folder(self.root)
+        self.root = None
 
 
 @pytest.fixture(scope="session")
