@@ -2,8 +2,10 @@
 VENV ?= .venv
 # Four workers on two cores: most tests wait (servers starting, fixed-length chaos runs),
 # so the waits overlap; loadgroup keeps the tests of one shared session fixture on one
-# worker (tests/conftest.py). PYTEST_ARGS="-n 0" runs everything in one process.
-PYTEST_ARGS ?= -n 4 --dist loadgroup
+# worker (tests/conftest.py). WORKERS="-n 0" runs everything in one process;
+# PYTEST_ARGS adds to it (a marker, -k, a path) without losing the workers.
+WORKERS ?= -n 4 --dist loadgroup
+PYTEST_ARGS ?=
 
 .PHONY: setup demo lint test bench clean
 
@@ -20,7 +22,7 @@ lint: setup
 	$(VENV)/bin/mypy
 
 test: lint
-	$(VENV)/bin/python -m pytest $(PYTEST_ARGS)
+	$(VENV)/bin/python -m pytest $(WORKERS) $(PYTEST_ARGS)
 
 bench: setup
 	$(VENV)/bin/python benchmarks/run_all.py
