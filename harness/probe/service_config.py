@@ -45,7 +45,7 @@ SERVICE_KEYS = ("command", "env", "cwd", "ready")
 DEFAULT_READY_TIMEOUT = 20.0
 # Names a probe plan gives a meaning of their own (harness.probe.plan_targets).
 RESERVED_NAMES = ("app", "service", "dependencies", "provider")
-_DEPENDENCY_NAME = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
+_PLAN_TARGET_NAME = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _PLACEHOLDER = re.compile(r"\{(port|provider\.url|dependency\.([^{}.]*)(?:\.(host|port))?)\}")
 PROVIDER = "provider"  # the payment provider's proxy among the rendered addresses (`{provider.url}`)
@@ -105,6 +105,18 @@ def render(text: str, port: int, dependencies: Mapping[str, str]) -> str:
     return _PLACEHOLDER.sub(fill, text)
 
 
+def check_plan_target_name(where: FieldChecker, name: object, path: str, *, what: str = "") -> str:
+    """A name a fault plan targets (a dependency, an owned broker): lowercase letters,
+    digits, '-' or '_', and none of the names a probe plan gives a meaning of its own."""
+    if not isinstance(name, str) or not _PLAN_TARGET_NAME.match(name):
+        raise where.error(path, f"{what}must be lowercase letters, digits, '-' or '_' (a fault plan names it), "
+                          f"not {name!r}")
+    if name in RESERVED_NAMES:
+        raise where.error(path, f"{name!r} means something else in a probe plan; choose another name "
+                          f"(reserved: {', '.join(RESERVED_NAMES)})")
+    return name
+
+
 def parse_dependencies(where: FieldChecker, raw: Any, address: Callable[[Any, str], str]) -> dict[str, str]:
     """`dependencies:` → {NAME: host:port}; `address(raw, path)` checks one host:port
     (the config's own upstream check)."""
@@ -113,12 +125,7 @@ def parse_dependencies(where: FieldChecker, raw: Any, address: Callable[[Any, st
     spec = where.mapping(raw, "dependencies", optional=tuple(raw) if isinstance(raw, dict) else ())
     result: dict[str, str] = {}
     for name, value in spec.items():
-        if not isinstance(name, str) or not _DEPENDENCY_NAME.match(name):
-            raise where.error(f"dependencies.{name}", "a dependency's name must be lowercase letters, digits, "
-                              f"'-' or '_' (a fault plan names it), not {name!r}")
-        if name in RESERVED_NAMES:
-            raise where.error(f"dependencies.{name}", f"{name!r} means something else in a probe plan; "
-                              f"choose another name (reserved: {', '.join(RESERVED_NAMES)})")
+        check_plan_target_name(where, name, f"dependencies.{name}", what="a dependency's name ")
         result[name] = address(value, f"dependencies.{name}")
     return result
 

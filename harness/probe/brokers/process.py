@@ -49,6 +49,7 @@ from urllib.parse import urlsplit
 
 from harness.errors import HarnessError
 from harness.fieldcheck import FieldChecker
+from harness.probe.service_config import check_plan_target_name
 from harness.process_handle import ProcessGuard
 from harness.stack import services as svc
 
@@ -59,9 +60,6 @@ DEFAULT_STOP_TIMEOUT = 15.0
 AFTER_STOP_TIMEOUT = 10.0
 READY_POLL = 0.2
 LOOPBACK = ("127.0.0.1", "localhost")
-# The names a probe plan already gives a meaning (harness.probe.plan_targets).
-RESERVED = ("app", "service", "dependencies", "provider")
-_NAME = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 T = TypeVar("T")
 
@@ -103,13 +101,7 @@ class BrokerProcessConfig:
 def parse_broker_process(where: FieldChecker, raw: Any, path: str, url: str) -> BrokerProcessConfig:
     """`process:` of a `messages:` entry whose broker listens at `url` (already checked)."""
     spec = where.mapping(raw, path, required=("command",), optional=tuple(k for k in KEYS if k != "command"))
-    name = spec.get("name", DEFAULT_NAME)
-    if not isinstance(name, str) or not _NAME.match(name):
-        raise where.error(f"{path}.name", "must be lowercase letters, digits, '-' or '_' (a fault plan names it), "
-                          f"not {name!r}")
-    if name in RESERVED:
-        raise where.error(f"{path}.name", f"{name!r} means something else in a probe plan; choose another name "
-                          f"(reserved: {', '.join(RESERVED)})")
+    name = check_plan_target_name(where, spec.get("name", DEFAULT_NAME), f"{path}.name")
     parts = urlsplit(url)
     if parts.hostname not in LOOPBACK or parts.port is None:
         raise where.error(f"{path}", f"the probe owns only a broker on 127.0.0.1 with an explicit port; "
