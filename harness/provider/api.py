@@ -221,9 +221,12 @@ class ProviderApi:
                     rule = FaultRule.from_json(json.loads(request.body))
                 except (ValueError, ProviderError) as error:
                     return _problem(400, str(error), base)
-                if self.faults.remove(rule) is None:
+                hits = self.faults.remove(rule)
+                if hits is None:
                     return _problem(404, f"no such fault in force: {rule.describe()} on {rule.operation}", base)
-                return self._faults_answer(base)
+                # The rule's hits come back with the removal, counted under the same lock, so a
+                # request drawn between a read and the removal is never left out.
+                return self._faults_answer(base, removed={**rule.to_json(), "hits": hits})
             if request.method == "POST":
                 try:
                     raw = json.loads(request.body or b"null")
@@ -242,9 +245,12 @@ class ProviderApi:
         return _problem(404, f"no control endpoint {request.method} {request.path} "
                         f"(GET/POST/DELETE {CONTROL_PREFIX}faults, GET {CONTROL_PREFIX}ledger)", base)
 
-    def _faults_answer(self, base: dict[str, str]) -> HttpResponse:
+    def _faults_answer(self, base: dict[str, str], *, removed: dict[str, Any] | None = None) -> HttpResponse:
         active = [{**item.rule.to_json(), "hits": item.hits} for item in self.faults.active()]
-        return self._json(200, {"faults": active, "operations": list(OPERATIONS)}, base)
+        body: dict[str, Any] = {"faults": active, "operations": list(OPERATIONS)}
+        if removed is not None:
+            body["removed"] = removed
+        return self._json(200, body, base)
 
     # --- answers ------------------------------------------------------------------------------
 

@@ -33,9 +33,11 @@ class ProviderControl:
         return [(FaultRule.from_json({k: v for k, v in item.items() if k != "hits"}), int(item["hits"]))
                 for item in answer["faults"]]
 
-    def remove_fault(self, rule: FaultRule) -> None:
-        """Take out one rule in force (ProviderError when it is not)."""
-        self._call("DELETE", "/_harness/faults", json=rule.to_json())
+    def remove_fault(self, rule: FaultRule) -> int:
+        """Take out one rule in force and return how many requests it hit, counted up to its
+        removal (ProviderError when it is not in force)."""
+        answer = self._call("DELETE", "/_harness/faults", json=rule.to_json()).json()
+        return int(answer["removed"]["hits"])
 
     def clear_faults(self) -> None:
         self._call("DELETE", "/_harness/faults")

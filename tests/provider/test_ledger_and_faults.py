@@ -164,6 +164,12 @@ def test_the_control_client(raw: Raw, provider: EmbeddedProvider) -> None:
     control.add_fault(rule)
     assert raw.post("/v1/payment_intents", ORDER, key="k-x").status_code == 500
     assert control.faults() == [(rule, 1)]
+    # Taking one rule out answers its hits, counted up to the removal (a plan's heal records them).
+    assert control.remove_fault(rule) == 1
+    assert control.faults() == []
+    with pytest.raises(ProviderError, match="404"):
+        control.remove_fault(rule)
+    control.add_fault(rule)
     [charge] = [r for r in control.ledger() if isinstance(r, ChargeRecord)]
     assert charge.request.idempotency_key == "k-x"
     control.clear_faults()

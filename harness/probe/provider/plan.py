@@ -9,8 +9,9 @@ when after/before, stored fault/result, delay, count, probability): what a proxy
 make, such as a 500 for a request that charged. Its window arms the rule on the run's
 provider through the provider's control surface (`POST /_harness/faults`), reads the
 rules in force back and fails the window (the plan's failure, exit 2) when the rule is
-not among them; its heal reads the rule's hits, then takes out that rule alone
-(`DELETE /_harness/faults` with the rule), so the config's `provider.faults` stay. Its
+not among them; its heal takes out that rule alone (`DELETE /_harness/faults` with the
+rule, which answers the rule's hits counted up to its removal), so the config's
+`provider.faults` stay. Its
 line in faults.jsonl has `kind: provider_fault`, `target: provider`, the operation in
 `type`, the rule's description in `action`, its `probability`, `count`, `delay_ms` and
 the `hits` counted by the provider during the window.
@@ -87,8 +88,7 @@ class ProviderPlanFault:
     def heal(self, targets: object, window: str) -> None:
         control = self._control()
         try:
-            hits = next((count for rule, count in control.faults() if rule == self.rule), None)
-            control.remove_fault(self.rule)
+            hits: int | None = control.remove_fault(self.rule)
         except ProviderError as error:
             raise NemesisError(f"provider fault {self.describe()} not healed: {error}") from None
         with self._lock:
