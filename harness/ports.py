@@ -1,31 +1,67 @@
-"""Free loopback ports for servers the harness and the tests start."""
+"""Free loopback ports for servers the harness and the tests start.
+
+A port is picked now and bound later, by another process (a proxy, Redis, a node).
+Between the two, a port of the kernel's ephemeral range (`ip_local_port_range`,
+32768-60999 on Linux by default) may become the local end of any outgoing connection
+on the machine, and the server then fails with "address already in use": on a busy
+machine running tests in parallel this is a real, repeated failure. So the ports are
+drawn at random below that range (from `LOWEST` up), each checked by binding it; only
+when that range is exhausted does the OS pick (port 0, inside the ephemeral range).
+"""
 
 from __future__ import annotations
 
+import random
 import socket
 import time
 from contextlib import ExitStack
+from pathlib import Path
+
+LOWEST = 10000  # below: well-known and registered services a machine may run
+EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+DEFAULT_EPHEMERAL_START = 32768
+
+
+def ephemeral_start() -> int:
+    """The first port of the kernel's ephemeral range (32768 when it cannot be read)."""
+    try:
+        return int(EPHEMERAL_RANGE.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return DEFAULT_EPHEMERAL_START
 
 
 def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port that nothing listens on right now (the OS picks it)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
+    """A TCP port that nothing listens on right now, below the ephemeral range."""
+    return free_ports(1, host)[0]
 
 
 def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
     """`count` distinct TCP ports that nothing listens on right now.
 
-    Separate `free_port()` calls can hand out the same port twice (it is free again as
-    soon as its probe socket closes), and two services of one stack on one port fail
-    to start; here every probe socket stays bound until all the ports are picked.
+    Every probe socket stays bound until all the ports are picked, so one call never
+    hands out a port twice (two services of one stack on one port fail to start).
     """
+    rng = random.Random()
+    top = ephemeral_start()
     with ExitStack() as sockets:
-        probes = [sockets.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) for _ in range(count)]
-        for probe in probes:
+        found: list[int] = []
+        for _ in range(50 * count):
+            if len(found) == count or top - LOWEST < count:
+                break
+            port = rng.randrange(LOWEST, top)
+            if port in found:
+                continue
+            probe = sockets.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
+            try:
+                probe.bind((host, port))
+            except OSError:
+                continue
+            found.append(port)
+        while len(found) < count:  # the range below is full: let the OS pick
+            probe = sockets.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
             probe.bind((host, 0))
-        return [int(probe.getsockname()[1]) for probe in probes]
+            found.append(int(probe.getsockname()[1]))
+        return found
 
 
 def wait_for_port(host: str, port: int, *, timeout: float = 10.0) -> bool:

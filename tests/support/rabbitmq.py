@@ -10,8 +10,8 @@ test's folder), configured only through its environment:
 
 - `RABBITMQ_NODENAME=<unique>@localhost`, `RABBITMQ_NODE_IP_ADDRESS=127.0.0.1`,
   `RABBITMQ_NODE_PORT` (AMQP) and `RABBITMQ_DIST_PORT` (Erlang distribution) on free
-  loopback ports below the ephemeral range (`stable_ports`: a restarted node binds them
-  again);
+  loopback ports (harness.ports picks them below the ephemeral range: a restarted node
+  binds them again);
 - `RABBITMQ_MNESIA_BASE`, `RABBITMQ_LOG_BASE`, `HOME` and the working directory in a
   folder of its own under /tmp (a crash writes `erl_crash.dump` there), removed after;
 - `ERL_EPMD_PORT` on a free port and `ERL_EPMD_ADDRESS=127.0.0.1`: the node starts an
@@ -34,10 +34,8 @@ from __future__ import annotations
 
 import itertools
 import os
-import random
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -55,29 +53,6 @@ INSTALL_HINT = "RabbitMQ is not installed: run scripts/setup.sh (apt-get install
 HOST = "127.0.0.1"
 READY_TIMEOUT = 60.0
 STOP_GRACE = 15.0
-
-
-def stable_ports(count: int) -> list[int]:
-    """Free loopback ports below the kernel's ephemeral range (ip_local_port_range starts
-    at 32768): a node that is restarted must bind its ports again, and a port of the
-    ephemeral range may meanwhile be the local end of any outgoing connection on the
-    machine (even the self-connection of a client retrying a port nobody listens on),
-    which fails the new node with eaddrinuse."""
-    rng = random.Random()
-    found: list[int] = []
-    for _ in range(200 * count):
-        if len(found) == count:
-            return found
-        port = rng.randrange(20000, 32000)
-        if port in found:
-            continue
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-            try:
-                probe.bind((HOST, port))
-            except OSError:
-                continue
-        found.append(port)
-    return [*found, *free_ports(count - len(found), HOST)]
 
 
 class RabbitNotAvailable(RuntimeError):
@@ -136,7 +111,7 @@ class RabbitServer:
         """Free ports and a folder of its own, configured; nothing started."""
         if not (SERVER.is_file() and os.access(SERVER, os.X_OK)) or shutil.which("epmd") is None:
             raise RabbitNotAvailable(INSTALL_HINT)
-        self.port, self.dist_port, self.management_port, self.epmd_port = stable_ports(4)
+        self.port, self.dist_port, self.management_port, self.epmd_port = free_ports(4)
         self.root = Path(tempfile.mkdtemp(prefix="harness-rabbitmq-", dir="/tmp"))
         (self.root / "enabled_plugins").write_text("[rabbitmq_management].\n")
         (self.root / "rabbitmq.conf").write_text(
