@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 import requests
 
+from harness.process_handle import pid_alive
 from harness.stack import services as svc
 from harness.stack.info import StackInfo
 from harness.stack.local import start_stack
@@ -31,11 +32,13 @@ def stack_ports(state: StackInfo | Mapping[str, Any]) -> list[int]:
     return ports
 
 
-def wait_until_gone(root: Path, ports: list[int], timeout: float = 15.0) -> tuple[list[int], list[int]]:
-    """(processes, ports) of the stack still alive after waiting at most `timeout`."""
+def wait_until_gone(root: Path, ports: list[int], timeout: float = 15.0,
+                    pids: tuple[int, ...] = ()) -> tuple[list[int], list[int]]:
+    """(processes, ports) of the stack still alive after waiting at most `timeout`; `pids`
+    are waited for too (a supervisor, which carries no mark, ends after what it started)."""
     deadline = time.monotonic() + timeout
     while True:
-        processes = svc.marked_processes(str(root))
+        processes = svc.marked_processes(str(root)) + [pid for pid in pids if pid_alive(pid)]
         listening = [port for port in ports if svc.port_listening(port)]
         if (not processes and not listening) or time.monotonic() > deadline:
             return processes, listening
