@@ -13,20 +13,23 @@ from __future__ import annotations
 
 import json
 import socket
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from harness.stack.info import StackError, control_socket_path
 
 
-def request(root: Path, action: str, service: str | None = None, *, timeout: float = 120.0) -> dict[str, Any]:
-    """Send one request to the supervisor of the stack in root; its answer when ok."""
+def request(root: Path, action: str, service: str | None = None, *, timeout: float = 120.0,
+            fields: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Send one request to the supervisor of the stack in root; its answer when ok.
+    `fields` are the action's own arguments (`restart_services`: env, app_workers, flush_data)."""
     path = control_socket_path(root)
     try:
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
             conn.settimeout(timeout)
             conn.connect(str(path))
-            conn.sendall(json.dumps({"action": action, "service": service}).encode() + b"\n")
+            conn.sendall(json.dumps({**(fields or {}), "action": action, "service": service}).encode() + b"\n")
             data = b""
             while not data.endswith(b"\n"):
                 chunk = conn.recv(65536)

@@ -23,6 +23,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 from types import TracebackType
@@ -129,6 +130,17 @@ class RunningStack:
 
     def restart(self, service: str) -> None:
         self._request("restart", service)
+
+    def restart_services(self, env: Mapping[str, str], *, app_workers: int | None = None,
+                         flush_data: bool = False) -> None:
+        """Restart the app and the consumers with `env` (their TARGET_APP_* settings,
+        in place of the stack's) and `app_workers` (None: as they were), every crash
+        point disarmed, Redis emptied first with `flush_data`; the supervisor, Redis,
+        Toxiproxy, the proxies, the ports and the secrets stay. Returns once they are
+        healthy; a StackError says what failed (the stack may then be without its app:
+        stop it). Local stacks only (a compose stack's containers are docker's)."""
+        fields: dict[str, Any] = {"env": dict(env), "app_workers": app_workers, "flush_data": flush_data}
+        control.request(self.root, "restart_services", timeout=self.request_timeout, fields=fields)
 
     def services(self) -> list[ServiceStatus]:
         """One row per service: name, pid, port, log, status, healthy."""

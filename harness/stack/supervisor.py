@@ -30,6 +30,14 @@ through the control socket (a process fault of the nemesis, healed by `start`) i
 not restarted; Redis and Toxiproxy are not restarted either (a death of theirs stays
 `exited` until a `start`). Gunicorn's own master replaces a crashed worker.
 
+`restart_services` (a control request with `env`, optional `app_workers` and
+`flush_data`) stops the app and the consumers, disarms the stack's crash points
+(empties its crash-point folder), empties Redis if asked (FLUSHALL, while nothing of
+the app is running, so the app seeds its data again as on a fresh stack), and starts
+them again with the new TARGET_APP_* environment: the same stack for another app
+configuration, its supervisor, Redis, Toxiproxy, proxies, ports and secrets kept.
+The smoke job's lanes use it between cells (harness.run.smoke).
+
 Everything runs on the main thread: a parent-death signal fires when the *thread*
 that forked a child exits, so children must never be spawned from a helper thread.
 """
@@ -48,9 +56,11 @@ import sys
 import time
 import traceback
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from urllib.parse import quote
 
+import redis
 import requests
 
 from harness.names import (
@@ -66,11 +76,17 @@ from harness.nemesis.toxiproxy_client import Nemesis, NemesisConflict, NemesisEr
 from harness.ports import free_ports
 from harness.stack import registry
 from harness.stack import services as svc
-from harness.stack.info import StackInfo, control_socket_path, remove_state, write_info
+from harness.stack.info import StackError, StackInfo, control_socket_path, remove_state, write_info
 from harness.stack.protocol import ServiceStatus
-from harness.stack.settings import DEFAULT_APP_ENV, SECRETS_VAR, StackSettings, read_settings
+from harness.stack.settings import (
+    DEFAULT_APP_ENV,
+    SECRETS_VAR,
+    StackSettings,
+    read_settings,
+    write_settings,
+)
 
-ACTIONS = ("kill", "start", "pause", "resume", "restart", "status")
+ACTIONS = ("kill", "start", "pause", "resume", "restart", "status", "restart_services")
 PROXIES = ("app", "redis")
 CONSUMER_MIN_UPTIME = 0.5
 # The automatic restart of a service that died on its own (see the module docstring).
@@ -174,7 +190,7 @@ class Supervisor:
         return env
 
     def build(self) -> None:
-        redis_port, app_port = self.ports["redis"], self.ports["app"]
+        redis_port = self.ports["redis"]
         data_dir = self.root / "redis"
         data_dir.mkdir(parents=True, exist_ok=True)
         self._add(svc.ServiceSpec(
@@ -195,6 +211,12 @@ class Supervisor:
                 name="toxiproxy", argv=argv, env=self._base_env(),
                 log_path=self.logs / "toxiproxy.log", port=port,
                 check=lambda: svc.http_healthy(f"{url}/version")))
+        self._add_app_services()
+
+    def _add_app_services(self) -> None:
+        """The app and its consumers, from the settings as they are now (`build`, and
+        `restart_services` with new settings: same names, same places in the order)."""
+        app_port = self.ports["app"]
         hooks = Path(__file__).with_name("gunicorn_hooks.py")
         self._add(svc.ServiceSpec(
             name="app",
@@ -354,6 +376,8 @@ class Supervisor:
             return {"ok": False, "error": f"unknown action {action!r}; expected one of {', '.join(ACTIONS)}"}
         if action == "status":
             return {"ok": True, "services": self.status()}
+        if action == "restart_services":
+            return self.restart_services(request)
         if name not in self.services:
             known = ", ".join(self.services)
             return {"ok": False, "error": f"unknown service {name!r}; this stack has {known}"}
@@ -375,6 +399,88 @@ class Supervisor:
         finally:
             self.write_state()
         return {"ok": True, "services": self.status()}
+
+    def app_service_names(self) -> list[str]:
+        """The services `restart_services` restarts: the app and its consumers."""
+        return [name for name in self.services if restarted_automatically(name)]
+
+    def restart_services(self, request: dict[str, object]) -> dict[str, object]:
+        """The app and the consumers again, with the request's settings (module docstring)."""
+        env, workers, flush = request.get("env"), request.get("app_workers"), request.get("flush_data", False)
+        if not isinstance(env, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
+            return {"ok": False, "error": "restart_services: env must be an object of strings"}
+        if workers is not None and (not isinstance(workers, int) or isinstance(workers, bool)):
+            return {"ok": False, "error": "restart_services: app_workers must be an integer"}
+        if not isinstance(flush, bool):
+            return {"ok": False, "error": "restart_services: flush_data must be true or false"}
+        try:
+            settings = replace(self.settings, env=dict(env),
+                               app_workers=self.settings.app_workers if workers is None else workers)
+        except StackError as error:
+            return {"ok": False, "error": f"restart_services: {error}"}
+        # The stream, group, Redis and crash-point folder are the stack's (state.json
+        # names them): an app configured elsewhere would not be this stack's any more.
+        fixed = (ENV_APP_STREAM, ENV_APP_GROUP, ENV_APP_REDIS_URL, ENV_CRASH_POINTS_DIR)
+        changed = [key for key in fixed if settings.env.get(key) != self.settings.env.get(key)]
+        if changed:
+            return {"ok": False, "error": f"restart_services: {', '.join(changed)} cannot change on a running stack"}
+        names = self.app_service_names()
+        members = [self.services[name] for name in names]
+        try:
+            for service in members:  # all asked first: their grace times overlap
+                service.request_stop()
+            for service in members:
+                service.finish_stop()
+            for name in names:  # a new incarnation: no restart pending, counts from zero
+                self._restart_at.pop(name, None)
+                self._backoff.pop(name, None)
+                self.restarts.pop(name, None)
+            self._clear_crash_points()
+            if flush:
+                self._flush_redis()
+            self.settings = settings
+            write_settings(settings)
+            for name in names:
+                del self.services[name]
+            self._add_app_services()
+            log_line(f"restarting {', '.join(names)} with TARGET_APP_UNSAFE_DISABLE="
+                     f"{','.join(settings.unsafe_disable) or '(none)'}, {settings.app_workers} app worker(s)"
+                     f"{', Redis emptied' if flush else ''}")
+            self._start_and_wait("app", settings.health_timeout)
+            consumers = [name for name in self.services if name.startswith("consumer-")]
+            for name in consumers:
+                self.services[name].start()
+            self.write_state()
+            for name in consumers:
+                self.services[name].wait_healthy(settings.health_timeout)
+        except (svc.ServiceError, OSError, redis.RedisError) as error:
+            return {"ok": False, "error": f"restart_services: {error}"}
+        finally:
+            self.write_state()
+        return {"ok": True, "services": self.status()}
+
+    def _clear_crash_points(self) -> None:
+        """Disarm every crash point and forget its hits: empty the stack's own folder
+        (one given in the environment belongs to whoever gave it: left alone)."""
+        if self.settings.env.get(ENV_CRASH_POINTS_DIR):
+            return
+        folder = self.root / CRASH_POINTS_DIR
+        if folder.is_dir():
+            for entry in folder.iterdir():
+                if entry.is_file():
+                    entry.unlink()
+
+    def _flush_redis(self) -> None:
+        """FLUSHALL on the stack's Redis, directly (not through its proxy, which a
+        fault may hold); a Redis that is down is an error, not an empty one."""
+        if not self.services["redis"].running():
+            raise svc.ServiceError("redis is not running: its data cannot be emptied")
+        client = redis.Redis(host=svc.HOST, port=self.ports["redis"], socket_timeout=10.0,
+                             socket_connect_timeout=5.0)
+        try:
+            client.flushall()
+        finally:
+            client.close()
 
     def _start_service(self, service: svc.Service) -> None:
         if not service.running():
