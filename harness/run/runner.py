@@ -441,21 +441,7 @@ def _stack_for(spec: RunSpec, run_dir: RunDir, *, out: TextIO, guard: RunGuard,
         print(f"harness: using the running stack in {spec.stack_root}", file=out)
         yield running, True
         return
-    env = target_app_env(os.environ)
-    env.update(spec.app_env)
-    if spec.unsafe_disable:
-        env[ENV_APP_UNSAFE_DISABLE] = ",".join(spec.unsafe_disable)
-    settings = StackSettings(
-        root=run_dir.stack_root,
-        app_workers=spec.app_workers,
-        consumers=spec.consumers,
-        env=env,
-        compose=spec.compose,
-        owner="run",
-        # On a shared Toxiproxy ($TOXIPROXY_URL) the run's proxies get names of their own.
-        toxiproxy_url=os.environ.get("TOXIPROXY_URL") or None,
-        proxy_prefix=f"run-{guard.short_id}-" if os.environ.get("TOXIPROXY_URL") else "",
-    )
+    settings = own_stack_settings(spec, run_dir.stack_root, proxy_prefix=f"run-{guard.short_id}-")
     try:
         stack = start_stack(settings, lifeline=guard.lifeline)
     except StackError as error:
@@ -463,6 +449,34 @@ def _stack_for(spec: RunSpec, run_dir: RunDir, *, out: TextIO, guard: RunGuard,
     with ExitStack() as owned:
         owned.callback(cleanup.step("stop the run's stack", stack.down))
         yield stack, False
+
+
+def app_environment(spec: RunSpec) -> dict[str, str]:
+    """The TARGET_APP_* environment the app of a stack started for `spec` runs with:
+    this process's, the spec's `app_env`, and the layers it runs without."""
+    env = target_app_env(os.environ)
+    env.update(spec.app_env)
+    if spec.unsafe_disable:
+        env[ENV_APP_UNSAFE_DISABLE] = ",".join(spec.unsafe_disable)
+    return env
+
+
+def own_stack_settings(spec: RunSpec, root: Path, *, proxy_prefix: str) -> StackSettings:
+    """The settings of a stack the harness starts for `spec` in `root` (owned by a
+    run: it needs its owner's lifeline). `proxy_prefix` names its proxies on a shared
+    Toxiproxy ($TOXIPROXY_URL) only."""
+    shared = os.environ.get("TOXIPROXY_URL") or None
+    return StackSettings(
+        root=root,
+        app_workers=spec.app_workers,
+        consumers=spec.consumers,
+        env=app_environment(spec),
+        compose=spec.compose,
+        owner="run",
+        # On a shared Toxiproxy the stack's proxies get names of their own.
+        toxiproxy_url=shared,
+        proxy_prefix=proxy_prefix if shared else "",
+    )
 
 
 def _load_env(spec: RunSpec, info: StackInfo, run_dir: RunDir) -> dict[str, str]:

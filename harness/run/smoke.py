@@ -12,16 +12,33 @@ A control whose rule only a failure between two steps breaks
 its cell runs under a plan made for it (`control_plan`) that arms exactly its crash
 points, with the action `CONTROL_CRASH_ACTIONS` names (`crash` otherwise), from early
 in the run to the end of the load, so it is caught on a busy machine as on an idle one.
+
+Cells share stacks (issue 24): `plan_lanes` puts the steps on `parallel` lanes, and a
+lane starts one stack (`lane_stack`) and runs its steps one after another on it, the
+lanes side by side. A step whose app configuration (TARGET_APP_* environment, app
+workers) is the previous step's runs on the stack as it is: the runner attaches to it,
+heals every fault and disarms every crash point first, and judges only what its own
+run created or changed (a baseline export, harness.check.run_scope). A step with
+another configuration (each control has its own) first gets the lane's app and
+consumers restarted with it, Redis emptied and the crash points disarmed
+(`RunningStack.restart_services`): it starts from a stack as fresh as a new one. A
+step that ended in a harness failure (a stack it could not restart, a drain that timed
+out) leaves its stack to no one: the lane stops it and starts a fresh one for its next
+step. Every stack a lane started is stopped when the lane ends, however it ends (an
+error, Ctrl-C); one that will not stop is the job's harness failure. Compose stacks
+(`--compose`) keep a stack of their own per step.
 """
 
 from __future__ import annotations
 
 import io
 import math
+import secrets
 import sys
 import threading
-from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TextIO
@@ -35,7 +52,9 @@ from harness.exit_codes import EXIT_HARNESS, EXIT_INCONCLUSIVE, EXIT_OK, EXIT_VI
 from harness.nemesis.plans import parse_plan
 from harness.report.run_report import MatrixCell, format_matrix_table, write_matrix_report
 from harness.run.rundir import RunDir
-from harness.run.runner import RunOutcome, RunSpec, new_run_id, run
+from harness.run.runner import RunOutcome, RunSpec, app_environment, new_run_id, own_stack_settings, run
+from harness.stack.lifeline import Lifeline
+from harness.stack.local import RunningStack, StackError, start_stack
 
 # The plan each scenario runs under in the smoke job: the duplicate source it targets.
 SCENARIO_PLANS: dict[str, str | None] = {
@@ -110,6 +129,17 @@ SMOKE_DURATION = 8.0
 # run mostly waits on its subprocesses (the job used 0.8 of a core on average at
 # three at a time), so three at a time fit two cores.
 DEFAULT_PARALLEL = 3
+# Where the lanes' stacks live, under the runs root (each lane's in lane-<n>).
+LANE_STACKS_DIR = "smoke-stacks"
+# Seconds a lane's step is expected to take beyond its load (Locust's start and
+# wind-down, the drain, export, check and report on a busy machine), the message
+# layer's drain, a plan's heal, and a restart of the app and consumers (measured
+# under a load average of 8-13: 2.5-4.4 s); `plan_lanes` balances the lanes by them.
+STEP_OVERHEAD_S = 9.0
+MESSAGE_DRAIN_S = 5.0
+PLAN_HEAL_S = 1.0
+RESTART_S = 3.5
+STACK_START_S = 6.0
 
 
 @dataclass(frozen=True)
@@ -198,6 +228,9 @@ class SmokeStep:
     outcome: RunOutcome | None
     error: str | None
     invariant: str | None = None
+    # The lane's stack could not be stopped after this, its lane's last, step: the
+    # job's harness failure, whatever the step's verdict.
+    cleanup_error: str | None = None
 
     @property
     def caught_by(self) -> list[str]:
@@ -208,7 +241,7 @@ class SmokeStep:
     @property
     def passed(self) -> bool:
         """A correct run must pass conclusively; a control must fail by its own invariant."""
-        if self.outcome is None:
+        if self.outcome is None or self.cleanup_error is not None:
             return False
         if not self.expect_violation:
             return self.outcome.exit_code == EXIT_OK
@@ -237,13 +270,168 @@ def smoke_specs(base: RunSpec) -> list[tuple[str, RunSpec, bool, str | None]]:
     return steps
 
 
+# (label, spec, expect a violation, the invariant that must catch it): `smoke_specs`' rows
+SmokeSpec = tuple[str, RunSpec, bool, str | None]
+
+
 def smoke(base: RunSpec, *, out: TextIO = sys.stderr, parallel: int = DEFAULT_PARALLEL) -> list[SmokeStep]:
     """Run the smoke job; `base` carries users, duration, seed and the runs root.
 
-    Steps run `parallel` at a time, the longest first (`step_cost`: the job ends
-    sooner when no long step starts last); the result keeps the order of `smoke_specs`.
+    The steps run on `parallel` lanes side by side, each lane on one stack it starts
+    (module docstring; compose: `parallel` steps at a time, each on its own stack,
+    the longest first); the result keeps the order of `smoke_specs`.
     """
     specs = smoke_specs(replace(base, progress=False) if parallel > 1 else base)
+    if base.compose:
+        return _smoke_own_stacks(specs, out=out, parallel=parallel)
+    lanes = plan_lanes([spec for _, spec, _, _ in specs], max(1, parallel))
+    lock = threading.Lock()
+    stopping = threading.Event()
+    done: dict[int, SmokeStep] = {}
+    token = secrets.token_hex(3)
+
+    def one_lane(number: int) -> None:
+        root = Path(base.runs_root) / LANE_STACKS_DIR / f"lane-{number}"
+        try:
+            run_lane(root, lanes[number], specs, done, out=out, lock=lock, stopping=stopping,
+                     proxy_prefix=f"smoke-{token}-{number}-")
+        except BaseException:
+            stopping.set()  # an interrupted run or a bug in one lane: the others stop too
+            raise
+
+    with ThreadPoolExecutor(max_workers=len(lanes)) as pool:
+        futures = [pool.submit(one_lane, number) for number in range(len(lanes))]
+        try:
+            wait(futures, return_when=FIRST_EXCEPTION)
+            for future in futures:
+                future.result()
+        except BaseException:
+            # Ctrl-C (its runs are interrupted in their threads) or a lane's failure: no
+            # lane starts another step; each stops its stack on its way out.
+            stopping.set()
+            raise
+    return [done[index] for index in range(len(specs))]
+
+
+def stack_key(spec: RunSpec) -> tuple[int, int, tuple[tuple[str, str], ...]]:
+    """What a step needs of its stack's app: two steps with the same key can run one
+    after the other on one stack as it is."""
+    return spec.app_workers, spec.consumers, tuple(sorted(app_environment(spec).items()))
+
+
+def step_seconds(spec: RunSpec) -> float:
+    """How long a step is expected to take on a stack that is already up (STEP_OVERHEAD_S)."""
+    return (spec.duration + STEP_OVERHEAD_S + (MESSAGE_DRAIN_S if spec.scenario == "redelivered_messages" else 0.0)
+            + (PLAN_HEAL_S if spec.plan is not None else 0.0))
+
+
+def plan_lanes(specs: Sequence[RunSpec], lanes: int) -> list[list[int]]:
+    """The steps (indices into `specs`) of each of at most `lanes` lanes, in the order
+    each lane runs them: the longest first, each on the lane that would finish it
+    soonest, counting a restart of the app (RESTART_S) when its configuration is not
+    the lane's last one; then each lane's steps of one configuration (the correct
+    runs) one after another, so they share its stack without restarts. Every step is
+    on exactly one lane."""
+    plans: list[list[int]] = []
+    ends: list[float] = []
+    keys: list[tuple[int, int, tuple[tuple[str, str], ...]]] = []
+    order = sorted(range(len(specs)), key=lambda index: (-step_seconds(specs[index]), index))
+    for index in order:
+        key = stack_key(specs[index])
+        costs = [end + (0.0 if keys[lane] == key else RESTART_S) for lane, end in enumerate(ends)]
+        if len(plans) < lanes:
+            costs.append(STACK_START_S)
+        lane = min(range(len(costs)), key=lambda candidate: (costs[candidate], candidate))
+        if lane == len(plans):
+            plans.append([])
+            ends.append(0.0)
+            keys.append(key)
+        plans[lane].append(index)
+        ends[lane] = costs[lane] + step_seconds(specs[index])
+        keys[lane] = key
+    # Within a lane, the steps of one configuration one after another (the order of
+    # first appearance): a restart per configuration, never one back to an earlier one.
+    return [_grouped(plan, specs) for plan in plans]
+
+
+def _grouped(plan: list[int], specs: Sequence[RunSpec]) -> list[int]:
+    first: dict[tuple[int, int, tuple[tuple[str, str], ...]], int] = {}
+    for position, index in enumerate(plan):
+        first.setdefault(stack_key(specs[index]), position)
+    return sorted(plan, key=lambda index: (first[stack_key(specs[index])], plan.index(index)))
+
+
+@contextmanager
+def lane_stack(root: Path, spec: RunSpec, *, proxy_prefix: str) -> Iterator[RunningStack]:
+    """A stack for a lane, started for `spec` and owned by this process (it stops as
+    soon as this process dies, however it dies: its own lifeline); stopped when the
+    block ends, however it ends (a stack that will not stop is a StackError)."""
+    with Lifeline() as lifeline:
+        stack = start_stack(own_stack_settings(spec, root, proxy_prefix=proxy_prefix), lifeline=lifeline)
+        assert isinstance(stack, RunningStack)  # a local stack: compose cells never get here
+        try:
+            yield stack
+        finally:
+            stack.down()
+
+
+def run_lane(root: Path, steps: Sequence[int], specs: Sequence[SmokeSpec], done: dict[int, SmokeStep], *,
+             out: TextIO, lock: threading.Lock, stopping: threading.Event, proxy_prefix: str = "") -> None:
+    """Run `steps` one after another on one stack in `root` (module docstring), each
+    step's SmokeStep into `done` under its index; stops at once when `stopping` is set
+    (a step not run then is not in `done`)."""
+    with ExitStack() as lane:
+        stack: RunningStack | None = None
+        key: tuple[int, int, tuple[tuple[str, str], ...]] | None = None
+        last: int | None = None
+        for index in steps:
+            if stopping.is_set():
+                return
+            label, spec, expect_violation, invariant = specs[index]
+            if spec.run_id is None:
+                spec = replace(spec, run_id=f"{new_run_id(spec.scenario, spec.unsafe_disable)}-{index:02d}")
+            try:
+                if stack is None:
+                    stack = lane.enter_context(lane_stack(root, spec, proxy_prefix=proxy_prefix))
+                elif stack_key(spec) != key:
+                    stack.restart_services(app_environment(spec), app_workers=spec.app_workers, flush_data=True)
+            except StackError as error:
+                message = f"the lane's stack could not be made ready: {error}"
+                with lock:
+                    print(f"harness smoke: {label} ...", file=out, flush=True)
+                    print(f"harness smoke: {label}: harness failure: {message}", file=out, flush=True)
+                done[index] = SmokeStep(label, expect_violation, None, message, invariant)
+                _drop_stack(lane, done, last)
+                stack = None
+                continue
+            key = stack_key(spec)
+            done[index] = _step(label, replace(spec, stack_root=stack.root, attach=True),
+                                expect_violation=expect_violation, invariant=invariant, out=out, lock=lock)
+            last = index
+            if done[index].outcome is None:
+                # What it left behind (a backlog, a service down) is nobody's to judge.
+                _drop_stack(lane, done, last)
+                stack = None
+        if stack is not None:
+            _drop_stack(lane, done, last)
+
+
+def _drop_stack(lane: ExitStack, done: dict[int, SmokeStep], last: int | None) -> None:
+    """Stop the lane's stack now (its `lane_stack` block); a stack that will not stop
+    is reported against the lane's last step (`cleanup_error`)."""
+    pending = lane.pop_all()
+    try:
+        pending.close()
+    except StackError as error:
+        if last is not None:
+            done[last] = replace(done[last], cleanup_error=f"the lane's stack would not stop: {error}")
+        else:
+            raise
+
+
+def _smoke_own_stacks(specs: Sequence[SmokeSpec], *, out: TextIO, parallel: int) -> list[SmokeStep]:
+    """`parallel` steps at a time, each on a stack of its own, the longest first
+    (`step_cost`: the job ends sooner when no long step starts last)."""
     lock = threading.Lock()
 
     def one(index: int) -> SmokeStep:
@@ -296,7 +484,7 @@ def _quiet() -> TextIO:
 
 
 def smoke_exit_code(steps: Sequence[SmokeStep]) -> int:
-    if any(step.outcome is None for step in steps):
+    if any(step.outcome is None or step.cleanup_error is not None for step in steps):
         return EXIT_HARNESS
     return EXIT_OK if all(step.passed for step in steps) else EXIT_VIOLATION
 

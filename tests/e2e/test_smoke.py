@@ -70,7 +70,9 @@ def test_correct_runs_hold_every_invariant_under_faults(smoke_run: SmokeRun) -> 
                      "locust/report.html", "locust/stats_stats.csv"):
             assert (run_dir / name).is_file(), f"{key}: {name} missing"
         assert list((run_dir / "histories").glob("*.jsonl")), key
-        assert list((run_dir / "stack" / "logs").glob("*.log")), key
+        # the services' logs: copied from the lane's stack the run shared (harness.run.smoke)
+        assert list((run_dir / "logs").glob("*.log")), key
+        assert json.loads((run_dir / "settings.json").read_text())["scope"], key  # judged by what it recorded
 
 
 def test_crash_point_cells_fired_the_points_they_armed(smoke_run: SmokeRun) -> None:
