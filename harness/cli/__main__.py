@@ -2,7 +2,7 @@
 
 import sys
 
-from harness.cli.main import main
+from harness.cli.entry import run
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run())

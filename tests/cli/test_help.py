@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import pytest
 
 from harness import exit_codes
-from harness.cli import main as cli_main
+from harness.cli.main import main as cli_main
 from harness.cli import run_commands
 from harness.cli.argtypes import duration, format_duration, positive_duration
 from harness.cli.main import EXIT_CODES_HELP, HelpFormatter, Parser, build_parser, main

@@ -27,7 +27,7 @@ from probe_helpers import ROOT
 from test_messages_rabbitmq import consumer_config, consumer_processes, explain, failed
 
 from harness.bundled import plan_path
-from harness.cli import main
+from harness.cli.main import main
 from harness.ports import free_ports
 from harness.probe.brokers import BrokerStats
 from harness.probe.brokers.process import BrokerProcessConfig, BrokerProcessFailed, OwnedBroker, accepts_connections
