@@ -56,7 +56,7 @@ from harness.run.redis_capture import read_redis_settings
 from harness.run.rundir import RunDir, RunScope, RunSettings
 from harness.stack.info import StackInfo
 from harness.stack.lifeline import RunGuard
-from harness.stack.liveness import require_services_back
+from harness.stack.liveness import describe_down, not_back, require_services_back
 from harness.stack.local import (
     StackError,
     StackSettings,
@@ -514,6 +514,7 @@ def heal_everything(nemesis: Resettable, stack: Stack) -> None:
     except StackError as error:
         failures.append(f"could not read the services' health: {error}")
         health = {}
+    not_started = False
     for name, healthy in health.items():
         if healthy:
             continue
@@ -521,6 +522,12 @@ def heal_everything(nemesis: Resettable, stack: Stack) -> None:
             stack.start(name)
         except StackError as error:
             failures.append(f"service {name} did not come back: {error}")
+            not_started = True
+    down = not_back(services)
+    if not_started and down:
+        # The cause, more often than not: a service the others need died on its own
+        # (an app stays unhealthy while its Redis is down).
+        failures.append(f"down on their own: {describe_down(down)}")
     if failures:
         raise HealFailed(failures)
 

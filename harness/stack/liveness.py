@@ -47,9 +47,13 @@ def require_services_back(stack: Stack, *, timeout: float = DEFAULT_TIMEOUT, int
         if time.monotonic() >= deadline:
             break
         time.sleep(interval)
-    described = ", ".join(
+    raise ServicesNotBack(f"service(s) that died during the run did not come back within {timeout:g} s: "
+                          f"{describe_down(down)}; see the stack's logs")
+
+
+def describe_down(rows: Iterable[ServiceStatus]) -> str:
+    """`redis (exited), app (restarting, 2 restart(s))`: each service with its status."""
+    return ", ".join(
         f"{row['name']} ({row['status']}" + (f", {row.get('restarts')} restart(s)" if row.get("restarts") else "")
         + ")"
-        for row in down)
-    raise ServicesNotBack(f"service(s) that died during the run did not come back within {timeout:g} s: "
-                          f"{described}; see the stack's logs")
+        for row in rows)
