@@ -37,8 +37,9 @@ Modes (`--mode`):
 - `unscoped-keys`: as correct, but keys are not scoped per user: user B sending a key
   user A used gets A's stored answer (A's payment) and B's own payment is never made.
 - `store-after-commit`: the payment commits in one transaction and the answer is
-  stored in a second one, after the payment event is published (another `--work-ms`);
-  a retry between the two finds no stored answer and charges again.
+  stored in a second one, after the payment event is published (`--publish-ms`, by
+  default as long as `--work-ms`); a retry between the two finds no stored answer and
+  charges again.
 - `store-5xx`: as correct, but when the payment's transaction fails the 503 is stored
   under the key (on a fresh connection) and replayed to every retry.
 - `store-5xx-unmarked`: store-5xx whose replays carry no `Idempotent-Replayed` mark
@@ -106,12 +107,13 @@ def replay(status: int, body: str, *, mark: bool = True) -> web.Response:
 
 
 class PaymentsService:
-    def __init__(self, *, mode: str, dsn: str, work_ms: int) -> None:
+    def __init__(self, *, mode: str, dsn: str, work_ms: int, publish_ms: int | None = None) -> None:
         if mode not in MODES:
             raise ValueError(f"mode must be one of {', '.join(MODES)}, not {mode!r}")
         self.mode = mode
         self.dsn = dsn
         self.work = work_ms / 1000.0
+        self.publish = (work_ms if publish_ms is None else publish_ms) / 1000.0
 
     def app(self) -> web.Application:
         app = web.Application()
@@ -254,7 +256,7 @@ class PaymentsService:
                 await self._lookup(connection, scope, key, fingerprint)
                 await self._charge()
                 text = await self._insert_payment(connection, payment)
-            await asyncio.sleep(self.work)  # publish the payment event, then remember the answer
+            await asyncio.sleep(self.publish)  # publish the payment event, then remember the answer
             async with connection.transaction():
                 await self._store(connection, scope, key, fingerprint, 201, text)
         return web.Response(status=201, text=text, content_type="application/json")
@@ -356,6 +358,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--dsn", default=os.environ.get("PAYMENTS_DSN", ""),
                         help="postgresql://user@host:port/db (default: $PAYMENTS_DSN)")
     parser.add_argument("--work-ms", type=int, default=30, help="how long the provider call takes")
+    parser.add_argument("--publish-ms", type=int, default=None,
+                        help="store-after-commit: how long publishing the payment event takes (default: --work-ms)")
     # The Stripe webhook receiver beside the API (examples/pg_webhook_receiver.py, next to this file).
     from pg_webhook_receiver import WEBHOOK_MODES, WebhookReceiver
 
@@ -372,7 +376,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if not args.dsn:
         parser.error("--dsn (or PAYMENTS_DSN) is required")
-    service = PaymentsService(mode=args.mode, dsn=args.dsn, work_ms=args.work_ms)
+    service = PaymentsService(mode=args.mode, dsn=args.dsn, work_ms=args.work_ms, publish_ms=args.publish_ms)
     app = service.app()
     WebhookReceiver(mode=args.webhook_mode, dsn=args.dsn, secret=args.webhook_secret,
                     tolerance=args.webhook_tolerance, work_ms=args.webhook_work_ms).mount(app)
