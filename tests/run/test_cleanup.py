@@ -217,6 +217,24 @@ def test_heal_everything_tries_every_step_and_raises_all_failures(tmp_path: Path
     assert "consumer-2 could not be resumed" in raised.value.failures[1]
 
 
+def test_a_service_that_cannot_start_again_is_reported_with_the_services_down_on_their_own(
+        tmp_path: Path) -> None:
+    """An app stays unhealthy while its Redis is dead: the heal names both, the cause too."""
+    stack = FakeStack(tmp_path)
+    stack.services = lambda: [{"name": "app", "status": "running"},  # type: ignore[method-assign]
+                              {"name": "redis", "status": "exited"}]
+    stack.health = lambda: {"app": False}  # type: ignore[method-assign]
+
+    def refuse(service: str) -> None:
+        raise StackError(f"{service} not healthy after 30s")
+
+    stack.start = refuse  # type: ignore[method-assign]
+    with pytest.raises(HealFailed) as raised:
+        heal_everything(stack.nemesis(), stack)  # type: ignore[arg-type]
+    assert list(raised.value.failures) == ["service app did not come back: app not healthy after 30s",
+                                           "down on their own: redis (exited)"]
+
+
 def test_a_window_whose_heal_failed_during_the_run_is_reported_and_fails_the_run(
         fake_stack: FakeStack, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from harness.nemesis.runner import FaultFailure, NemesisReport
