@@ -330,7 +330,6 @@ def read_pairs(paths: Iterable[Path]) -> Iterator[tuple[dict[str, Any], dict[str
     completions = COMPLETIONS
     for path in paths:
         pending: dict[Any, dict[str, Any]] = {}
-        pop = pending.pop
         number = 0
         with _open(path) as handle:
             # Line by line: the file iterator reuses its buffer, which is faster
@@ -354,7 +353,7 @@ def read_pairs(paths: Iterable[Path]) -> Iterator[tuple[dict[str, Any], dict[str
                     continue
                 if kind not in completions:
                     raise HistoryError(f"{path}: unknown record type {kind!r}")
-                invoke = pop(op_id, None)
+                invoke = pending.pop(op_id, None)
                 if invoke is None:
                     raise HistoryError(f"{path}: completion {op_id!r} without invoke")
                 yield invoke, record

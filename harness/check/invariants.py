@@ -68,7 +68,9 @@ SOURCES: dict[str, tuple[str, int, int]] = {
 }
 
 KEY_MISMATCH = "/problems/idempotency-key-mismatch"
-CROSS_TENANT = frozenset({"cross_tenant_read", "cross_tenant_pay"})
+CROSS_TENANT_READ: Final = "cross_tenant_read"
+CROSS_TENANT_PAY: Final = "cross_tenant_pay"
+CROSS_TENANT = frozenset({CROSS_TENANT_READ, CROSS_TENANT_PAY})
 # Refusals that depend on the order's state when the request lands, which the
 # history cannot see: a conflicting provider_ref is rightly accepted by an order
 # whose first payment never arrived (lost in a fault). An accepted one that did
@@ -258,15 +260,12 @@ class HistoryIndex:
         ok_messages = self.ok_messages
         keys = self.keys
         created = self.created
-        cross_tenant = CROSS_TENANT
         sequence = self.operations
         already_paid = 0
         for invoke, done in operations:
             if observe is not None:
                 sequence += 1
                 observe(sequence, invoke, done)
-            get = invoke.get
-            answered = done.get
             try:
                 # fields every record carries (docs/internals.md): a subscript is
                 # cheaper than a call, and try costs nothing when nothing is raised
@@ -275,21 +274,23 @@ class HistoryIndex:
                 tenant = invoke["tenant"] or DEFAULT_TENANT
                 kind = done["type"]
             except KeyError:  # an older or hand-written record
-                name = get("op")
-                expect = get("expect")
-                tenant = get("tenant") or DEFAULT_TENANT
-                kind = answered("type")
-            status = answered("status")
-            replayed = answered("replayed")
+                name = invoke.get("op")
+                expect = invoke.get("expect")
+                tenant = invoke.get("tenant") or DEFAULT_TENANT
+                kind = done.get("type")
+            status = done.get("status")
+            replayed = done.get("replayed")
             tally: tuple[Any, ...]
             if kind == "ok":
                 tally = (name, kind, expect, status, replayed, None)
-                answer = answered("answer")
-                if expect is not None and (get("must_reject") or expect in cross_tenant):
+                answer = done.get("answer")
+                # two comparisons, not a set: a set would hash this fresh string
+                if expect is not None and (invoke.get("must_reject") or expect == CROSS_TENANT_READ
+                                           or expect == CROSS_TENANT_PAY):
                     self._accepted_refusal(merge_operation(invoke, done))
             else:
                 tally = (name, kind, expect, status, replayed,
-                         answered("problem_type") if kind == "fail" else None)
+                         done.get("problem_type") if kind == "fail" else None)
                 answer = None
             counter = counts.get(tally)
             if counter is None:
@@ -297,13 +298,13 @@ class HistoryIndex:
             else:
                 counter[0] += 1
             # A JSON field: a str by the history's format (docs/internals.md), or absent.
-            order_id: Any = get("order_id")
+            order_id: Any = invoke.get("order_id")
             if order_id is None:
-                order_id = answered("order_id")  # a create learns its order from the answer
+                order_id = done.get("order_id")  # a create learns its order from the answer
 
             if name == "publish":
-                provider_ref = get("provider_ref")
-                message_id = get("message_id")
+                provider_ref = invoke.get("provider_ref")
+                message_id = invoke.get("message_id")
                 flags = PUBLISH_OK if kind == "ok" else PUBLISH_FAIL if kind == "fail" else PUBLISH_INFO
                 if message_id is not None and kind != "fail":
                     effects = effects_of.get(message_id)
@@ -324,7 +325,7 @@ class HistoryIndex:
                 continue
 
             if name == "pay" or name == "webhook":
-                provider_ref = get("provider_ref")
+                provider_ref = invoke.get("provider_ref")
                 if order_id is not None and provider_ref is not None:
                     if name == "pay":
                         flags = PAY_OK if kind == "ok" else PAY_FAIL if kind == "fail" else PAY_INFO
@@ -357,14 +358,14 @@ class HistoryIndex:
                     # export's order, of this tenant, filed under this key, and an answer
                     # that repeats the request
                     exported = orders.get(order_id)
-                    key = get("idempotency_key")
+                    key = invoke.get("idempotency_key")
                     if (key is not None and exported is not None and exported[3] == tenant
                             and exported[1] == (key if tenant == DEFAULT_TENANT else tenant + SEPARATOR + key)
                             and (answer is None or (
-                                answer.get("tenant") == tenant and answer.get("sku") == get("sku")
-                                and answer.get("quantity") == get("quantity")
+                                answer.get("tenant") == tenant and answer.get("sku") == invoke.get("sku")
+                                and answer.get("quantity") == invoke.get("quantity")
                                 and answer.get("idempotency_key") == key
-                                and ((amount := get("amount_cents")) is None
+                                and ((amount := invoke.get("amount_cents")) is None
                                      or answer.get("amount_cents") == amount)))):
                         # keyed by the export's own strings: no copy of this operation's
                         first = created.setdefault(exported[1], exported[0])
@@ -382,31 +383,34 @@ class HistoryIndex:
 
             # pay and create_order: what the API layer did with the key, folded into
             # one record per (tenant, key) scope (KeyRecord, packed as one int)
-            key = get("idempotency_key")
+            key = invoke.get("idempotency_key")
             if key is None:
                 continue
             scope = key if tenant == DEFAULT_TENANT else tenant + SEPARATOR + key
-            fingerprint = get("fingerprint")
+            fingerprint = invoke.get("fingerprint")
             body = 0
             if fingerprint is not None:
-                body = (hash(fingerprint) & _MASK64) << 2 | 2 | (kind == "ok")
+                body = (hash(fingerprint) & _MASK64) << 2 | (3 if kind == "ok" else 2)
                 if kind == "fail" and tally[5] == KEY_MISMATCH:
-                    self.refusals.append(Refusal(name, scope, body >> 2, order_id, answered("op_id")))
+                    self.refusals.append(Refusal(name, scope, body >> 2, order_id, done.get("op_id")))
             heard = 0
             if status is not None:
                 if replayed is True and status >= 500:
                     self._replayed_5xx(name, scope, status, order_id, tenant, key)
-                digest = answered("body_digest")
+                digest = done.get("body_digest")
                 # an info 2xx whose body did not parse is no evidence of what was stored
                 if digest is not None and (kind != "info" or status >= 500):
-                    code = (status << 64) | (hash(digest) & _MASK64)
+                    # heard = (answer code << 1 | of a pay) << 2 | original or replayed flag,
+                    # in as few operations on big ints as that takes (each allocates)
                     if replayed is True:
-                        heard = (code << 1 | (name == "pay")) << 2 | _REPLAYED
+                        heard = ((hash(digest) & _MASK64) | status << 64) << 3 | (
+                            6 if name == "pay" else _REPLAYED)
                     elif kind == "ok":
-                        heard = (code << 1 | (name == "pay")) << 2 | _ORIGINAL
+                        heard = ((hash(digest) & _MASK64) | status << 64) << 3 | (
+                            5 if name == "pay" else _ORIGINAL)
                     elif status >= 500:
                         # the body alone: a replay of it under any status means the 5xx was stored
-                        self.failed_5xx[name].setdefault(scope, set()).add(code & _MASK64)
+                        self.failed_5xx[name].setdefault(scope, set()).add(hash(digest) & _MASK64)
                         self.key_orders.setdefault(scope, order_id)
             if not body and not heard:
                 continue
