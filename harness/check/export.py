@@ -180,23 +180,22 @@ def load_export(records: Iterable[dict[str, Any]]) -> ExportState:
     for record in records:
         if not isinstance(record, dict):
             raise CheckerError(f"export line is not an object: {record!r}")
-        get = record.get
-        kind = get("kind")
+        kind = record.get("kind")
         # JSON fields are Any: str by the export's format, their presence checked here
         order_id: Any
         if kind == "order":
-            order_id = get("id")
+            order_id = record.get("id")
             if order_id is None:
                 raise CheckerError(f"export order line lacks 'id': {record}")
-            if get("broken") is True:
+            if record.get("broken") is True:
                 state.broken.append(order_id)
                 continue
-            key = get("idempotency_key")
-            tenant = share(get("tenant") or "default", get("tenant") or "default")
+            key = record.get("idempotency_key")
+            tenant = share(record.get("tenant") or "default", record.get("tenant") or "default")
             scope = scope_key(tenant, key) if key else ""
-            status, sku, quantity = get("status"), get("sku"), get("quantity")
+            status, sku, quantity = record.get("status"), record.get("sku"), record.get("quantity")
             orders[order_id] = new(ExportOrder, (order_id, scope, share(status, status), tenant,
-                                                 share(sku, sku), quantity, get("amount_cents")))
+                                                 share(sku, sku), quantity, record.get("amount_cents")))
             if key:
                 first = state.order_by_scope.setdefault(scope, order_id)
                 if first != order_id:
@@ -204,26 +203,26 @@ def load_export(records: Iterable[dict[str, Any]]) -> ExportState:
             if sku is not None:
                 state.reserved[sku] = state.reserved.get(sku, 0) + int(quantity or 0)
         elif kind == "payment":
-            order_id = get("order_id")
-            provider_ref = get("provider_ref")
+            order_id = record.get("order_id")
+            provider_ref = record.get("provider_ref")
             if order_id is None or provider_ref is None:
                 _require(record, "order_id", "provider_ref")
             order = orders.get(order_id)
             if order is not None:
                 order_id = order[0]
-            source = get("source")
+            source = record.get("source")
             held = payments.get(order_id)
-            payment = new(ExportPayment, (provider_ref, share(source, source), get("source_id"),
-                                          get("amount_cents"), get("applied_at"), order_id))
+            payment = new(ExportPayment, (provider_ref, share(source, source), record.get("source_id"),
+                                          record.get("amount_cents"), record.get("applied_at"), order_id))
             # a tuple (48 bytes for one payment; a list is 88): orders rarely hold two
             payments[order_id] = (payment,) if held is None else (*held, payment)
             state.payment_count += 1
         elif kind == "message_effect":
             _require(record, "message_id")
             message_id = record["message_id"]
-            effect_order: Any = get("order_id")
+            effect_order: Any = record.get("order_id")
             order = orders.get(effect_order)
-            outcome = get("outcome")
+            outcome = record.get("outcome")
             effect = new(MessageEffect, (
                 message_id, order[0] if order is not None else effect_order, share(outcome, outcome)))
             known = state.effects.get(message_id)

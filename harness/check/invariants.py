@@ -1036,10 +1036,10 @@ def final_reads_agree(export: ExportState, index: HistoryIndex, findings: Findin
 
 def _agrees(body: dict[str, Any], row: tuple[Any, ...], export: ExportState) -> bool:
     """The common case, quickly: same fields and the same single payment (or none)."""
-    get = body.get
-    if (get("status"), get("tenant"), get("sku"), get("quantity"), get("amount_cents")) != row[2:]:
+    if (body.get("status"), body.get("tenant"), body.get("sku"), body.get("quantity"),
+            body.get("amount_cents")) != row[2:]:
         return False
-    payments = get("payments")
+    payments = body.get("payments")
     held = export.payments.get(row[O_ID], ())
     if not isinstance(payments, list) or len(payments) != len(held):
         return False
