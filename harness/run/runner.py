@@ -377,7 +377,9 @@ def _wait_for_load(locust: LoadProcess, histories: Path, timeout: float) -> None
     """Until the Locust master starts the load (its workers all joined), bounded."""
     deadline = time.monotonic() + timeout
     while not (histories / LOAD_STARTED).exists():
-        if locust.finished(timeout=0.5):
+        # A short wait: the plan's clock starts when this returns, so it must notice
+        # the mark soon after the first user wrote it.
+        if locust.finished(timeout=0.1):
             return  # it gave up waiting for workers: its exit code tells the caller
         if time.monotonic() > deadline:
             raise HarnessError(f"the Locust workers did not all join within {timeout:.0f} s")

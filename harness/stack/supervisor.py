@@ -31,7 +31,8 @@ not restarted; Redis and Toxiproxy are not restarted either (a death of theirs s
 `exited` until a `start`). Gunicorn's own master replaces a crashed worker.
 
 `restart_services` (a control request with `env`, optional `app_workers` and
-`flush_data`) stops the app and the consumers, disarms the stack's crash points
+`flush_data`) stops the app and the consumers (SIGKILL with `flush_data`: nothing of
+before is kept, so nothing needs finishing), disarms the stack's crash points
 (empties its crash-point folder), empties Redis if asked (FLUSHALL, while nothing of
 the app is running, so the app seeds its data again as on a fresh stack), and starts
 them again with the new TARGET_APP_* environment: the same stack for another app
@@ -427,10 +428,15 @@ class Supervisor:
         names = self.app_service_names()
         members = [self.services[name] for name in names]
         try:
-            for service in members:  # all asked first: their grace times overlap
-                service.request_stop()
-            for service in members:
-                service.finish_stop()
+            if flush:
+                # Nothing of before is kept: no request or message needs finishing first.
+                for service in members:
+                    service.kill()
+            else:
+                for service in members:  # all asked first: their grace times overlap
+                    service.request_stop()
+                for service in members:
+                    service.finish_stop()
             for name in names:  # a new incarnation: no restart pending, counts from zero
                 self._restart_at.pop(name, None)
                 self._backoff.pop(name, None)
@@ -446,12 +452,13 @@ class Supervisor:
             log_line(f"restarting {', '.join(names)} with TARGET_APP_UNSAFE_DISABLE="
                      f"{','.join(settings.unsafe_disable) or '(none)'}, {settings.app_workers} app worker(s)"
                      f"{', Redis emptied' if flush else ''}")
-            self._start_and_wait("app", settings.health_timeout)
-            consumers = [name for name in self.services if name.startswith("consumer-")]
-            for name in consumers:
+            if self.requested:  # a shutdown raised inside a library may have been swallowed
+                raise Shutdown(self.requested[0])
+            # All at once (a consumer needs Redis, not the app): their starts overlap.
+            for name in names:
                 self.services[name].start()
             self.write_state()
-            for name in consumers:
+            for name in names:
                 self.services[name].wait_healthy(settings.health_timeout)
         except (svc.ServiceError, OSError, redis.RedisError) as error:
             return {"ok": False, "error": f"restart_services: {error}"}
