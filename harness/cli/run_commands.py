@@ -398,7 +398,8 @@ def add_parsers(subparsers: Subparsers) -> None:
     )
     _add_load_options(smoke_parser, users=10, default_duration="8s")
     smoke_parser.add_argument("--parallel", type=positive_int, default=DEFAULT_PARALLEL, metavar="N",
-                              help="runs side by side, each on its own stack")
+                              help="lanes side by side, each one stack its runs share (compose: runs "
+                                   "side by side, each on its own stack)")
     smoke_parser.set_defaults(handler=_verdict_command("smoke", smoke_body))
 
     matrix_parser = subparsers.add_parser("matrix", help="every mutant against every scenario")
@@ -533,8 +534,8 @@ def handle_swarm_begin(args: argparse.Namespace) -> int:
 
 
 def smoke_body(args: argparse.Namespace, out: TextIO) -> tuple[int, SmokeDocument]:
-    # Each smoke step starts a fresh stack so mutants never share state; a stack
-    # left by `harness up` is not used.
+    # The smoke job starts the stacks it runs on (its lanes'), so mutants never see a
+    # state they did not make; a stack left by `harness up` is not used.
     base = _isolated(_validated(_spec(args, SCENARIOS[0])))
     steps = smoke(base, parallel=args.parallel)
     for step in steps:

@@ -15,7 +15,10 @@ from __future__ import annotations
 import io
 import json
 import shutil
+import signal
+import subprocess
 import threading
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -23,8 +26,9 @@ import pytest
 
 from harness.exit_codes import EXIT_VIOLATION
 from harness.run.runner import RunSpec, check_saved_run
-from harness.run.smoke import SmokeSpec, SmokeStep, run_lane
+from harness.run.smoke import LANE_STACKS_DIR, SmokeSpec, SmokeStep, run_lane
 from tests.stack.conftest import wait_until_gone
+from tests.support.cli import clean_env, start_harness
 
 
 def _orders(path: Path) -> set[str]:
@@ -73,3 +77,37 @@ def test_a_lane_judges_each_step_by_what_it_recorded(tmp_path: Path) -> None:
     assert _orders(runs[2] / "export.ndjson")
     assert _orders(runs[3] / "baseline.ndjson") == set()
     assert not _orders(runs[3] / "export.ndjson") & _orders(runs[2] / "export.ndjson")
+
+
+@pytest.mark.slow
+def test_ctrl_c_stops_every_lanes_stack(tmp_path: Path) -> None:
+    """`harness smoke` interrupted while its lanes run: exit 130, no lane's stack left
+    (process or state file), and no step started after the interrupt."""
+    runs = tmp_path / "runs"
+    with open(tmp_path / "smoke.log", "w") as log:
+        process = start_harness("smoke", "--parallel", "2", "--duration", "3s", "--users", "4",
+                                "--app-workers", "2", "--runs-dir", str(runs),
+                                cwd=tmp_path, env=clean_env(), stdout=log, stderr=subprocess.STDOUT)
+        try:
+            deadline = time.monotonic() + 180
+            states: list[Path] = []
+            while time.monotonic() < deadline and process.poll() is None:
+                states = sorted((runs / LANE_STACKS_DIR).glob("lane-*/state.json"))
+                if len(states) == 2 and any(runs.glob("*/histories/*.jsonl")):
+                    break  # both lanes' stacks up, and a run's load going
+                time.sleep(0.2)
+            assert len(states) == 2 and process.poll() is None, (tmp_path / "smoke.log").read_text()[-3000:]
+            roots = [state.parent.resolve() for state in states]
+            started = len([run for run in runs.iterdir() if (run / "settings.json").exists()])
+            process.send_signal(signal.SIGINT)
+            code = process.wait(timeout=120)
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+    assert code == 130, (tmp_path / "smoke.log").read_text()[-3000:]
+    for root in roots:
+        processes, _ = wait_until_gone(root, [])
+        assert processes == [] and not (root / "state.json").exists(), root
+    runs_after = [run for run in runs.iterdir() if (run / "settings.json").exists()]
+    assert len(runs_after) <= started + 2  # at most a step each lane was just starting
