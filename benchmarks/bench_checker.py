@@ -6,6 +6,7 @@
     .venv/bin/python benchmarks/bench_checker.py --compare OLD_TREE   # this checker beside another
     .venv/bin/python benchmarks/bench_checker.py --row 1000000,1,0,0 --repeat 1   # 10^7 operations
     .venv/bin/python benchmarks/bench_checker.py --row 1000000,1,0,0 --repeat 1 --run-dir /tmp/r7  # kept
+    .venv/bin/python benchmarks/bench_checker.py --row 3000,1,0,0 --repeat 1 --instructions --compare OLD
 
 The 10^7 row (10^6 orders, 1.1 x 10^7 operations) writes 7.5 GB of history to the
 temp directory in about 75 s on the project's VM, then checks it in 1-5 minutes
@@ -253,6 +254,32 @@ def measure(run_dir: Path, tree: Path | None = None) -> dict:
     return json.loads(output.strip().splitlines()[-1])
 
 
+def instructions(run_dir: Path, tree: Path | None = None) -> int:
+    """Instructions `check_run` executes on the run, counted by valgrind (callgrind): the
+    count of a fresh interpreter that checks the run minus one that only imports. Unlike
+    CPU time it does not move with the machine's load, so a change of a few percent is
+    seen on a shared VM; valgrind runs about 50 times slower, so use a small row."""
+    code = (
+        "import sys\n"
+        "from pathlib import Path\n"
+        "from harness.check.checker import check_run\n"
+        "from harness.run.rundir import RunDir\n"
+        "if sys.argv[2] == 'check':\n"
+        "    check_run(RunDir(Path(sys.argv[1])))\n"
+    )
+    env = dict(os.environ)
+    if tree is not None:
+        env["PYTHONPATH"] = str(tree)
+    counts = []
+    for mode in ("check", "imports"):
+        output = subprocess.run(
+            ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable, "-P", "-c",
+             code, str(run_dir), mode], check=True, capture_output=True, text=True, env=env).stderr
+        collected = [line for line in output.splitlines() if "Collected :" in line]
+        counts.append(int(collected[-1].split(":")[-1]))
+    return counts[0] - counts[1]
+
+
 # The fields the checker's fold reads from a record (harness.check.invariants.consume_pairs):
 # what a decoder that skips the others would have to produce.
 FOLD_FIELDS = ("type", "op_id", "op", "tenant", "expect", "must_reject", "order_id", "provider_ref",
@@ -321,6 +348,8 @@ def main() -> None:
     parser.add_argument("--run-dir", type=Path, metavar="DIR",
                         help="one row only: generate its run in DIR when DIR does not exist, "
                              "else check the run already there (generating 10^7 takes minutes)")
+    parser.add_argument("--instructions", action="store_true",
+                        help="also count the instructions of each check with valgrind (slow: a small row)")
     parser.add_argument("--parsers", action="store_true",
                         help="with --run-dir: also time each JSON decoder over the run's history lines")
     args = parser.parse_args()
@@ -351,6 +380,10 @@ def main() -> None:
                 runs.append(measure(run_dir))
                 if args.compare is not None:
                     others.append(measure(run_dir, args.compare))
+            # (inside the with: a generated run is gone after it)
+            counted = {label: instructions(run_dir, tree) for label, tree in
+                       (("this tree", None), (f"compared: {args.compare}", args.compare))
+                       if args.instructions and (tree is not None or label == "this tree")}
         if others:
             best = min(others, key=lambda figure: figure["seconds"])
             print(f"| {orders:,} | {best['operations']:,} | {injected} (compared: {args.compare}) "
@@ -364,6 +397,9 @@ def main() -> None:
         print(f"| {orders:,} | {operations:,} | {injected} | {figures['seconds']:.2f} | {figures['cpu']:.2f} "
               f"| {figures['peak_mib']:.0f} | {figures['peak_mib'] - figures['base_mib']:.0f} "
               f"| {figures['verdict']} |", flush=True)
+        for label, count in counted.items():
+            print(f"<!-- instructions of the check ({label}): {count:,}, "
+                  f"{count / operations:,.0f} per operation -->", flush=True)
         if args.parsers:
             compare_parsers(run_dir)
         walls = ", ".join(f"{figure['seconds']:.2f}" for figure in runs)
