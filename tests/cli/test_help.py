@@ -12,10 +12,10 @@ from collections.abc import Iterator
 import pytest
 
 from harness import exit_codes
-from harness.cli.main import main as cli_main
 from harness.cli import run_commands
 from harness.cli.argtypes import duration, format_duration, positive_duration
 from harness.cli.main import EXIT_CODES_HELP, HelpFormatter, Parser, build_parser, main
+from harness.cli.main import main as cli_main
 
 # Toxiproxy's toxic attributes (`fault add --timeout 500`) are whole numbers in its own units,
 # as its API defines them (the help names each unit); not harness durations.
