@@ -433,23 +433,21 @@ class EvidenceCollector:
     def offer_pair(self, sequence: int, invoke: dict[str, Any], done: dict[str, Any]) -> None:
         """Offer an operation as its (invoke, completion) records; merged only when kept."""
         # Most operations touch nothing that failed: test that before allocating.
-        get = invoke.get
-        order_id: Any = get("order_id")
+        order_id: Any = invoke.get("order_id")
         if order_id is None:
             order_id = done.get("order_id")
         hits = self.by_order.get(order_id, ())
-        key = get("idempotency_key")
+        key = invoke.get("idempotency_key")
         if key is not None and self.by_key:
-            hits = (*hits, *self.by_key.get((get("tenant") or "default", key), ()))
-        message_id = get("message_id")
+            hits = (*hits, *self.by_key.get((invoke.get("tenant") or "default", key), ()))
+        message_id = invoke.get("message_id")
         if message_id is not None and self.by_message:
             hits = (*hits, *self.by_message.get(message_id, ()))
         if not hits:
             return
         op = invoke if invoke is done else merge_operation(invoke, done)
-        get = op.get
         for number in set(hits):
-            entry = (_relevance(self.findings[number], op), -float(get("invoke_time") or 0.0),
+            entry = (_relevance(self.findings[number], op), -float(op.get("invoke_time") or 0.0),
                      sequence, op)
             heap = self.heaps[number]
             if len(heap) < EVIDENCE_OPERATIONS:

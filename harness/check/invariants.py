@@ -249,7 +249,10 @@ class HistoryIndex:
         attributes, no call for the common cases, one tally per combination of
         (op, completion, expect, status, replayed, problem type) instead of a
         counter each, and nothing allocated for an operation that only repeats
-        what is already known.
+        what is already known. A record's fields are read as `record.get(name)`,
+        never through a `get = record.get` bound once per record: CPython 3.11
+        specialises the method call, and the bound method costs an allocation and a
+        slower call (callgrind: 0.6k of the fold's 19.8k instructions per operation).
         """
         counts = self._counts
         pairs = self.pairs
