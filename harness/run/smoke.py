@@ -132,15 +132,17 @@ SMOKE_DURATION = 8.0
 DEFAULT_PARALLEL = 6
 # Where the lanes' stacks live, under the runs root (each lane's in lane-<n>).
 LANE_STACKS_DIR = "smoke-stacks"
-# Seconds a lane's step is expected to take beyond its load (Locust's start and
-# wind-down, the drain, export, check and report on a busy machine), the message
-# layer's drain, a plan's heal, and a restart of the app and consumers (measured
-# under a load average of 8-13: 2.5-4.4 s); `plan_lanes` balances the lanes by them.
+# Seconds a lane's step is expected to take beyond its load (Locust's start, about
+# 5 s, and wind-down, about 2.7 s, then the drain, export, check and report), the
+# message layer's drain, a plan's heal, and the gap a restart of the app and
+# consumers puts before a step (5.5 s on average, against 0.4 s between steps of one
+# configuration): measured over three jobs of 4 and 6 lanes at a load average of
+# 8-17; `plan_lanes` balances the lanes by them.
 STEP_OVERHEAD_S = 9.0
-MESSAGE_DRAIN_S = 5.0
+MESSAGE_DRAIN_S = 3.0
 PLAN_HEAL_S = 1.0
-RESTART_S = 3.5
-STACK_START_S = 6.0
+RESTART_S = 5.0
+STACK_START_S = 9.0
 
 
 @dataclass(frozen=True)
@@ -273,6 +275,8 @@ def smoke_specs(base: RunSpec) -> list[tuple[str, RunSpec, bool, str | None]]:
 
 # (label, spec, expect a violation, the invariant that must catch it): `smoke_specs`' rows
 SmokeSpec = tuple[str, RunSpec, bool, str | None]
+# What a step needs of its stack's app (`stack_key`): app workers, consumers, environment.
+StackKey = tuple[int, int, tuple[tuple[str, str], ...]]
 
 
 def smoke(base: RunSpec, *, out: TextIO = sys.stderr, parallel: int = DEFAULT_PARALLEL) -> list[SmokeStep]:
@@ -314,7 +318,7 @@ def smoke(base: RunSpec, *, out: TextIO = sys.stderr, parallel: int = DEFAULT_PA
     return [done[index] for index in range(len(specs))]
 
 
-def stack_key(spec: RunSpec) -> tuple[int, int, tuple[tuple[str, str], ...]]:
+def stack_key(spec: RunSpec) -> StackKey:
     """What a step needs of its stack's app: two steps with the same key can run one
     after the other on one stack as it is."""
     return spec.app_workers, spec.consumers, tuple(sorted(app_environment(spec).items()))
@@ -331,35 +335,76 @@ def plan_lanes(specs: Sequence[RunSpec], lanes: int) -> list[list[int]]:
     each lane runs them: the longest first, each on the lane that would finish it
     soonest, counting a restart of the app (RESTART_S) when its configuration is not
     the lane's last one; then each lane's steps of one configuration (the correct
-    runs) one after another, so they share its stack without restarts. Every step is
-    on exactly one lane."""
+    runs) one after another, so they share its stack without restarts; then moves and
+    swaps that shorten the longest lane (`_balanced`). Every step is on exactly one lane."""
+    keys = [stack_key(spec) for spec in specs]
+    costs = [step_seconds(spec) for spec in specs]
     plans: list[list[int]] = []
     ends: list[float] = []
-    keys: list[tuple[int, int, tuple[tuple[str, str], ...]]] = []
-    order = sorted(range(len(specs)), key=lambda index: (-step_seconds(specs[index]), index))
-    for index in order:
-        key = stack_key(specs[index])
-        costs = [end + (0.0 if keys[lane] == key else RESTART_S) for lane, end in enumerate(ends)]
+    last: list[StackKey] = []
+    for index in sorted(range(len(specs)), key=lambda index: (-costs[index], index)):
+        finish = [end + (0.0 if last[lane] == keys[index] else RESTART_S) for lane, end in enumerate(ends)]
         if len(plans) < lanes:
-            costs.append(STACK_START_S)
-        lane = min(range(len(costs)), key=lambda candidate: (costs[candidate], candidate))
+            finish.append(STACK_START_S)
+        lane = min(range(len(finish)), key=lambda candidate: (finish[candidate], candidate))
         if lane == len(plans):
             plans.append([])
             ends.append(0.0)
-            keys.append(key)
+            last.append(keys[index])
         plans[lane].append(index)
-        ends[lane] = costs[lane] + step_seconds(specs[index])
-        keys[lane] = key
-    # Within a lane, the steps of one configuration one after another (the order of
-    # first appearance): a restart per configuration, never one back to an earlier one.
-    return [_grouped(plan, specs) for plan in plans]
+        ends[lane] = finish[lane] + costs[index]
+        last[lane] = keys[index]
+    return _balanced([_grouped(plan, keys) for plan in plans], keys, costs)
 
 
-def _grouped(plan: list[int], specs: Sequence[RunSpec]) -> list[int]:
-    first: dict[tuple[int, int, tuple[tuple[str, str], ...]], int] = {}
+def _grouped(plan: Sequence[int], keys: Sequence[StackKey]) -> list[int]:
+    """Within a lane, the steps of one configuration one after another (the order of
+    first appearance): a restart per configuration, never one back to an earlier one."""
+    first: dict[StackKey, int] = {}
     for position, index in enumerate(plan):
-        first.setdefault(stack_key(specs[index]), position)
-    return sorted(plan, key=lambda index: (first[stack_key(specs[index])], plan.index(index)))
+        first.setdefault(keys[index], position)
+    position_of = {index: position for position, index in enumerate(plan)}
+    return sorted(plan, key=lambda index: (first[keys[index]], position_of[index]))
+
+
+def lane_seconds(plan: Sequence[int], specs: Sequence[RunSpec]) -> float:
+    """How long a lane is expected to take: its stack's start, its steps, a restart
+    before each step whose configuration is not the previous one's."""
+    return _seconds(plan, [stack_key(spec) for spec in specs], [step_seconds(spec) for spec in specs])
+
+
+def _seconds(plan: Sequence[int], keys: Sequence[StackKey], costs: Sequence[float]) -> float:
+    restarts = sum(1 for before, after in zip(plan, plan[1:], strict=False) if keys[before] != keys[after])
+    return STACK_START_S + sum(costs[index] for index in plan) + RESTART_S * restarts
+
+
+def _balanced(plans: list[list[int]], keys: Sequence[StackKey], costs: Sequence[float],
+              rounds: int = 100) -> list[list[int]]:
+    """The greedy plan, improved: while moving one step off the longest lane, or
+    swapping it with one of another lane, makes both shorter than the longest was,
+    do the best such change (a bounded number of rounds)."""
+    plans = [list(plan) for plan in plans]
+    for _ in range(rounds):
+        seconds = [_seconds(plan, keys, costs) for plan in plans]
+        worst = max(range(len(plans)), key=lambda lane: (seconds[lane], -lane))
+        best: tuple[float, list[int], list[int], int] | None = None
+        for other in range(len(plans)):
+            if other == worst:
+                continue
+            for step in plans[worst]:
+                for swap in [None, *plans[other]]:
+                    shorter = [index for index in plans[worst] if index != step] + ([] if swap is None else [swap])
+                    if not shorter:
+                        continue
+                    longer = [index for index in plans[other] if index != swap] + [step]
+                    shorter, longer = _grouped(shorter, keys), _grouped(longer, keys)
+                    after = max(_seconds(shorter, keys, costs), _seconds(longer, keys, costs))
+                    if after < seconds[worst] - 0.01 and (best is None or after < best[0]):
+                        best = (after, shorter, longer, other)
+        if best is None:
+            break
+        _, plans[worst], plans[best[3]], _ = best
+    return plans
 
 
 @contextmanager
@@ -383,7 +428,7 @@ def run_lane(root: Path, steps: Sequence[int], specs: Sequence[SmokeSpec], done:
     (a step not run then is not in `done`)."""
     with ExitStack() as lane:
         stack: RunningStack | None = None
-        key: tuple[int, int, tuple[tuple[str, str], ...]] | None = None
+        key: StackKey | None = None
         last: int | None = None
         for index in steps:
             if stopping.is_set():

@@ -186,3 +186,28 @@ def test_ctrl_c_stops_every_lanes_stack_and_starts_no_more_steps(fakes: Fakes, t
     assert fakes.stacks and all(stack.stopped for stack in fakes.stacks)
     # the other lanes stopped at their next step: far fewer runs than steps
     assert len(fakes.runs) < len(smoke_specs(base)) - 3
+
+
+def test_the_lanes_are_balanced_by_their_expected_seconds(tmp_path: Path) -> None:
+    specs = [spec for _, spec, _, _ in _specs(tmp_path)]
+    longest_step = max(smoke.step_seconds(spec) for spec in specs) + smoke.RESTART_S
+    for lanes in (3, 4, 6):
+        seconds = [smoke.lane_seconds(plan, specs) for plan in plan_lanes(specs, lanes)]
+        assert len(seconds) == lanes
+        # no lane longer than another by more than one step (and its restart) ...
+        assert max(seconds) - min(seconds) <= longest_step, seconds
+        # ... and the balancing never made the greedy plan worse
+        assert max(seconds) <= max(smoke.lane_seconds(plan, specs) for plan in _greedy(specs, lanes))
+    # a plan with every step on one lane is what the bound rejects (it can fail)
+    everything = [list(range(len(specs))), []]
+    assert smoke.lane_seconds(everything[0], specs) - smoke.STACK_START_S > longest_step
+
+
+def _greedy(specs: list[RunSpec], lanes: int) -> list[list[int]]:
+    """plan_lanes without its balancing pass."""
+    original = smoke._balanced
+    try:
+        smoke._balanced = lambda plans, _keys, _costs, rounds=0: plans  # type: ignore[assignment]
+        return plan_lanes(specs, lanes)
+    finally:
+        smoke._balanced = original  # type: ignore[assignment]
