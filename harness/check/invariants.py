@@ -284,16 +284,20 @@ class HistoryIndex:
             status = done.get("status")
             replayed = done.get("replayed")
             tally: tuple[Any, ...]
+            # the tally names the completion by the constant, not this record's fresh copy
+            # of the string: the constant's hash is cached and dict lookups match it by identity
             if kind == "ok":
-                tally = (name, kind, expect, status, replayed, None)
+                tally = (name, "ok", expect, status, replayed, None)
                 answer = done.get("answer")
                 # two comparisons, not a set: a set would hash this fresh string
                 if expect is not None and (invoke.get("must_reject") or expect == CROSS_TENANT_READ
                                            or expect == CROSS_TENANT_PAY):
                     self._accepted_refusal(merge_operation(invoke, done))
+            elif kind == "fail":
+                tally = (name, "fail", expect, status, replayed, done.get("problem_type"))
+                answer = None
             else:
-                tally = (name, kind, expect, status, replayed,
-                         done.get("problem_type") if kind == "fail" else None)
+                tally = (name, kind, expect, status, replayed, None)
                 answer = None
             counter = counts.get(tally)
             if counter is None:
