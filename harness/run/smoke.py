@@ -126,9 +126,9 @@ SMOKE_USERS = 10
 SMOKE_DURATION = 8.0
 
 # Lanes side by side (`--parallel`), each one stack its steps share. Measured on 2
-# cores shared with other jobs (load average 8-17), `time harness smoke`: 4 lanes
-# 108 s, 6 lanes 83-96 s, 8 lanes 81 s with a correct run inconclusive (its plan's
-# recovery path not reached: the users' requests starved): 6.
+# cores shared with other jobs, `time harness smoke`: 4 lanes 108 s (load average
+# 3-8); 6 lanes 76-103 s (load average 7-23); 8 lanes 81 s with a correct run
+# inconclusive (its plan's recovery path not reached: the users' requests starved): 6.
 DEFAULT_PARALLEL = 6
 # Where the lanes' stacks live, under the runs root (each lane's in lane-<n>).
 LANE_STACKS_DIR = "smoke-stacks"
