@@ -145,6 +145,7 @@ _BODY_MASK: Final = (1 << _BODY_BITS) - 1
 _ANSWER_SHIFT: Final = _BODY_BITS
 _ORIGINAL: Final = 1
 _REPLAYED: Final = 2
+_OF_PAY: Final = 4
 # The bits that must be equal for an operation to leave a packed record packed (all
 # but the flags "answered ok", "an original had it", "a replay had it"): of the body,
 # of the answer, of both.
@@ -184,7 +185,7 @@ class KeyRecord:
             fingerprint = body >> 2
             self.bodies[fingerprint] = self.bodies.get(fingerprint, False) or bool(body & 1)
         if heard:
-            name = "pay" if heard & 4 else "create_order"
+            name = "pay" if heard & _OF_PAY else "create_order"
             code = heard >> 3
             if heard & _ORIGINAL:
                 self.originals.setdefault(name, set()).add(code)
@@ -411,10 +412,10 @@ class HistoryIndex:
                     # in as few operations on big ints as that takes (each allocates)
                     if replayed is True:
                         heard = ((hash(digest) & _MASK64) | status << 64) << 3 | (
-                            6 if name == "pay" else _REPLAYED)
+                            _OF_PAY | _REPLAYED if name == "pay" else _REPLAYED)
                     elif kind == "ok":
                         heard = ((hash(digest) & _MASK64) | status << 64) << 3 | (
-                            5 if name == "pay" else _ORIGINAL)
+                            _OF_PAY | _ORIGINAL if name == "pay" else _ORIGINAL)
                     elif status >= 500:
                         # the body alone: a replay of it under any status means the 5xx was stored
                         self.failed_5xx[name].setdefault(scope, set()).add(hash(digest) & _MASK64)
@@ -862,7 +863,7 @@ def replay_fidelity(index: HistoryIndex, findings: Findings) -> None:
             if not heard & _REPLAYED:
                 continue
             findings.checked[name] += 1
-            op = "pay" if heard & 4 else "create_order"
+            op = "pay" if heard & _OF_PAY else "create_order"
             if scope not in failed_5xx[op]:
                 continue  # the common case: one answer, replayed as it was
             code = heard >> 3

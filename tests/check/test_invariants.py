@@ -444,3 +444,35 @@ def test_message_handled_as_paid_counts_even_when_the_publish_was_indeterminate(
     assert failed(result) == {"no_lost_acknowledgement"}
     assert result.invariant("no_lost_acknowledgement").violations[0].details["acknowledged_by"] == [
         "message handled as paid"]
+
+
+# -- the packed record per idempotency key ------------------------------------------
+
+def test_a_keys_packed_record_holds_its_body_and_its_answer_code() -> None:
+    """The fold packs a key's body (fingerprint hash << 2 | sent | answered ok) and, above
+    it, (answer code << 1 | of a pay) << 2 | original or replayed; replay_fidelity and
+    KeyRecord.unpack read those bits back, so the fold's arithmetic must build exactly them."""
+    from harness.check.export import load_export
+    from harness.check.invariants import (
+        _ANSWER_SHIFT,
+        _BODY_MASK,
+        _MASK64,
+        _ORIGINAL,
+        _REPLAYED,
+        Findings,
+        HistoryIndex,
+        answer_code,
+    )
+    run = Run()
+    created = run.create("k1", "o1", fingerprint="f1")
+    paid = run.pay("o1", "pr1", "pk1", replayed=True, fingerprint="f2")
+    refused = run.pay("o1", "pr1", "pk2", "fail", fingerprint="f3", body_digest=digest("refused"))
+    index = HistoryIndex(load_export(run.export), Findings(50))
+    index.consume_pairs((op, op) for op in run.operations)
+    assert index.keys["k1"] & _BODY_MASK == (hash("f1") & _MASK64) << 2 | 3
+    assert index.keys["k1"] >> _ANSWER_SHIFT == answer_code(201, created["body_digest"]) << 3 | _ORIGINAL
+    assert index.keys["pk1"] & _BODY_MASK == (hash("f2") & _MASK64) << 2 | 3
+    assert index.keys["pk1"] >> _ANSWER_SHIFT == (answer_code(201, paid["body_digest"]) << 1 | 1) << 2 | _REPLAYED
+    # a refused (4xx) answer is neither an original nor a replay: the body alone, not answered ok
+    assert refused["status"] == 409
+    assert index.keys["pk2"] == (hash("f3") & _MASK64) << 2 | 2
