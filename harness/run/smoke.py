@@ -451,6 +451,10 @@ def run_lane(root: Path, steps: Sequence[int], specs: Sequence[SmokeSpec], done:
                 stack = None
                 continue
             key = stack_key(spec)
+            if stopping.is_set():
+                # Stopped while the stack was being made ready (a start or a restart is not
+                # a run: no Interrupted reaches this thread then): run nothing more.
+                break
             done[index] = _step(label, replace(spec, stack_root=stack.root, attach=True),
                                 expect_violation=expect_violation, invariant=invariant, out=out, lock=lock)
             last = index

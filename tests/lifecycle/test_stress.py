@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from lifecycle_helpers import HarnessRun, interrupted_mark, under_load
 
-from harness.run.smoke import CONTROL_PLANS_DIR, DEFAULT_PARALLEL
+from harness.run.smoke import CONTROL_PLANS_DIR, DEFAULT_PARALLEL, LANE_STACKS_DIR
 
 RUNS = int(os.environ.get("HARNESS_STRESS_RUNS", "6"))
 SEED = int(os.environ.get("HARNESS_STRESS_SEED", "14"))
@@ -68,8 +68,10 @@ def test_smoke_stopped_by_sigterm_mid_run(tmp_path: Path, runs: list[HarnessRun]
     left = run.leftovers(run.signal(signal.SIGTERM))
     print(f"smoke SIGTERM: clean after {left['seconds']} s")
     assert left["processes"] == [] and left["ports"] == [] and left["harness_exit"] == 143, left
-    # The runs root also keeps the plans the control cells run under (smoke.CONTROL_PLANS_DIR).
-    run_dirs = sorted(p for p in (tmp_path / "w" / "runs").iterdir() if p.is_dir() and p.name != CONTROL_PLANS_DIR)
+    # The runs root also keeps the plans the control cells run under (smoke.CONTROL_PLANS_DIR)
+    # and the lanes' stacks (smoke.LANE_STACKS_DIR), none of which is a run.
+    run_dirs = sorted(p for p in (tmp_path / "w" / "runs").iterdir()
+                      if p.is_dir() and p.name not in (CONTROL_PLANS_DIR, LANE_STACKS_DIR))
     # The steps side by side were all stopped and marked; no further step started.
     assert 1 <= len(run_dirs) <= DEFAULT_PARALLEL, run_dirs
     for run_dir in run_dirs:

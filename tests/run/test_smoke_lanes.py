@@ -211,3 +211,25 @@ def _greedy(specs: list[RunSpec], lanes: int) -> list[list[int]]:
         return plan_lanes(specs, lanes)
     finally:
         smoke._balanced = original  # type: ignore[assignment]
+
+
+def test_a_lane_stopped_while_its_stack_restarts_runs_no_further_step(fakes: Fakes, tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """A SIGTERM reaches only the threads that run a run: a lane restarting its app then
+    learns of it from `stopping`, and must not run the step it was restarting for."""
+    specs = _specs(tmp_path)
+    first = next(index for index, (_, _, expect, _) in enumerate(specs) if not expect)
+    control = next(index for index, (label, _, _, _) in enumerate(specs) if label.startswith("mutant api /"))
+    stopping = threading.Event()
+    restart = FakeStack.restart_services
+
+    def restart_then_stop(self: FakeStack, env: Mapping[str, str], **options: Any) -> None:
+        restart(self, env, **options)
+        stopping.set()  # the job was stopped meanwhile
+
+    monkeypatch.setattr(FakeStack, "restart_services", restart_then_stop)
+    done: dict[int, SmokeStep] = {}
+    run_lane(tmp_path / "lane", [first, control, first], specs, done, out=io.StringIO(), lock=threading.Lock(),
+             stopping=stopping)
+    assert [spec.unsafe_disable for spec in fakes.runs] == [()]  # the control never ran
+    assert list(done) == [first] and all(stack.stopped for stack in fakes.stacks)
