@@ -29,6 +29,7 @@ PROMISES = {
 PROMISES["mixed.py"] = set().union(*PROMISES.values()) | {"cross_channel"}
 HTTP_OPERATIONS = {"create_order", "pay", "webhook", "read_order"}
 UNKNOWN_ORDER = "/problems/unknown-order"
+ATTEMPTS = 3  # loads of 4 s at most, each with its own history folder
 
 
 @pytest.fixture(scope="module")
@@ -50,29 +51,40 @@ def operations(recorded: list[dict[str, Any]]) -> list[tuple[dict[str, Any], dic
 @pytest.mark.parametrize("locustfile", sorted(PROMISES))
 def test_scenario_provokes_every_promised_duplicate(stack: RunningStack, tmp_path: Path,
                                                     locustfile: str) -> None:
-    history = tmp_path / "histories"
-    run_locust(locustfile, stack.info.app_url, load_env(stack.info, history), users=4, seconds=4)
-    recorded = records(history)
-    counts = expect_counts(recorded)
-    missing = PROMISES[locustfile] - set(counts)
-    assert not missing, f"{locustfile} provoked {dict(counts)}, nothing of {sorted(missing)}"
+    # Loads of 4 s, until every promised kind was provoked (at most ATTEMPTS): the rarest
+    # kinds of `mixed` are a few per 4 s, and a machine busy with other test workers gave
+    # one 4 s load too few requests to hold any (CI: shared_key and cross_tenant_pay).
+    # Each load is judged on its own records (operation ids restart with each Locust).
+    loads: list[list[dict[str, Any]]] = []
+    counts: Counter[str] = Counter()
+    for attempt in range(ATTEMPTS):
+        history = tmp_path / f"histories-{attempt}"
+        run_locust(locustfile, stack.info.app_url, load_env(stack.info, history), users=4, seconds=4)
+        loads.append(records(history))
+        counts += expect_counts(loads[-1])
+        missing = PROMISES[locustfile] - set(counts)
+        if not missing:
+            break
+    assert not missing, f"{locustfile} provoked {dict(counts)}, nothing of {sorted(missing)} in {len(loads)} loads"
 
-    pairs = operations(recorded)
     refused: Counter[str] = Counter()
-    for invoke, completion in pairs:
-        wanted = REJECT_STATUS.get(invoke.get("expect"))
-        if wanted is None or completion["type"] == "info":
-            continue  # an answer lost to a slow machine says nothing about the app
-        refused[invoke["expect"]] += 1
-        # A healthy app under no faults refuses each with exactly the documented status.
-        assert (completion["type"], completion["status"]) == ("fail", wanted), (
-            f"{invoke['expect']} answered {completion['type']} {completion['status']}")
-        assert invoke["must_reject"] is True and invoke["reject_status"] == wanted
-        assert isinstance(completion["problem_type"], str)
+    created: list[dict[str, Any]] = []
+    for recorded in loads:
+        pairs = operations(recorded)
+        for invoke, completion in pairs:
+            wanted = REJECT_STATUS.get(invoke.get("expect"))
+            if wanted is None or completion["type"] == "info":
+                continue  # an answer lost to a slow machine says nothing about the app
+            refused[invoke["expect"]] += 1
+            # A healthy app under no faults refuses each with exactly the documented status.
+            assert (completion["type"], completion["status"]) == ("fail", wanted), (
+                f"{invoke['expect']} answered {completion['type']} {completion['status']}")
+            assert invoke["must_reject"] is True and invoke["reject_status"] == wanted
+            assert isinstance(completion["problem_type"], str)
+        created += [c for i, c in pairs if i["op"] == "create_order" and c["type"] == "ok"]
+        assert_records_carry_the_contract_fields(recorded)
     assert set(refused) == PROMISES[locustfile] & set(REJECT_STATUS), dict(refused)
-    created = [c for i, c in pairs if i["op"] == "create_order" and c["type"] == "ok"]
     assert created and all(c["order_id"] for c in created)
-    assert_records_carry_the_contract_fields(recorded)
 
 
 def assert_records_carry_the_contract_fields(recorded: list[dict[str, Any]]) -> None:
