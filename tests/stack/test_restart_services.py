@@ -13,6 +13,7 @@ start is a one-line-headed StackError, and the stack still stops leaving nothing
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -45,80 +46,73 @@ def _order_ids(stack: RunningStack) -> set[str]:
             if record.get("kind") == "order"}
 
 
-def _started(root: Path) -> RunningStack:
-    stack = start_stack(small_settings(root))
-    assert isinstance(stack, RunningStack)
-    return stack
-
-
-def _stopped_clean(stack: RunningStack, root: Path) -> None:
-    ports = stack_ports(stack.info)
-    pid = stack.info.supervisor_pid
-    stack.down()
-    processes, listening = wait_until_gone(root, ports, pids=(pid,) if pid else ())
-    assert processes == [] and listening == [], f"leaked after down: {processes} {listening}"
+@pytest.fixture
+def stack(tmp_path: Path) -> Iterator[RunningStack]:
+    """A small stack of the test's own; stopped after, and nothing of it may be left."""
+    root = tmp_path / "stack"
+    running = start_stack(small_settings(root))
+    assert isinstance(running, RunningStack)
+    try:
+        yield running
+    finally:
+        ports = stack_ports(running.info)
+        pid = running.info.supervisor_pid
+        running.down()
+        processes, listening = wait_until_gone(root, ports, pids=(pid,) if pid else ())
+        assert processes == [] and listening == [], f"leaked after down: {processes} {listening}"
 
 
 @pytest.mark.slow
-def test_restart_services_changes_the_app_and_keeps_the_rest(tmp_path: Path) -> None:
-    root = tmp_path / "stack"
-    stack = _started(root)
-    try:
-        before = _pids(stack)
-        supervisor = stack.info.supervisor_pid
-        secret = stack.info.webhook_secret
-        assert create_order(stack.info.app_url).status_code == 201
-        kept = _order_ids(stack)
-        assert len(kept) == 1
-        points = CrashPointClient(stack.info.app_direct_url, stack.info.internal_token)
-        points.arm(POINT, Arming("crash", probability=1.0, count=5))
-        assert [point.name for point in points.armed()] == [POINT]
+def test_restart_services_changes_the_app_and_keeps_the_rest(stack: RunningStack) -> None:
+    root = Path(stack.root)
+    before = _pids(stack)
+    supervisor = stack.info.supervisor_pid
+    secret = stack.info.webhook_secret
+    assert create_order(stack.info.app_url).status_code == 201
+    kept = _order_ids(stack)
+    assert len(kept) == 1
+    points = CrashPointClient(stack.info.app_direct_url, stack.info.internal_token)
+    points.arm(POINT, Arming("crash", probability=1.0, count=5))
+    assert [point.name for point in points.armed()] == [POINT]
 
-        stack.restart_services({"TARGET_APP_UNSAFE_DISABLE": "api"})
+    stack.restart_services({"TARGET_APP_UNSAFE_DISABLE": "api"})
 
-        after = _pids(stack)
-        for name in ("redis", "toxiproxy"):
-            assert after[name] == before[name] and after[name] is not None, name
-        for name in ("app", "consumer-1"):
-            assert after[name] != before[name] and after[name] is not None, name
-        assert stack.info.supervisor_pid == supervisor and stack.info.webhook_secret == secret
-        assert stack.info.unsafe_disable == ("api",)
-        assert json.loads((root / "stack-settings.json").read_text())["env"] == {"TARGET_APP_UNSAFE_DISABLE": "api"}
-        assert _unsafe_answered(stack) == ["api"]  # through the same proxy, on the same port
-        assert all(row["healthy"] and row["status"] == "running" for row in stack.services())
-        # the arm the last configuration left is gone, and nothing fires in this one
-        points = CrashPointClient(stack.info.app_direct_url, stack.info.internal_token)
-        assert points.armed() == [] and points.hits() == []
-        # without flush_data the data stays (the control for the flush below)
-        assert _order_ids(stack) == kept
+    after = _pids(stack)
+    for name in ("redis", "toxiproxy"):
+        assert after[name] == before[name] and after[name] is not None, name
+    for name in ("app", "consumer-1"):
+        assert after[name] != before[name] and after[name] is not None, name
+    assert stack.info.supervisor_pid == supervisor and stack.info.webhook_secret == secret
+    assert stack.info.unsafe_disable == ("api",)
+    assert json.loads((root / "stack-settings.json").read_text())["env"] == {"TARGET_APP_UNSAFE_DISABLE": "api"}
+    assert _unsafe_answered(stack) == ["api"]  # through the same proxy, on the same port
+    assert all(row["healthy"] and row["status"] == "running" for row in stack.services())
+    # the arm the last configuration left is gone, and nothing fires in this one
+    points = CrashPointClient(stack.info.app_direct_url, stack.info.internal_token)
+    assert points.armed() == [] and points.hits() == []
+    # without flush_data the data stays (the control for the flush below)
+    assert _order_ids(stack) == kept
 
-        stack.restart_services({}, app_workers=1, flush_data=True)
+    stack.restart_services({}, app_workers=1, flush_data=True)
 
-        assert _unsafe_answered(stack) == [] and stack.info.unsafe_disable == ()
-        assert stack.info.app_workers == 1
-        assert _order_ids(stack) == set()  # nothing of before
-        # the app seeded its data again, as on a fresh stack: an order can be placed
-        assert create_order(stack.info.app_url).status_code == 201
-        assert len(_order_ids(stack)) == 1
-    finally:
-        _stopped_clean(stack, root)
+    assert _unsafe_answered(stack) == [] and stack.info.unsafe_disable == ()
+    assert stack.info.app_workers == 1
+    assert _order_ids(stack) == set()  # nothing of before
+    # the app seeded its data again, as on a fresh stack: an order can be placed
+    assert create_order(stack.info.app_url).status_code == 201
+    assert len(_order_ids(stack)) == 1
 
 
 @pytest.mark.slow
-def test_a_refused_or_failed_restart_says_why_and_the_stack_still_stops(tmp_path: Path) -> None:
-    root = tmp_path / "stack"
-    stack = _started(root)
-    try:
-        before = _pids(stack)
-        for env, words in (({"PATH": "/bin"}, "only TARGET_APP_"),
-                           ({"TARGET_APP_STREAM": "elsewhere"}, "TARGET_APP_STREAM cannot change")):
-            with pytest.raises(StackError, match=words):
-                stack.restart_services(env)
-            assert _pids(stack) == before  # refused before anything was stopped
-        # an app that cannot start with its settings: the error names it and its log
-        with pytest.raises(StackError) as failed:
-            stack.restart_services({"TARGET_APP_IDEMPOTENCY_TTL": "not-a-number"})
-        assert "app exited" in str(failed.value) and "app.log" in str(failed.value)
-        assert str(failed.value).splitlines()[0].startswith("restart_services:")
-    finally:
-        _stopped_clean(stack, root)
+def test_a_refused_or_failed_restart_says_why_and_the_stack_still_stops(stack: RunningStack) -> None:
+    before = _pids(stack)
+    for env, words in (({"PATH": "/bin"}, "only TARGET_APP_"),
+                       ({"TARGET_APP_STREAM": "elsewhere"}, "TARGET_APP_STREAM cannot change")):
+        with pytest.raises(StackError, match=words):
+            stack.restart_services(env)
+        assert _pids(stack) == before  # refused before anything was stopped
+    # an app that cannot start with its settings: the error names it and its log
+    with pytest.raises(StackError) as failed:
+        stack.restart_services({"TARGET_APP_IDEMPOTENCY_TTL": "not-a-number"})
+    assert "app exited" in str(failed.value) and "app.log" in str(failed.value)
+    assert str(failed.value).splitlines()[0].startswith("restart_services:")
