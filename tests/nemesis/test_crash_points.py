@@ -15,7 +15,7 @@ import orjson
 import pytest
 
 from harness.catalog import CONTROL_CRASH_POINTS, CRASH_POINTS
-from harness.nemesis.crash_points import Arming, CrashPointClient, armed_as_asked, check_arming
+from harness.nemesis.crash_points import Arming, CrashPointClient, CrashPointHit, armed_as_asked, check_arming
 from harness.nemesis.faults import CrashPointFault, FaultTargets
 from harness.nemesis.plans import FaultWindow, NemesisRunner, PlanError, parse_plan, schedule
 from harness.nemesis.stack_proxies import StackNemesis
@@ -284,6 +284,29 @@ def test_the_fault_applies_heals_and_counts_its_windows_hits(client: CrashPointC
     assert fault.describe() == f"crash probability=0.3 count=9 at crash point {POINT}"
     # a window that never got applied records no hits rather than zero
     assert fault.record("w9")["hits"] is None
+
+
+def test_a_hit_logged_while_the_heal_disarms_is_counted_with_its_time(client: CrashPointClient,
+                                                                     fake: FakeCrashPoints,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """A process that fired just before the disarm may append its line just after it:
+    the window's count and its times come from the same log read, so they agree."""
+    targets = FaultTargets(network=NoNetwork(), processes=NoProcesses(), crash_points=client)
+    fault = CrashPointFault(point=POINT, arming=Arming("crash"))
+    fault.apply(targets, "w0")
+    fired_at = time.time()
+    fake.fire(POINT)
+    read_hits = client.hits
+
+    def hits_with_a_late_line() -> list[CrashPointHit]:
+        with fake.lock:  # the line of a hit made while armed, written only now
+            fake.hit_log.append({"name": POINT, "action": "crash", "process": "app", "pid": 4243, "at": fired_at})
+        return read_hits()
+
+    monkeypatch.setattr(client, "hits", hits_with_a_late_line)
+    fault.heal(targets, "w0")
+    record = fault.record("w0")
+    assert record["hits"] == 2 and record["hit_times"] is not None and len(record["hit_times"]) == 2, record
 
 
 def test_the_fault_fails_loudly_where_there_are_no_crash_points() -> None:
