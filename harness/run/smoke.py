@@ -255,9 +255,13 @@ class SmokeStep:
             self.invariant is None or self.invariant in self.caught_by)
 
 
-def smoke_specs(base: RunSpec) -> list[tuple[str, RunSpec, bool, str | None]]:
+# (label, spec, expect a violation, the invariant that must catch it): `smoke_specs`' rows
+SmokeSpec = tuple[str, RunSpec, bool, str | None]
+
+
+def smoke_specs(base: RunSpec) -> list[SmokeSpec]:
     """(label, spec, expect a violation, the invariant that must catch it) per step."""
-    steps: list[tuple[str, RunSpec, bool, str | None]] = []
+    steps: list[SmokeSpec] = []
     for scenario in SCENARIOS:
         spec = replace(base, scenario=scenario, plan=plan_path(SCENARIO_PLANS[scenario]),
                        unsafe_disable=(), app_env=dict(base.app_env))
@@ -276,8 +280,6 @@ def smoke_specs(base: RunSpec) -> list[tuple[str, RunSpec, bool, str | None]]:
     return steps
 
 
-# (label, spec, expect a violation, the invariant that must catch it): `smoke_specs`' rows
-SmokeSpec = tuple[str, RunSpec, bool, str | None]
 # What a step needs of its stack's app (`stack_key`): app workers, consumers, environment.
 StackKey = tuple[int, int, tuple[tuple[str, str], ...]]
 
@@ -435,7 +437,7 @@ def run_lane(root: Path, steps: Sequence[int], specs: Sequence[SmokeSpec], done:
         last: int | None = None
         for index in steps:
             if stopping.is_set():
-                return
+                break
             label, spec, expect_violation, invariant = specs[index]
             if spec.run_id is None:
                 spec = replace(spec, run_id=f"{new_run_id(spec.scenario, spec.unsafe_disable)}-{index:02d}")
