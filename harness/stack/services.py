@@ -232,6 +232,19 @@ class Service:
         self._reap(timeout=timeout)
         self.status = "stopped"
 
+    def wait_port_closed(self, timeout: float, interval: float = 0.05) -> None:
+        """Return once nothing listens on the service's port any more (its processes
+        stopped: the last of them may still be closing its socket); ServiceError after
+        `timeout`. A no-op for a service without a port."""
+        if self.spec.port is None:
+            return
+        deadline = time.monotonic() + timeout
+        while port_listening(self.spec.port):
+            if time.monotonic() >= deadline:
+                raise ServiceError(f"{self.spec.name}: port {self.spec.port} still in use {timeout:g} s "
+                                   "after its processes were stopped")
+            time.sleep(interval)
+
     def _reap(self, timeout: float) -> None:
         assert self.process is not None
         try:

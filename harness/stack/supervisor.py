@@ -90,6 +90,8 @@ from harness.stack.settings import (
 ACTIONS = ("kill", "start", "pause", "resume", "restart", "status", "restart_services")
 PROXIES = ("app", "redis")
 CONSUMER_MIN_UPTIME = 0.5
+# How long restart_services waits for a stopped app's port to close before it starts the new one.
+PORT_CLOSE_TIMEOUT = 15.0
 # The automatic restart of a service that died on its own (see the module docstring).
 RESTART_BACKOFF_FIRST = 0.2
 RESTART_BACKOFF_MAX = 2.0
@@ -437,6 +439,10 @@ class Supervisor:
                     service.request_stop()
                 for service in members:
                     service.finish_stop()
+            for service in members:
+                # The same port again: on a busy machine the last of the old group can
+                # still hold it a moment after the stop (CI: "port ... already in use").
+                service.wait_port_closed(PORT_CLOSE_TIMEOUT)
             for name in names:  # a new incarnation: no restart pending, counts from zero
                 self._restart_at.pop(name, None)
                 self._backoff.pop(name, None)
