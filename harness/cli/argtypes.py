@@ -17,6 +17,7 @@ from typing import TypeAlias
 from harness import bundled
 from harness.durations import parse_duration
 from harness.errors import HarnessError
+from harness.load.settings import parse_think_time
 from harness.names import DEFAULT_STACK_ROOT
 from harness.nemesis.plans import load_plan
 
@@ -49,6 +50,14 @@ def non_negative_int(text: str) -> int:
     if value < 0:
         raise argparse.ArgumentTypeError(f"must not be negative, got {value}")
     return value
+
+
+def think_time(text: str) -> tuple[float, float]:
+    """(low, high) seconds from `LOW-HIGH` (`0.1-0.2`, `100ms-200ms`) or one duration."""
+    try:
+        return parse_think_time(text)
+    except HarnessError as error:
+        raise argparse.ArgumentTypeError(_one_line(error).removeprefix("--harness-think-time: ")) from None
 
 
 def duration(text: str) -> float:

@@ -37,16 +37,19 @@ from harness.cli.argtypes import (
     non_negative_int,
     positive_duration,
     positive_int,
+    think_time,
 )
 from harness.cli.argtypes import plan as plan_argument
 from harness.errors import HarnessError
 from harness.exit_codes import EXIT_HARNESS, EXIT_OK, VERDICT_EXIT_CODES
+from harness.load.settings import DEFAULT_THINK_TIME, format_think_time
 from harness.names import DEFAULT_STACK_ROOT
 from harness.report.matrix import MatrixCell
 from harness.run.rundir import RunDir
 from harness.run.runner import RunOutcome, RunSpec, check_saved_run, run
 from harness.run.smoke import (
     DEFAULT_PARALLEL,
+    SMOKE_THINK_TIME,
     SmokeStep,
     format_matrix_table,
     matrix,
@@ -296,8 +299,13 @@ def _add_json_option(parser: argparse.ArgumentParser) -> None:
                         help="the verdict as one JSON document on stdout (docs/cli.md); progress on stderr")
 
 
-def _add_load_options(parser: argparse.ArgumentParser, *, users: int, default_duration: str) -> None:
+def _add_load_options(parser: argparse.ArgumentParser, *, users: int, default_duration: str,
+                      default_think_time: tuple[float, float] | None = None) -> None:
     parser.add_argument("--users", type=positive_int, default=users, help="Locust users")
+    shown = format_think_time(default_think_time or DEFAULT_THINK_TIME)
+    parser.add_argument("--think-time", type=think_time, default=default_think_time, metavar="LOW-HIGH",
+                        help=f"seconds each user waits between two tasks, drawn from LOW-HIGH, or one "
+                             f"duration (default {shown})")
     parser.add_argument("--duration", type=positive_duration, default=duration(default_duration),
                         help="load duration")
     parser.add_argument("--seed", type=int, default=7, help="seed for the users and the fault plan")
@@ -396,7 +404,7 @@ def add_parsers(subparsers: Subparsers) -> None:
     smoke_parser = subparsers.add_parser(
         "smoke", help="the CI job: every scenario on the correct app, every mutant caught",
     )
-    _add_load_options(smoke_parser, users=10, default_duration="8s")
+    _add_load_options(smoke_parser, users=10, default_duration="8s", default_think_time=SMOKE_THINK_TIME)
     smoke_parser.add_argument("--parallel", type=positive_int, default=DEFAULT_PARALLEL, metavar="N",
                               help="lanes side by side, each one stack its runs share (compose: runs "
                                    "side by side, each on its own stack)")
@@ -421,6 +429,7 @@ def _spec(args: argparse.Namespace, scenario: str) -> RunSpec:
         scenario=scenario,
         users=args.users,
         duration=args.duration,
+        think_time=args.think_time,
         plan=getattr(args, "plan", None),
         seed=args.seed,
         processes=args.processes,

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness.durations import parse_duration
 from harness.errors import HarnessError
 from harness.names import (
     DEFAULT_STACK_ROOT,
@@ -43,6 +44,7 @@ from harness.names import (
     ENV_SEED,
     ENV_SKUS,
     ENV_STREAM,
+    ENV_THINK_TIME,
     ENV_TOXIPROXY_URL,
     ENV_WEBHOOK_SECRET,
     HISTORIES_DIR,
@@ -53,6 +55,11 @@ from harness.stack.info import StackError, StackInfo, read_info
 DEFAULT_ROOT = str(DEFAULT_STACK_ROOT)
 DEFAULT_SECRET = "dev-webhook-secret"
 DEFAULT_SKUS = "sku-1"
+# Seconds each user waits between two of its tasks, drawn uniformly from (low, high).
+# Short, so the users press the app as hard as a real burst of retries; a job that
+# runs many loads side by side on a few cores (the smoke job) asks for longer waits,
+# or the loads take the CPU the other runs need to start and stop.
+DEFAULT_THINK_TIME = (0.0, 0.05)
 
 
 class LoadConfigError(HarnessError, ValueError):
@@ -96,6 +103,9 @@ OPTIONS: tuple[OptionSpec, ...] = (
                "(0 or 1, default 1)", bool),
     OptionSpec("--harness-request-timeout", (ENV_REQUEST_TIMEOUT,),
                "client timeout in seconds, per connect and per read (default 2)", float),
+    OptionSpec("--harness-think-time", (ENV_THINK_TIME,),
+               "seconds each user waits between two tasks: LOW-HIGH (drawn uniformly) or one "
+               "duration, e.g. 0.1-0.2 or 100ms-200ms (default 0-0.05)"),
     OptionSpec("--harness-skus", (ENV_SKUS,),
                f"comma list of SKUs to order (default {DEFAULT_SKUS})"),
     OptionSpec("--harness-toxiproxy-url", (ENV_TOXIPROXY_URL,),
@@ -105,6 +115,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
 _BUILTIN: Mapping[str, Any] = {
     "harness_root": DEFAULT_ROOT, "harness_seed": 0, "harness_fresh_connections": True,
     "harness_request_timeout": 2.0, "harness_skus": DEFAULT_SKUS,
+    "harness_think_time": "",
 }
 
 
@@ -153,6 +164,28 @@ def add_options(parser: Any, environ: Mapping[str, str] | None = None) -> None:
                            if spec.kind is not bool else "0|1", **extra)
 
 
+def parse_think_time(text: str) -> tuple[float, float]:
+    """(low, high) seconds from `LOW-HIGH` or one duration (both ends equal); "" is
+    the default. LoadConfigError, naming the option, when it is neither."""
+    cleaned = str(text).strip()
+    if not cleaned:
+        return DEFAULT_THINK_TIME
+    low_text, separator, high_text = cleaned.partition("-")
+    try:
+        low = parse_duration(low_text)
+        high = parse_duration(high_text) if separator else low
+    except ValueError as error:
+        raise LoadConfigError(f"--harness-think-time: {error}") from None
+    if high < low:
+        raise LoadConfigError(f"--harness-think-time: {cleaned!r} ends below its start")
+    return low, high
+
+
+def format_think_time(think_time: tuple[float, float]) -> str:
+    """The option's text for (low, high): what `parse_think_time` reads back."""
+    return f"{think_time[0]:g}-{think_time[1]:g}"
+
+
 def _int(text: str) -> int:
     try:
         return int(str(text).strip())
@@ -179,6 +212,7 @@ class LoadSettings:
     fresh_connections: bool = True
     request_timeout: float = 2.0
     skus: tuple[str, ...] = (DEFAULT_SKUS,)
+    think_time: tuple[float, float] = DEFAULT_THINK_TIME
     toxiproxy_url: str | None = None
     stack_root: Path | None = None
     host: str | None = None
@@ -226,6 +260,7 @@ class LoadSettings:
             fresh_connections=fresh,
             request_timeout=timeout,
             skus=skus,
+            think_time=parse_think_time(text("harness_think_time")),
             toxiproxy_url=given_or("harness_toxiproxy_url", stack.toxiproxy_url if stack else None) or None,
             stack_root=stack_root,
             host=(stack.app_url or None) if stack else None,
@@ -254,6 +289,7 @@ class LoadSettings:
             "harness_fresh_connections": self.fresh_connections,
             "harness_request_timeout": self.request_timeout,
             "harness_skus": ",".join(self.skus),
+            "harness_think_time": format_think_time(self.think_time),
             "harness_toxiproxy_url": self.toxiproxy_url or "",
         }
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from locust import User, between
+import random
+
+from locust import User
 
 from harness.load.actor import Actor
 from harness.load.recording import load_process
@@ -13,7 +15,12 @@ class DuplicatingUser(User):
     that call `harness.load.flows` with `self.actor`."""
 
     abstract = True
-    wait_time = between(0.0, 0.05)
+
+    def wait_time(self) -> float:
+        # The load's --harness-think-time (LoadSettings.think_time), read per wait:
+        # the web UI's form may change it between two starts.
+        low, high = load_process(self.environment).settings.think_time
+        return random.uniform(low, high)
 
     def on_start(self) -> None:
         self.actor = Actor(load_process(self.environment), self.host)

@@ -43,8 +43,8 @@ from harness.errors import HarnessError
 from harness.exit_codes import VERDICT_EXIT_CODES
 from harness.history import LOAD_STARTED
 from harness.load.locust_process import LocustProcess, locustfile_for, parse_master_address
-from harness.load.settings import load_environment
-from harness.names import DEFAULT_STACK_ROOT, ENV_APP_UNSAFE_DISABLE
+from harness.load.settings import format_think_time, load_environment
+from harness.names import DEFAULT_STACK_ROOT, ENV_APP_UNSAFE_DISABLE, ENV_THINK_TIME
 from harness.nemesis.plans import FaultWindow, NemesisRunner, Plan, load_plan, schedule
 from harness.nemesis.toxiproxy_client import NemesisError
 from harness.report.run_facts import LoadWindow, RedisCapture
@@ -87,6 +87,9 @@ class RunSpec:
     users: int = 20
     duration: float = 30.0
     spawn_rate: float | None = None
+    # Seconds each user waits between two tasks, (low, high); None: the load's own
+    # default (harness.load.settings.DEFAULT_THINK_TIME).
+    think_time: tuple[float, float] | None = None
     plan: Path | None = None
     seed: int = 0
     processes: int = 1  # local Locust worker processes (`--workers`)
@@ -123,6 +126,13 @@ class RunSpec:
             raise HarnessError("--users must be at least 1")
         if self.duration <= 0:
             raise HarnessError("--duration must be positive")
+        if self.think_time is not None:
+            low, high = self.think_time
+            if not 0 <= low <= high:
+                raise HarnessError(f"--think-time must be LOW-HIGH with 0 <= LOW <= HIGH, got {low:g}-{high:g}")
+            if self.scale_workers:
+                raise HarnessError("--think-time does not reach the compose file's Locust workers "
+                                   "(--scale-workers); leave it out there")
         if self.scale_workers and not self.compose:
             raise HarnessError("--scale-workers runs the compose Locust workers; it needs --compose")
         if self.processes < 0 or (self.processes == 0 and self.remote_workers < 1):
@@ -141,6 +151,7 @@ class RunSpec:
         for key in ("plan", "runs_root", "stack_root"):
             data[key] = None if data[key] is None else str(data[key])
         data["unsafe_disable"] = list(self.unsafe_disable)
+        data["think_time"] = None if self.think_time is None else list(self.think_time)
         data["app_env"] = dict(self.app_env)
         return data
 
@@ -484,6 +495,8 @@ def own_stack_settings(spec: RunSpec, root: Path, *, proxy_prefix: str) -> Stack
 def _load_env(spec: RunSpec, info: StackInfo, run_dir: RunDir) -> dict[str, str]:
     env = dict(os.environ)
     env.update(load_environment(info, seed=spec.seed, history_dir=run_dir.histories))
+    if spec.think_time is not None:
+        env[ENV_THINK_TIME] = format_think_time(spec.think_time)
     return env
 
 

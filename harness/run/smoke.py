@@ -127,6 +127,13 @@ RECLAIM_ENV = {"TARGET_APP_RECLAIM_IDLE_MS": "1000"}
 # run; a control's cell may load for less (CONTROL_DURATION).
 SMOKE_USERS = 10
 SMOKE_DURATION = 8.0
+# Its users' think time (--think-time): each user waits 0.1-0.2 s between two tasks,
+# not the 0-0.05 s of a single run. Six lanes of closed-loop users at full speed kept
+# both cores busy with load alone, and every Locust, app and consumer starting or
+# stopping beside them waited for the CPU (a step's start 3-5 s instead of 1 s).
+# Measured: 66.6 s for the job at full speed, 56.8 s with these waits, idle machine,
+# every control still caught (benchmarks/README.md).
+SMOKE_THINK_TIME = (0.1, 0.2)
 
 # Lanes side by side (`--parallel`), each one stack its steps share. Measured on 2
 # cores shared with other jobs, `time harness smoke`: 4 lanes 108 s (load average
@@ -260,7 +267,10 @@ SmokeSpec = tuple[str, RunSpec, bool, str | None]
 
 
 def smoke_specs(base: RunSpec) -> list[SmokeSpec]:
-    """(label, spec, expect a violation, the invariant that must catch it) per step."""
+    """(label, spec, expect a violation, the invariant that must catch it) per step.
+    A base without a think time gets the job's own (SMOKE_THINK_TIME)."""
+    if base.think_time is None:
+        base = replace(base, think_time=SMOKE_THINK_TIME)
     steps: list[SmokeSpec] = []
     for scenario in SCENARIOS:
         spec = replace(base, scenario=scenario, plan=plan_path(SCENARIO_PLANS[scenario]),
@@ -618,6 +628,6 @@ def write_matrix(cells: Sequence[MatrixCell], runs_root: Path) -> Path:
 
 
 __all__ = [
-    "EXTRA_CORRECT_RUNS", "MUTANT_CASES", "SCENARIO_PLANS", "MutantCase", "SmokeStep", "control_plan",
+    "EXTRA_CORRECT_RUNS", "MUTANT_CASES", "SCENARIO_PLANS", "SMOKE_THINK_TIME", "MutantCase", "SmokeStep", "control_plan",
     "format_matrix_table", "matrix", "matrix_exit_code", "smoke", "smoke_exit_code", "write_matrix",
 ]

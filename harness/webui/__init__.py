@@ -16,9 +16,32 @@ from __future__ import annotations
 
 from typing import Any
 
+from harness.webui.options import TAB_ATTRIBUTE, add_options
+
 
 def install(events: Any) -> None:
-    """Register the Chaos tab's listeners (imported lazily: the CLI needs no Flask)."""
-    from harness.webui.chaos import install as install_chaos
+    """Register the Chaos tab's options and listeners. The tab itself
+    (harness.webui.chaos) is imported only at the init of a process that serves the
+    web UI: the CLI needs no Flask, and a headless Locust starts without it.
 
-    install_chaos(events)
+    Its test_start listener is registered here, at the locustfile's import, so that it
+    runs before the recording's (it names the run's history directory first)."""
+
+    def _options(parser: Any, **_: Any) -> None:
+        add_options(parser)
+
+    def _init(environment: Any, **_: Any) -> None:
+        if environment.web_ui is None:
+            return
+        from harness.webui.chaos import on_init
+
+        on_init(environment)
+
+    def _start(environment: Any, **_: Any) -> None:
+        tab = getattr(environment, TAB_ATTRIBUTE, None)
+        if tab is not None:
+            tab.on_test_start()
+
+    events.init_command_line_parser.add_listener(_options)
+    events.init.add_listener(_init)
+    events.test_start.add_listener(_start)

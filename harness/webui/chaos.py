@@ -57,7 +57,6 @@ from typing import Any, TypedDict
 import gevent
 from flask import Blueprint, Response, jsonify, request, send_from_directory
 from locust.env import Environment
-from locust.event import Events
 from locust.runners import STATE_RUNNING, STATE_SPAWNING, WorkerRunner
 
 from harness import bundled
@@ -103,6 +102,7 @@ from harness.webui.guard import (
     install_basic_auth,
     is_loopback,
 )
+from harness.webui.options import TAB_ATTRIBUTE
 from harness.webui.session import begin_swarm, finish_swarm
 
 TAB_KEY = "chaos"
@@ -113,31 +113,11 @@ SETTLE_POLL = 0.5
 SETTLE_LIMIT = 15.0  # the longest wait for late history records after a stop
 _RUN_ID = re.compile(r"^[A-Za-z0-9_.+-]{1,200}$")
 _NAME = re.compile(r"^[A-Za-z0-9_.-]{1,100}$")
-_ATTRIBUTE = "harness_chaos_tab"
 
 logger = logging.getLogger(__name__)
 
 
 # --- options ---------------------------------------------------------------------------
-
-def add_options(parser: Any) -> None:
-    """The tab's own options (not in the start form: they hold for the whole session).
-    The stack is the one `--harness-root` names (G1's load option), default .harness."""
-    # On the parser itself: Locust's own add_argument takes include_in_web_ui, a group's does not.
-    group = parser
-    hidden = {"include_in_web_ui": False} if hasattr(parser, "args_included_in_web_ui") else {}
-    group.add_argument("--chaos-runs-dir", default="runs", help="where each test start's run directory goes "
-                       "(default runs)", **hidden)
-    group.add_argument("--chaos-plans-dir", default="", help="fault plans offered in the tab "
-                       "(default: the plans bundled with the harness)", **hidden)
-    group.add_argument("--chaos-scenario", default="", help="scenario name in the run's settings "
-                       "(default: the locustfile's name)", **hidden)
-    group.add_argument("--chaos-drain-timeout", type=float, default=30.0,
-                       help="seconds the consumers may take to drain before the check (default 30)", **hidden)
-    group.add_argument("--chaos-check-on-stop", type=int, choices=(0, 1), default=1,
-                       help="1: heal, drain, check and report when the test stops (default); 0: only "
-                            "on Check now", **hidden)
-
 
 @dataclass(frozen=True)
 class ChaosOptions:
@@ -916,7 +896,7 @@ def attach(environment: Environment) -> ChaosTab | None:
     install_basic_auth(web_ui, os.environ)
     guard = ChaosGuard(loopback_only=is_loopback(web_ui.host))
     tab = ChaosTab(environment, ChaosOptions.from_environment(environment), base, guard)
-    setattr(environment, _ATTRIBUTE, tab)
+    setattr(environment, TAB_ATTRIBUTE, tab)
     web_ui.app.register_blueprint(blueprint(tab, web_ui.auth_required_if_enabled, f"{base}/chaos"))
     web_ui.template_args["extended_tabs"] = [
         *[t for t in web_ui.template_args.get("extended_tabs") or [] if t.get("key") != TAB_KEY],
@@ -964,30 +944,11 @@ def attach(environment: Environment) -> ChaosTab | None:
     return tab
 
 
-def _listen(hook: Any, handler: Callable[..., None]) -> None:
-    # Locust's EventHook.add_listener carries no annotations; the hook stays Any here only.
-    hook.add_listener(handler)
-
-
-def install(events: Events) -> None:
-    """Register the tab's options and listeners (see the module docstring for the order)."""
-
-    def _options(parser: Any, **_: Any) -> None:
-        add_options(parser)
-
-    def _init(environment: Environment, **_: Any) -> None:
-        tab = attach(environment)
-        if tab is not None:
-            # Added at init, after every listener a locustfile registered at import: the
-            # check starts once the recording has its final batches (harness.load.recording).
-            _listen(environment.events.test_stop, lambda **_: tab.on_test_stop())
-
-    def _start(environment: Environment, **_: Any) -> None:
-        tab = getattr(environment, _ATTRIBUTE, None)
-        if tab is not None:
-            tab.on_test_start()
-
-    _listen(events.init_command_line_parser, _options)
-    _listen(events.init, _init)
-    _listen(events.test_start, _start)
-
+def on_init(environment: Environment) -> None:
+    """Locust's init event on a process with a web UI: build the tab (`attach`)."""
+    tab = attach(environment)
+    if tab is not None:
+        # Added at init, after every listener a locustfile registered at import: the
+        # check starts once the recording has its final batches (harness.load.recording).
+        test_stop: Any = environment.events.test_stop  # Locust's EventHook carries no annotations
+        test_stop.add_listener(lambda **_: tab.on_test_stop())

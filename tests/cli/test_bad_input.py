@@ -59,6 +59,10 @@ BAD_COMMANDS = [
     ["run", "timeout_replay", "--scale-workers", "2"],  # needs --compose
     ["run", "timeout_replay", "--workers", "0"],  # 0 only with --remote-workers
     ["run", "timeout_replay", "--master-bind", "host:port"],
+    ["run", "timeout_replay", "--think-time", "soon"],
+    ["run", "timeout_replay", "--think-time", "0.3-0.1"],  # ends below its start
+    ["run", "timeout_replay", "--compose", "--scale-workers", "2", "--think-time", "0.1"],
+    ["smoke", "--think-time", "-0.1"],
     ["smoke", "--duration", "0"],
     ["smoke", "--users", "-3"],
     ["smoke", "--parallel", "0"],

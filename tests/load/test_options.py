@@ -19,7 +19,16 @@ from typing import Any
 import msgpack
 import pytest
 
-from harness.load.settings import OPTIONS, LoadConfigError, LoadSettings, add_options, load_environment
+from harness.load.settings import (
+    DEFAULT_THINK_TIME,
+    OPTIONS,
+    LoadConfigError,
+    LoadSettings,
+    add_options,
+    format_think_time,
+    load_environment,
+    parse_think_time,
+)
 from harness.stack.info import StackInfo
 
 REPO = Path(__file__).resolve().parents[2]
@@ -154,3 +163,52 @@ def test_every_option_and_its_variables_are_in_the_scenarios_doc() -> None:
     assert sorted(rows) == sorted(spec.flag for spec in OPTIONS)
     for spec in OPTIONS:
         assert all(f"`{name}`" in rows[spec.flag] for name in spec.env), spec.flag
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("", DEFAULT_THINK_TIME), ("0.1-0.2", (0.1, 0.2)), ("100ms-250ms", (0.1, 0.25)),
+    ("0.3", (0.3, 0.3)), (" 1s - 2s ", (1.0, 2.0)), ("0-0", (0.0, 0.0)),
+])
+def test_think_time_reads_a_range_or_one_duration(text: str, expected: tuple[float, float]) -> None:
+    assert parse_think_time(text) == pytest.approx(expected)
+    assert parse_think_time(format_think_time(parse_think_time(text))) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize("text", ["soon", "0.2-0.1", "0.1-", "-0.1", "1-2-3"])
+def test_a_bad_think_time_is_one_line_naming_the_option(text: str) -> None:
+    with pytest.raises(LoadConfigError) as caught:
+        parse_think_time(text)
+    assert str(caught.value).startswith("--harness-think-time: ") and "\n" not in str(caught.value)
+
+
+def test_think_time_comes_from_the_option_or_its_variable_and_travels_to_workers() -> None:
+    assert LoadSettings.from_options(parse(["--harness-root", ""], {})).think_time == DEFAULT_THINK_TIME
+    from_env = LoadSettings.from_options(parse(["--harness-root", ""], {"HARNESS_THINK_TIME": "0.1-0.2"}))
+    assert from_env.think_time == pytest.approx((0.1, 0.2))
+    given = LoadSettings.from_options(parse(["--harness-root", "", "--harness-think-time", "0.5"],
+                                            {"HARNESS_THINK_TIME": "0.1-0.2"}))
+    assert given.think_time == (0.5, 0.5)
+    # What a master sends its workers reads back the same.
+    options = msgpack.unpackb(msgpack.packb(given.to_options()))
+    assert LoadSettings.from_options(options, discover=False).think_time == (0.5, 0.5)
+
+
+def test_each_user_waits_the_think_time_it_was_given() -> None:
+    # In a subprocess: Locust monkey-patches the process that imports it.
+    script = (
+        "import json\n"
+        "from locust.env import Environment\n"
+        "from harness.load import recording\n"
+        "from harness.load.settings import LoadSettings\n"
+        "from harness.locustfiles.timeout_replay import TimeoutReplayUser\n"
+        "env = Environment(user_classes=[TimeoutReplayUser])\n"
+        "setattr(env, recording._ATTRIBUTE, recording.LoadProcess(env, LoadSettings(think_time=(0.3, 0.4))))\n"
+        "user = TimeoutReplayUser(env)\n"
+        "print(json.dumps([user.wait_time() for _ in range(200)]))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60,
+                            cwd=REPO, env={**os.environ, "HARNESS_ROOT": ""})
+    assert result.returncode == 0, result.stderr[-2000:]
+    waits = json.loads(result.stdout.strip().splitlines()[-1])
+    assert all(0.3 <= wait <= 0.4 for wait in waits)
+    assert max(waits) - min(waits) > 0.05  # drawn, not one fixed value

@@ -8,12 +8,17 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 
+from harness.load.settings import parse_think_time
+from harness.names import ENV_THINK_TIME
+from harness.run import runner
+from harness.run.rundir import RunDir
 from harness.run.runner import RunSpec
 from harness.run.smoke import (
     CONTROL_APP_WORKERS,
@@ -21,9 +26,11 @@ from harness.run.smoke import (
     MIN_CONTROL_LOAD,
     MUTANT_CASES,
     SMOKE_DURATION,
+    SMOKE_THINK_TIME,
     control_load,
     smoke_specs,
 )
+from harness.stack.info import StackInfo
 
 ROOT = Path(__file__).resolve().parents[2]
 DETECTION = ROOT / "benchmarks" / "results" / "detection.json"
@@ -69,6 +76,31 @@ def test_the_cells_get_their_loads_and_the_correct_runs_the_jobs(tmp_path: Path)
     short = {label: spec for label, spec, _, _ in smoke_specs(RunSpec(scenario="mixed", duration=2.0,
                                                                      runs_root=tmp_path))}
     assert all(spec.duration <= 2.0 for spec in short.values())
+
+
+def test_every_step_waits_the_jobs_think_time_unless_given_its_own(tmp_path: Path) -> None:
+    base = RunSpec(scenario="mixed", users=10, duration=SMOKE_DURATION, runs_root=tmp_path)
+    assert base.think_time is None
+    assert {spec.think_time for _, spec, _, _ in smoke_specs(base)} == {SMOKE_THINK_TIME}
+    own = RunSpec(scenario="mixed", think_time=(0.0, 0.01), runs_root=tmp_path)
+    assert {spec.think_time for _, spec, _, _ in smoke_specs(own)} == {(0.0, 0.01)}
+
+
+def test_the_load_process_gets_the_runs_think_time(tmp_path: Path) -> None:
+    info = StackInfo(
+        mode="local", phase="running", started_at=1.0, root=str(tmp_path),
+        app_url="http://127.0.0.1:1111", app_direct_url="http://127.0.0.1:1112",
+        toxiproxy_url="http://127.0.0.1:3333", toxiproxy_kind="embedded",
+        redis_url="redis://127.0.0.1:2222/0", redis_proxy_url="redis://127.0.0.1:2223/0",
+        webhook_secret="secret", internal_token="token", stream="stream", group="group",
+        proxy_prefix="p-", proxies={"app": "p-app", "redis": "p-redis"}, owner="run", unsafe_disable=(),
+        app_workers=1, consumers=1)
+    run_dir = RunDir.create(tmp_path, "a-run")
+    paced = runner._load_env(RunSpec(scenario="mixed", think_time=(0.1, 0.2)), info, run_dir)
+    assert parse_think_time(paced[ENV_THINK_TIME]) == (0.1, 0.2)
+    # None: the load's own default, whatever this process was given
+    unpaced = runner._load_env(RunSpec(scenario="mixed"), info, run_dir)
+    assert unpaced.get(ENV_THINK_TIME) == os.environ.get(ENV_THINK_TIME)
 
 
 def _row(bench: ModuleType, latencies: list[float | None], load: float) -> object:
