@@ -29,11 +29,26 @@ class ProcessGuard(Protocol):
     def remove_process(self, pid: int) -> None: ...
 
 
+class ChildProcess(Protocol):
+    """What a handle needs of its process: a `subprocess.Popen`, or a Locust run forked
+    by the fork server (`harness.load.forkserver.ForkedChild`)."""
+
+    @property
+    def pid(self) -> int: ...
+
+    @property
+    def returncode(self) -> int | None: ...
+
+    def poll(self) -> int | None: ...
+
+    def wait(self, timeout: float | None = None) -> int: ...
+
+
 class ProcessHandle:
     """The parent's view of one started subprocess (None until started)."""
 
     def __init__(self) -> None:
-        self._process: subprocess.Popen[bytes] | None = None
+        self._process: ChildProcess | None = None
 
     @property
     def pid(self) -> int | None:

@@ -49,6 +49,7 @@ from harness.run.rundir import RunDir
 from harness.run.runner import RunOutcome, RunSpec, check_saved_run, run
 from harness.run.smoke import (
     DEFAULT_PARALLEL,
+    SMOKE_STOP_TIMEOUT,
     SMOKE_THINK_TIME,
     SmokeStep,
     format_matrix_table,
@@ -300,12 +301,17 @@ def _add_json_option(parser: argparse.ArgumentParser) -> None:
 
 
 def _add_load_options(parser: argparse.ArgumentParser, *, users: int, default_duration: str,
-                      default_think_time: tuple[float, float] | None = None) -> None:
+                      default_think_time: tuple[float, float] | None = None,
+                      default_stop_timeout: float | None = None) -> None:
     parser.add_argument("--users", type=positive_int, default=users, help="Locust users")
     shown = format_think_time(default_think_time or DEFAULT_THINK_TIME)
     parser.add_argument("--think-time", type=think_time, default=default_think_time, metavar="LOW-HIGH",
                         help=f"seconds each user waits between two tasks, drawn from LOW-HIGH, or one "
                              f"duration (default {shown})")
+    parser.add_argument("--stop-timeout", type=duration, default=default_stop_timeout, metavar="DURATION",
+                        help="when the load ends, how long the users may finish the task they are in "
+                             "before Locust stops them (their open operations count as indeterminate) "
+                             f"(default {default_stop_timeout if default_stop_timeout is not None else 3:g}s)")
     parser.add_argument("--duration", type=positive_duration, default=duration(default_duration),
                         help="load duration")
     parser.add_argument("--seed", type=int, default=7, help="seed for the users and the fault plan")
@@ -404,7 +410,8 @@ def add_parsers(subparsers: Subparsers) -> None:
     smoke_parser = subparsers.add_parser(
         "smoke", help="the CI job: every scenario on the correct app, every mutant caught",
     )
-    _add_load_options(smoke_parser, users=10, default_duration="8s", default_think_time=SMOKE_THINK_TIME)
+    _add_load_options(smoke_parser, users=10, default_duration="8s", default_think_time=SMOKE_THINK_TIME,
+                      default_stop_timeout=SMOKE_STOP_TIMEOUT)
     smoke_parser.add_argument("--parallel", type=positive_int, default=DEFAULT_PARALLEL, metavar="N",
                               help="lanes side by side, each one stack its runs share (compose: runs "
                                    "side by side, each on its own stack)")
@@ -430,6 +437,7 @@ def _spec(args: argparse.Namespace, scenario: str) -> RunSpec:
         users=args.users,
         duration=args.duration,
         think_time=args.think_time,
+        stop_timeout=args.stop_timeout,
         plan=getattr(args, "plan", None),
         seed=args.seed,
         processes=args.processes,

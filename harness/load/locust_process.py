@@ -27,12 +27,14 @@ from pathlib import Path
 
 from harness import bundled
 from harness.errors import HarnessError
+from harness.load.forkserver import fork_locust
 from harness.load.settings import RUN_TIME_FLAG
 from harness.ports import free_port
 from harness.process_handle import ProcessGuard, ProcessHandle
 from harness.stack.services import _child_setup
 
 DEFAULT_MASTER_PORT = 5557
+DEFAULT_STOP_TIMEOUT = 3.0  # seconds the users may finish their task at the load's end
 
 
 def parse_master_address(text: str, *, default_host: str = "127.0.0.1") -> tuple[str, int]:
@@ -70,13 +72,17 @@ class LocustProcess(ProcessHandle):
         processes: int,
         output_dir: Path,
         env: Mapping[str, str],
-        stop_timeout: float = 3.0,
+        stop_timeout: float = DEFAULT_STOP_TIMEOUT,
         guard: ProcessGuard | None = None,
         remote_workers: int = 0,
         master_bind: tuple[str, int] | None = None,
         workers_wait: float = 120.0,
+        forkserver: Path | None = None,
     ) -> None:
         super().__init__()
+        # A standalone run is forked by the Locust fork server at this socket
+        # (harness.load.forkserver) instead of started as `python -m locust`.
+        self.forkserver = forkserver
         self.guard = guard
         self.locustfile = locustfile
         self.host = host
@@ -100,8 +106,11 @@ class LocustProcess(ProcessHandle):
         self._workers: list[subprocess.Popen[bytes]] = []
 
     def command(self) -> list[str]:
+        return [sys.executable, "-m", "locust", *self.locust_args()]
+
+    def locust_args(self) -> list[str]:
+        """Locust's command line after `python -m locust`."""
         args = [
-            sys.executable, "-m", "locust",
             "-f", str(self.locustfile),
             "--headless",
             "--users", str(self.users),
@@ -138,12 +147,16 @@ class LocustProcess(ProcessHandle):
 
     def start(self) -> None:
         self.output_dir.mkdir(parents=True, exist_ok=True)
-        with open(self.log_path, "ab") as log:
-            self._process = subprocess.Popen(
-                self.command(), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                env=self.env, start_new_session=True,
-                preexec_fn=_child_setup(os.getpid(), signal.SIGTERM),
-            )
+        if self.forkserver is not None and self.master_bind is None:
+            self._process = fork_locust(self.forkserver, self.locust_args(), env=self.env, cwd=Path.cwd(),
+                                        log_path=self.log_path)
+        else:
+            with open(self.log_path, "ab") as log:
+                self._process = subprocess.Popen(
+                    self.command(), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                    env=self.env, start_new_session=True,
+                    preexec_fn=_child_setup(os.getpid(), signal.SIGTERM),
+                )
         if self.guard is not None:
             self.guard.add_process(self._process.pid, "locust")
         if self.master_bind is not None:

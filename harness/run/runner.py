@@ -42,7 +42,7 @@ from harness.check.final_reads import orders_to_read, read_orders
 from harness.errors import HarnessError
 from harness.exit_codes import VERDICT_EXIT_CODES
 from harness.history import LOAD_STARTED
-from harness.load.locust_process import LocustProcess, locustfile_for, parse_master_address
+from harness.load.locust_process import DEFAULT_STOP_TIMEOUT, LocustProcess, locustfile_for, parse_master_address
 from harness.load.settings import format_think_time, load_environment
 from harness.names import DEFAULT_STACK_ROOT, ENV_APP_UNSAFE_DISABLE, ENV_THINK_TIME
 from harness.nemesis.plans import FaultWindow, NemesisRunner, Plan, load_plan, schedule
@@ -90,6 +90,14 @@ class RunSpec:
     # Seconds each user waits between two tasks, (low, high); None: the load's own
     # default (harness.load.settings.DEFAULT_THINK_TIME).
     think_time: tuple[float, float] | None = None
+    # Seconds the users get to finish the task they are in when the load ends, before
+    # Locust stops them (an operation cut short is recorded as indeterminate); None:
+    # LocustProcess's default (3 s).
+    stop_timeout: float | None = None
+    # The socket of a Locust fork server (harness.load.forkserver) that forks this
+    # run's Locust (a standalone one) instead of a new `python -m locust`: the smoke
+    # job starts one for all its runs.
+    locust_forkserver: Path | None = None
     plan: Path | None = None
     seed: int = 0
     processes: int = 1  # local Locust worker processes (`--workers`)
@@ -133,6 +141,8 @@ class RunSpec:
             if self.scale_workers:
                 raise HarnessError("--think-time does not reach the compose file's Locust workers "
                                    "(--scale-workers); leave it out there")
+        if self.stop_timeout is not None and self.stop_timeout < 0:
+            raise HarnessError("--stop-timeout must not be negative")
         if self.scale_workers and not self.compose:
             raise HarnessError("--scale-workers runs the compose Locust workers; it needs --compose")
         if self.processes < 0 or (self.processes == 0 and self.remote_workers < 1):
@@ -148,7 +158,7 @@ class RunSpec:
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
-        for key in ("plan", "runs_root", "stack_root"):
+        for key in ("plan", "runs_root", "stack_root", "locust_forkserver"):
             data[key] = None if data[key] is None else str(data[key])
         data["unsafe_disable"] = list(self.unsafe_disable)
         data["think_time"] = None if self.think_time is None else list(self.think_time)
@@ -345,6 +355,8 @@ def _load_process(spec: RunSpec, info: StackInfo, run_dir: RunDir, guard: RunGua
         output_dir=run_dir.locust,
         env=_load_env(spec, info, run_dir),
         guard=guard,
+        stop_timeout=spec.stop_timeout if spec.stop_timeout is not None else DEFAULT_STOP_TIMEOUT,
+        forkserver=spec.locust_forkserver,
     )
 
 

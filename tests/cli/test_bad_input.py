@@ -63,6 +63,7 @@ BAD_COMMANDS = [
     ["run", "timeout_replay", "--think-time", "0.3-0.1"],  # ends below its start
     ["run", "timeout_replay", "--compose", "--scale-workers", "2", "--think-time", "0.1"],
     ["smoke", "--think-time", "-0.1"],
+    ["smoke", "--stop-timeout", "-1s"],
     ["smoke", "--duration", "0"],
     ["smoke", "--users", "-3"],
     ["smoke", "--parallel", "0"],

@@ -7,6 +7,7 @@ control whose worst latency is above its cell's load fails) catches a late one."
 from __future__ import annotations
 
 import importlib.util
+import io
 import json
 import os
 import sys
@@ -15,9 +16,11 @@ from types import ModuleType
 
 import pytest
 
+from harness.load.forkserver import ForkServerError, LocustForkServer
 from harness.load.settings import parse_think_time
 from harness.names import ENV_THINK_TIME
 from harness.run import runner
+from harness.run import smoke as smoke_module
 from harness.run.rundir import RunDir
 from harness.run.runner import RunSpec
 from harness.run.smoke import (
@@ -26,6 +29,7 @@ from harness.run.smoke import (
     MIN_CONTROL_LOAD,
     MUTANT_CASES,
     SMOKE_DURATION,
+    SMOKE_STOP_TIMEOUT,
     SMOKE_THINK_TIME,
     control_load,
     smoke_specs,
@@ -78,12 +82,16 @@ def test_the_cells_get_their_loads_and_the_correct_runs_the_jobs(tmp_path: Path)
     assert all(spec.duration <= 2.0 for spec in short.values())
 
 
-def test_every_step_waits_the_jobs_think_time_unless_given_its_own(tmp_path: Path) -> None:
+def test_every_step_gets_the_jobs_think_time_and_stop_timeout_unless_given_its_own(tmp_path: Path) -> None:
     base = RunSpec(scenario="mixed", users=10, duration=SMOKE_DURATION, runs_root=tmp_path)
     assert base.think_time is None
-    assert {spec.think_time for _, spec, _, _ in smoke_specs(base)} == {SMOKE_THINK_TIME}
-    own = RunSpec(scenario="mixed", think_time=(0.0, 0.01), runs_root=tmp_path)
-    assert {spec.think_time for _, spec, _, _ in smoke_specs(own)} == {(0.0, 0.01)}
+    own_pace = {f"mutant {case.mutant} / {case.scenario}": case.think_time for case in MUTANT_CASES}
+    for label, spec, _, _ in smoke_specs(base):
+        assert spec.stop_timeout == SMOKE_STOP_TIMEOUT
+        assert spec.think_time == (own_pace.get(label) or SMOKE_THINK_TIME), label
+    own = RunSpec(scenario="mixed", think_time=(0.0, 0.01), stop_timeout=0.0, runs_root=tmp_path)
+    for label, spec, _, _ in smoke_specs(own):
+        assert (spec.think_time, spec.stop_timeout) == (own_pace.get(label) or (0.0, 0.01), 0.0), label
 
 
 def test_the_load_process_gets_the_runs_think_time(tmp_path: Path) -> None:
@@ -123,3 +131,21 @@ def test_the_benchmark_fails_a_late_or_missed_control(latencies: list[float | No
     assert late.failure is not None and why in late.failure  # type: ignore[attr-defined]
     on_time = _row(bench, [0.1, 0.2, 0.5], load)
     assert on_time.failure is None and on_time.latency_worst_s == 0.5  # type: ignore[attr-defined]
+
+
+def test_the_job_runs_without_a_fork_server_that_will_not_start(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    def refuse(self: LocustForkServer) -> None:
+        raise ForkServerError("the Locust fork server exited with 1; see its log")
+
+    monkeypatch.setattr(LocustForkServer, "start", refuse)
+    out = io.StringIO()
+    with smoke_module._locust_forkserver(tmp_path, out=out) as socket_path:
+        assert socket_path is None  # each run starts its own Locust
+    assert out.getvalue().count("\n") == 1 and "each run starts its own Locust" in out.getvalue()
+
+
+def test_the_job_forks_its_runs_from_one_server_it_stops(tmp_path: Path) -> None:
+    with smoke_module._locust_forkserver(tmp_path, out=io.StringIO()) as socket_path:
+        assert socket_path is not None and socket_path.is_socket()
+    assert not socket_path.exists()
