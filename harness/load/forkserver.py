@@ -70,7 +70,6 @@ def serve(socket_path: Path, parent_pid: int) -> None:
     import harness.load.flows  # noqa: F401
     import harness.load.recording  # noqa: F401
     import harness.load.user  # noqa: F401
-    import harness.webui  # noqa: F401
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(str(socket_path))
     os.chmod(socket_path, 0o600)

@@ -119,6 +119,12 @@ MIN_CONTROL_LOAD = 3.0
 # A control's cell runs this many gunicorn workers (fewer processes to start and stop
 # beside the others: the job is bound by its CPU); the correct runs keep the base's.
 CONTROL_APP_WORKERS = 2
+# A correct run under `crash-points` keeps at least this many: a window of its plan
+# crashes up to two workers, and with none left every arming and disarming of the
+# next windows (through the app's internal listener) waited for gunicorn to replace
+# them; on a busy machine the last three windows then fell after the load (seen with
+# 2 workers in the suite's smoke job).
+CRASH_POINTS_APP_WORKERS = 3
 CONTROL_PLANS_DIR = "control-plans"  # under the runs root: the plans the cells ran
 # The message layer's controls: a short reclaim time, so an entry whose consumer
 # crashed is redelivered while the load still runs.
@@ -296,7 +302,9 @@ def smoke_specs(base: RunSpec) -> list[SmokeSpec]:
         steps.append((f"correct app / {scenario}", spec, False, None))
     for scenario, plan in EXTRA_CORRECT_RUNS:
         spec = replace(base, scenario=scenario, plan=plan_path(plan), unsafe_disable=(),
-                       app_env=dict(base.app_env))
+                       app_env=dict(base.app_env),
+                       app_workers=max(base.app_workers, CRASH_POINTS_APP_WORKERS) if plan == "crash-points"
+                       else base.app_workers)
         steps.append((f"correct app / {scenario} / {plan}", spec, False, None))
     for case in MUTANT_CASES:
         spec = replace(base, scenario=case.scenario, plan=case_plan(case, Path(base.runs_root)),

@@ -11,6 +11,7 @@ import io
 import json
 import os
 import sys
+from dataclasses import replace
 from pathlib import Path
 from types import ModuleType
 
@@ -26,6 +27,7 @@ from harness.run.runner import RunSpec
 from harness.run.smoke import (
     CONTROL_APP_WORKERS,
     CONTROL_LOADS,
+    CRASH_POINTS_APP_WORKERS,
     MIN_CONTROL_LOAD,
     MUTANT_CASES,
     SMOKE_DURATION,
@@ -73,9 +75,15 @@ def test_the_cells_get_their_loads_and_the_correct_runs_the_jobs(tmp_path: Path)
         spec, expect = cells[f"mutant {case.mutant} / {case.scenario}"]
         assert expect and spec.duration == CONTROL_LOADS[case.mutant], case.mutant
         assert spec.app_workers == min(base.app_workers, CONTROL_APP_WORKERS)
-    correct = [spec for spec, expect in cells.values() if not expect]
-    assert correct and all(spec.duration == SMOKE_DURATION and spec.app_workers == base.app_workers
-                           for spec in correct)
+    correct = {label: spec for label, (spec, expect) in cells.items() if not expect}
+    assert correct and all(spec.duration == SMOKE_DURATION for spec in correct.values())
+    for label, spec in correct.items():
+        wanted = max(base.app_workers, CRASH_POINTS_APP_WORKERS) if label.endswith("/ crash-points") \
+            else base.app_workers
+        assert spec.app_workers == wanted, label
+    few = {label: spec.app_workers for label, spec, _, _ in smoke_specs(replace(base, app_workers=2))}
+    assert few["correct app / timeout_replay / crash-points"] == CRASH_POINTS_APP_WORKERS
+    assert few["correct app / mixed"] == 2
     # a shorter job never loads a control's cell for longer than itself
     short = {label: spec for label, spec, _, _ in smoke_specs(RunSpec(scenario="mixed", duration=2.0,
                                                                      runs_root=tmp_path))}
