@@ -41,8 +41,9 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import HarnessError
+from harness.json_lines import read_line
 
-# Imported at the top: only the standard library and harness.errors. The server must
+# Imported at the top: only the standard library, harness.errors and harness.json_lines. The server must
 # import Locust (its gevent monkey-patching) before anything that imports ssl or
 # sockets' users (redis, requests); the client's own imports come in its functions.
 
@@ -98,7 +99,7 @@ def serve(socket_path: Path, parent_pid: int) -> None:
 def _fork_run(connection: socket.socket, listener: socket.socket, runs: Mapping[int, socket.socket],
               random_module: Any) -> int | None:
     try:
-        request = json.loads(_read_line(connection, timeout=10.0))
+        request = json.loads(read_line(connection, timeout=10.0))
         argv = [str(arg) for arg in request["argv"]]
         env = {str(key): str(value) for key, value in request["env"].items()}
         cwd, log = str(request["cwd"]), str(request["log"])
@@ -188,17 +189,6 @@ def _send(connection: socket.socket, message: Mapping[str, Any]) -> None:
         connection.sendall(json.dumps(message).encode() + b"\n")
     except OSError:
         pass  # the client went away: nothing to tell
-
-
-def _read_line(connection: socket.socket, *, timeout: float) -> str:
-    connection.settimeout(timeout)
-    data = b""
-    while not data.endswith(b"\n"):
-        chunk = connection.recv(65536)
-        if not chunk:
-            break
-        data += chunk
-    return data.decode()
 
 
 # --- the client (the harness's side) ------------------------------------------------
@@ -325,7 +315,7 @@ def fork_locust(socket_path: Path, argv: Sequence[str], *, env: Mapping[str, str
         connection.connect(str(socket_path))
         request = {"argv": list(argv), "env": dict(env), "cwd": str(cwd), "log": str(log_path)}
         connection.sendall(json.dumps(request).encode() + b"\n")
-        reply = json.loads(_read_line(connection, timeout=30.0) or "{}")
+        reply = json.loads(read_line(connection, timeout=30.0) or b"{}")
     except (OSError, ValueError) as error:
         connection.close()
         raise ForkServerError(f"the Locust fork server at {socket_path} did not fork a run: {error}") from error

@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from harness.json_lines import read_line
 from harness.stack.info import StackError, control_socket_path
 
 
@@ -30,12 +31,7 @@ def request(root: Path, action: str, service: str | None = None, *, timeout: flo
             conn.settimeout(timeout)
             conn.connect(str(path))
             conn.sendall(json.dumps({**(fields or {}), "action": action, "service": service}).encode() + b"\n")
-            data = b""
-            while not data.endswith(b"\n"):
-                chunk = conn.recv(65536)
-                if not chunk:
-                    break
-                data += chunk
+            data = read_line(conn, timeout=timeout)
     except OSError as error:
         raise StackError(f"the stack supervisor at {path} did not answer: {error}") from error
     try:

@@ -36,7 +36,7 @@ from harness.run.smoke import (
     control_load,
     smoke_specs,
 )
-from harness.stack.info import StackInfo
+from tests.support.stacks import sample_info
 
 ROOT = Path(__file__).resolve().parents[2]
 DETECTION = ROOT / "benchmarks" / "results" / "detection.json"
@@ -103,14 +103,7 @@ def test_every_step_gets_the_jobs_think_time_and_stop_timeout_unless_given_its_o
 
 
 def test_the_load_process_gets_the_runs_think_time(tmp_path: Path) -> None:
-    info = StackInfo(
-        mode="local", phase="running", started_at=1.0, root=str(tmp_path),
-        app_url="http://127.0.0.1:1111", app_direct_url="http://127.0.0.1:1112",
-        toxiproxy_url="http://127.0.0.1:3333", toxiproxy_kind="embedded",
-        redis_url="redis://127.0.0.1:2222/0", redis_proxy_url="redis://127.0.0.1:2223/0",
-        webhook_secret="secret", internal_token="token", stream="stream", group="group",
-        proxy_prefix="p-", proxies={"app": "p-app", "redis": "p-redis"}, owner="run", unsafe_disable=(),
-        app_workers=1, consumers=1)
+    info = sample_info(root=str(tmp_path))
     run_dir = RunDir.create(tmp_path, "a-run")
     paced = runner._load_env(RunSpec(scenario="mixed", think_time=(0.1, 0.2)), info, run_dir)
     assert parse_think_time(paced[ENV_THINK_TIME]) == (0.1, 0.2)
