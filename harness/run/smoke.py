@@ -134,8 +134,8 @@ RECLAIM_ENV = {"TARGET_APP_RECLAIM_IDLE_MS": "1000"}
 # run; a control's cell may load for less (CONTROL_DURATION).
 SMOKE_USERS = 10
 SMOKE_DURATION = 8.0
-# Its users' think time (--think-time): each user waits 0.1-0.2 s between two tasks,
-# not the 0-0.05 s of a single run. Six lanes of closed-loop users at full speed kept
+# Its controls' think time (--think-time): each user waits 0.1-0.2 s between two
+# tasks, not the 0-0.05 s of a single run (which the correct runs keep). Six lanes of closed-loop users at full speed kept
 # both cores busy with load alone, and every Locust, app and consumer starting or
 # stopping beside them waited for the CPU (a step's start 3-5 s instead of 1 s).
 # Measured: 66.6 s for the job at full speed, 56.8 s with these waits, idle machine,
@@ -296,13 +296,17 @@ def smoke_specs(base: RunSpec) -> list[SmokeSpec]:
     if base.stop_timeout is None:
         base = replace(base, stop_timeout=SMOKE_STOP_TIMEOUT)
     steps: list[SmokeSpec] = []
+    # The correct runs keep full-speed users: their plans' promised paths rest on the
+    # request mix of the first seconds (at the job's pace a crash-points run's errors
+    # fell on payments, none on order creation, and its recovery path went unexercised).
+    correct_pace = DEFAULT_THINK_TIME if base.think_time == SMOKE_THINK_TIME else base.think_time
     for scenario in SCENARIOS:
         spec = replace(base, scenario=scenario, plan=plan_path(SCENARIO_PLANS[scenario]),
-                       unsafe_disable=(), app_env=dict(base.app_env))
+                       unsafe_disable=(), app_env=dict(base.app_env), think_time=correct_pace)
         steps.append((f"correct app / {scenario}", spec, False, None))
     for scenario, plan in EXTRA_CORRECT_RUNS:
         spec = replace(base, scenario=scenario, plan=plan_path(plan), unsafe_disable=(),
-                       app_env=dict(base.app_env),
+                       app_env=dict(base.app_env), think_time=correct_pace,
                        app_workers=max(base.app_workers, CRASH_POINTS_APP_WORKERS) if plan == "crash-points"
                        else base.app_workers)
         steps.append((f"correct app / {scenario} / {plan}", spec, False, None))

@@ -18,7 +18,7 @@ from types import ModuleType
 import pytest
 
 from harness.load.forkserver import ForkServerError, LocustForkServer
-from harness.load.settings import parse_think_time
+from harness.load.settings import DEFAULT_THINK_TIME, parse_think_time
 from harness.names import ENV_THINK_TIME
 from harness.run import runner
 from harness.run import smoke as smoke_module
@@ -94,9 +94,12 @@ def test_every_step_gets_the_jobs_think_time_and_stop_timeout_unless_given_its_o
     base = RunSpec(scenario="mixed", users=10, duration=SMOKE_DURATION, runs_root=tmp_path)
     assert base.think_time is None
     own_pace = {f"mutant {case.mutant} / {case.scenario}": case.think_time for case in MUTANT_CASES}
-    for label, spec, _, _ in smoke_specs(base):
+    for label, spec, expect, _ in smoke_specs(base):
         assert spec.stop_timeout == SMOKE_STOP_TIMEOUT
-        assert spec.think_time == (own_pace.get(label) or SMOKE_THINK_TIME), label
+        if expect:  # a control: the job's pace unless its case names its own
+            assert spec.think_time == (own_pace.get(label) or SMOKE_THINK_TIME), label
+        else:  # a correct run: full speed, the pace its plan's promises were written for
+            assert spec.think_time == DEFAULT_THINK_TIME, label
     own = RunSpec(scenario="mixed", think_time=(0.0, 0.01), stop_timeout=0.0, runs_root=tmp_path)
     for label, spec, _, _ in smoke_specs(own):
         assert (spec.think_time, spec.stop_timeout) == (own_pace.get(label) or (0.0, 0.01), 0.0), label
