@@ -42,6 +42,7 @@ from harness.cli.argtypes import (
 from harness.cli.argtypes import plan as plan_argument
 from harness.errors import HarnessError
 from harness.exit_codes import EXIT_HARNESS, EXIT_OK, VERDICT_EXIT_CODES
+from harness.load.locust_process import DEFAULT_STOP_TIMEOUT
 from harness.load.settings import DEFAULT_THINK_TIME, format_think_time
 from harness.names import DEFAULT_STACK_ROOT
 from harness.report.matrix import MatrixCell
@@ -301,17 +302,18 @@ def _add_json_option(parser: argparse.ArgumentParser) -> None:
 
 
 def _add_load_options(parser: argparse.ArgumentParser, *, users: int, default_duration: str,
-                      default_think_time: tuple[float, float] | None = None,
-                      default_stop_timeout: float | None = None) -> None:
+                      think_time_default: str = format_think_time(DEFAULT_THINK_TIME),
+                      stop_timeout_default: str = f"{DEFAULT_STOP_TIMEOUT:g}s") -> None:
+    """The load's options; `think_time_default` and `stop_timeout_default` are what the
+    help names: the option itself defaults to None, the command's own (a RunSpec's)."""
     parser.add_argument("--users", type=positive_int, default=users, help="Locust users")
-    shown = format_think_time(default_think_time or DEFAULT_THINK_TIME)
-    parser.add_argument("--think-time", type=think_time, default=default_think_time, metavar="LOW-HIGH",
+    parser.add_argument("--think-time", type=think_time, default=None, metavar="LOW-HIGH",
                         help=f"seconds each user waits between two tasks, drawn from LOW-HIGH, or one "
-                             f"duration (default {shown})")
-    parser.add_argument("--stop-timeout", type=duration, default=default_stop_timeout, metavar="DURATION",
+                             f"duration (default {think_time_default})")
+    parser.add_argument("--stop-timeout", type=duration, default=None, metavar="DURATION",
                         help="when the load ends, how long the users may finish the task they are in "
                              "before Locust stops them (their open operations count as indeterminate) "
-                             f"(default {default_stop_timeout if default_stop_timeout is not None else 3:g}s)")
+                             f"(default {stop_timeout_default})")
     parser.add_argument("--duration", type=positive_duration, default=duration(default_duration),
                         help="load duration")
     parser.add_argument("--seed", type=int, default=7, help="seed for the users and the fault plan")
@@ -410,8 +412,10 @@ def add_parsers(subparsers: Subparsers) -> None:
     smoke_parser = subparsers.add_parser(
         "smoke", help="the CI job: every scenario on the correct app, every mutant caught",
     )
-    _add_load_options(smoke_parser, users=10, default_duration="8s", default_think_time=SMOKE_THINK_TIME,
-                      default_stop_timeout=SMOKE_STOP_TIMEOUT)
+    _add_load_options(smoke_parser, users=10, default_duration="8s",
+                      think_time_default=f"{format_think_time(SMOKE_THINK_TIME)} for the controls, "
+                                         f"{format_think_time(DEFAULT_THINK_TIME)} for the correct runs",
+                      stop_timeout_default=f"{SMOKE_STOP_TIMEOUT:g}s")
     smoke_parser.add_argument("--parallel", type=positive_int, default=DEFAULT_PARALLEL, metavar="N",
                               help="lanes side by side, each one stack its runs share (compose: runs "
                                    "side by side, each on its own stack)")

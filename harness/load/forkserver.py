@@ -42,10 +42,11 @@ from typing import Any
 
 from harness.errors import HarnessError
 from harness.json_lines import read_line
+from harness.process_handle import pid_alive
 
-# Imported at the top: only the standard library, harness.errors and harness.json_lines. The server must
-# import Locust (its gevent monkey-patching) before anything that imports ssl or
-# sockets' users (redis, requests); the client's own imports come in its functions.
+# Imported at the top: the standard library and harness modules that import nothing
+# else. The server must import Locust (its gevent monkey-patching) before anything
+# that imports ssl or sockets' users (redis, requests); the rest comes in functions.
 
 SOCKET_NAME = "locust-forkserver.sock"
 LOG_NAME = "locust-forkserver.log"
@@ -63,8 +64,6 @@ def serve(socket_path: Path, parent_pid: int) -> None:
     """Import Locust and what every bundled locustfile imports (so a forked run imports
     only its locustfile), listen on socket_path, fork a run per request until the
     parent (the harness) is gone or SIGTERM comes."""
-    import random
-
     import locust  # noqa: F401 - first: it monkey-patches the process
     import locust.main  # noqa: F401
 
@@ -87,7 +86,7 @@ def serve(socket_path: Path, parent_pid: int) -> None:
         readable, _, _ = select.select([listener], [], [], REAP_INTERVAL)
         if readable:
             connection, _ = listener.accept()
-            pid = _fork_run(connection, listener, runs, random)
+            pid = _fork_run(connection, listener, runs)
             if pid is not None:
                 runs[pid] = connection
         _reap(runs)
@@ -96,8 +95,8 @@ def serve(socket_path: Path, parent_pid: int) -> None:
         connection.close()
 
 
-def _fork_run(connection: socket.socket, listener: socket.socket, runs: Mapping[int, socket.socket],
-              random_module: Any) -> int | None:
+def _fork_run(connection: socket.socket, listener: socket.socket,
+              runs: Mapping[int, socket.socket]) -> int | None:
     try:
         request = json.loads(read_line(connection, timeout=10.0))
         argv = [str(arg) for arg in request["argv"]]
@@ -118,7 +117,7 @@ def _fork_run(connection: socket.socket, listener: socket.socket, runs: Mapping[
         for other in runs.values():
             other.close()
         connection.close()
-        _run_locust(argv, env, cwd, log, server_pid, random_module, ready_write)
+        _run_locust(argv, env, cwd, log, server_pid, ready_write)
     os.close(ready_write)
     os.read(ready_read, 1)  # b"" too if the run died first: its exit is reaped and sent
     os.close(ready_read)
@@ -127,17 +126,17 @@ def _fork_run(connection: socket.socket, listener: socket.socket, runs: Mapping[
 
 
 def _run_locust(argv: list[str], env: dict[str, str], cwd: str, log: str, server_pid: int,
-                random_module: Any, ready: int) -> None:
+                ready: int) -> None:
     code = 1
     try:
-        from harness.stack.services import set_parent_death_signal
+        import random
+
+        from harness.stack.services import _child_setup
 
         os.setsid()
         os.write(ready, b"1")
         os.close(ready)
-        set_parent_death_signal(signal.SIGTERM)
-        if os.getppid() != server_pid:  # the server died between fork and prctl
-            os.kill(os.getpid(), signal.SIGTERM)
+        _child_setup(server_pid, signal.SIGTERM)()  # what a Popen'd Locust gets in preexec_fn
         signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the server's handler is not Locust's
         out = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         devnull = os.open(os.devnull, os.O_RDONLY)
@@ -149,7 +148,7 @@ def _run_locust(argv: list[str], env: dict[str, str], cwd: str, log: str, server
         os.chdir(cwd)
         os.environ.clear()
         os.environ.update(env)
-        random_module.seed()  # not the server's state: every run would draw the same waits
+        random.seed()  # not the server's state: every run would draw the same waits
         sys.argv = ["locust", *argv]
         from locust import main as locust_main
 
@@ -223,7 +222,7 @@ class ForkedChild:
             return
         if self._server_gone:
             # No exit code will come; the run has a parent-death SIGTERM from the server.
-            if _alive(self.pid):
+            if pid_alive(self.pid):
                 time.sleep(min(timeout, 0.1) if timeout is not None else 0.1)
             else:
                 self.returncode = -signal.SIGTERM
@@ -246,19 +245,10 @@ class ForkedChild:
             self._connection.close()
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 class LocustForkServer:
-    """The server process, started by `start()` (or `with`), stopped by `stop()`.
-    `fork()` asks it for one run; `socket_path` is what a RunSpec names."""
+    """The server process, started by `start()` (or `with`), stopped by `stop()`;
+    `fork_locust(socket_path, ...)` asks it for one run, and `socket_path` is what a
+    RunSpec names."""
 
     def __init__(self, directory: Path) -> None:
         self.directory = Path(directory)

@@ -135,9 +135,10 @@ RECLAIM_ENV = {"TARGET_APP_RECLAIM_IDLE_MS": "1000"}
 SMOKE_USERS = 10
 SMOKE_DURATION = 8.0
 # Its controls' think time (--think-time): each user waits 0.1-0.2 s between two
-# tasks, not the 0-0.05 s of a single run (which the correct runs keep). Six lanes of closed-loop users at full speed kept
-# both cores busy with load alone, and every Locust, app and consumer starting or
-# stopping beside them waited for the CPU (a step's start 3-5 s instead of 1 s).
+# tasks, not the 0-0.05 s of a single run (which the correct runs keep). Six lanes
+# of closed-loop users at full speed kept both cores busy with load alone, and every
+# Locust, app and consumer starting or stopping beside them waited for the CPU (a
+# step's start 3-5 s instead of 1 s).
 # Measured: 66.6 s for the job at full speed, 56.8 s with these waits, idle machine,
 # every control still caught (benchmarks/README.md).
 SMOKE_THINK_TIME = (0.1, 0.2)
@@ -289,17 +290,18 @@ SmokeSpec = tuple[str, RunSpec, bool, str | None]
 
 def smoke_specs(base: RunSpec) -> list[SmokeSpec]:
     """(label, spec, expect a violation, the invariant that must catch it) per step.
-    A base without a think time or stop timeout gets the job's own (SMOKE_THINK_TIME,
-    SMOKE_STOP_TIMEOUT)."""
-    if base.think_time is None:
-        base = replace(base, think_time=SMOKE_THINK_TIME)
+    A base without a stop timeout gets the job's (SMOKE_STOP_TIMEOUT); without a think
+    time, the controls get the job's (SMOKE_THINK_TIME) and the correct runs full speed
+    (DEFAULT_THINK_TIME); a base's own think time holds for every step but the cells
+    whose case names theirs."""
     if base.stop_timeout is None:
         base = replace(base, stop_timeout=SMOKE_STOP_TIMEOUT)
     steps: list[SmokeSpec] = []
     # The correct runs keep full-speed users: their plans' promised paths rest on the
     # request mix of the first seconds (at the job's pace a crash-points run's errors
     # fell on payments, none on order creation, and its recovery path went unexercised).
-    correct_pace = DEFAULT_THINK_TIME if base.think_time == SMOKE_THINK_TIME else base.think_time
+    correct_pace = base.think_time or DEFAULT_THINK_TIME
+    control_pace = base.think_time or SMOKE_THINK_TIME
     for scenario in SCENARIOS:
         spec = replace(base, scenario=scenario, plan=plan_path(SCENARIO_PLANS[scenario]),
                        unsafe_disable=(), app_env=dict(base.app_env), think_time=correct_pace)
@@ -314,7 +316,7 @@ def smoke_specs(base: RunSpec) -> list[SmokeSpec]:
         spec = replace(base, scenario=case.scenario, plan=case_plan(case, Path(base.runs_root)),
                        unsafe_disable=(case.mutant,), app_env={**base.app_env, **case.app_env},
                        users=min(base.users, case.users or base.users),
-                       think_time=case.think_time or base.think_time,
+                       think_time=case.think_time or control_pace,
                        duration=cell_duration(case.mutant, base.duration),
                        app_workers=min(base.app_workers, CONTROL_APP_WORKERS))
         steps.append((f"mutant {case.mutant} / {case.scenario}", spec, True, case.invariant))
@@ -684,6 +686,6 @@ def write_matrix(cells: Sequence[MatrixCell], runs_root: Path) -> Path:
 
 
 __all__ = [
-    "EXTRA_CORRECT_RUNS", "MUTANT_CASES", "SCENARIO_PLANS", "SMOKE_STOP_TIMEOUT", "SMOKE_THINK_TIME", "MutantCase", "SmokeStep", "control_plan",
-    "format_matrix_table", "matrix", "matrix_exit_code", "smoke", "smoke_exit_code", "write_matrix",
+    "EXTRA_CORRECT_RUNS", "MUTANT_CASES", "SCENARIO_PLANS", "SMOKE_STOP_TIMEOUT", "SMOKE_THINK_TIME", "MutantCase",
+    "SmokeStep", "control_plan", "format_matrix_table", "matrix", "matrix_exit_code", "smoke", "smoke_exit_code", "write_matrix",
 ]
