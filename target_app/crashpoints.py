@@ -28,7 +28,9 @@ it, and a crash point must keep firing while Redis is down. In the folder:
   appends are atomic on a local file system), so `count` needs no lock.
 Free when off: `reach` is a dictionary lookup and a clock read (`time.monotonic`,
 no system call); at most every `POLL_SECONDS` one `stat` of `armed.json` tells
-whether the armed set changed. An arming reaches every process within that time.
+whether the armed set changed. An arming reaches every process within that time;
+a disarming at once: an armed point looks at the file again before it fires, so no
+process fires after a disarm has returned.
 Without a folder (the variable unset) every point is off for good, arming is
 refused (`CrashPointsDisabled`) and disarming does nothing.
 """
@@ -282,9 +284,17 @@ class CrashPoints:
     def _fire(self, name: str, arming: Arming) -> bool:
         if arming.probability < 1.0 and self._rng.random() >= arming.probability:
             return False
+        # The time first, then a fresh look at armed.json: a hit on record was still
+        # armed after its time, so it is never later than the disarming. (With only the
+        # POLL_SECONDS look, a process fired up to 0.1 s after a disarm had returned,
+        # and a window's log missed a hit the point's count had.)
+        at = time.time()
+        self._refresh()
+        if self._armed.get(name) != arming:
+            return False
         if arming.count is not None and not self._take_one(arming):
             return False
-        self._record(Hit(name, arming.action, self.process, os.getpid(), time.time()))
+        self._record(Hit(name, arming.action, self.process, os.getpid(), at))
         if arming.action == "crash":
             log.warning("crash point %s: crashing (SIGKILL)", name)
             os.kill(os.getpid(), signal.SIGKILL)

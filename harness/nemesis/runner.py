@@ -1,11 +1,14 @@
 """The nemesis beside the load: a schedule of fault windows applied and healed on time.
 
 `NemesisRunner(network, processes, fault_log_path, crash_points=None)` runs a
-schedule (a list of `FaultWindow`, from `harness.nemesis.plans.schedule`):
-`start(windows)` runs it in a background thread (`run(windows)` in the caller's),
-each window applied at its `at` and healed at its `end` (crash points: the
-`crash_points` given, or those of a `StackNemesis` given as `network`); `stop()` ends
-it early (or waits for its end) and heals whatever is still active before it returns.
+schedule (a list of `FaultWindow`, from `harness.nemesis.plans.schedule`) against its
+targets (crash points: the `crash_points` given, or those of a `StackNemesis` given
+as `network`): `start(windows)` runs it in the background (`run(windows)` in the
+caller's thread), each window applied at its `at` and healed at its `end`, one lane
+(a thread) per target, so a slow call on one target does not delay another's
+windows; `stop()` ends it early (or waits for its end) and heals whatever is still
+active before it returns. The targets' clients must therefore take calls from
+several threads (the Toxiproxy client and the lease serialise theirs).
 Every window is written to `faults.jsonl` with its real start and end and its `error` (null when all went well).
 
 Nothing that fails is dropped:
@@ -86,7 +89,7 @@ class NemesisReport:
 
 
 class NemesisRunner:
-    """Runs a schedule beside the load in a background thread; heals in `finally`."""
+    """Runs a schedule beside the load, a thread per target; heals in `finally`."""
 
     def __init__(self, nemesis: NetworkFaults, processes: ProcessFaults, fault_log_path: Path,
                  clock: Callable[[], float] = time.monotonic, *,
@@ -136,31 +139,55 @@ class NemesisRunner:
             return sorted(self._active)
 
     def run(self, windows: Sequence[FaultWindow], *, hold_from: float | None = None) -> None:
-        """Apply and heal every window in time order; returns when done or stopped.
+        """Apply and heal every window on time; returns when done or stopped.
+
+        Each target (a proxy, a service, a crash point) has its own lane: a thread that
+        applies and heals that target's windows in time order. Lanes run side by side,
+        so a slow call on one target never delays another's windows. (One thread for
+        all: an arming call that waited 3.5 s for a crashed app worker pushed a
+        crash-points plan's last windows past the end of its load.)
 
         A window ending at or after `hold_from` (the load's duration) runs to the end of
         the load: it is not healed on the clock but stays on until `stop()`, which the
         runner calls once the load has stopped (its users may still be retrying)."""
         held = {w.name for w in windows if hold_from is not None and w.end >= hold_from}
+        lanes: dict[tuple[str, str], list[FaultWindow]] = {}
+        for window in windows:
+            lanes.setdefault((window.fault.target_type, window.fault.target), []).append(window)
+        began = self.clock()
+        threads = [threading.Thread(target=self._run_lane, args=(lane, began, held),
+                                    name=f"nemesis-{kind}-{target}", daemon=True)
+                   for (kind, target), lane in sorted(lanes.items())]
+        try:
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+        finally:
+            self._stop.set()  # a lane that could not be started: the others stop too
+            for thread in threads:
+                if thread.is_alive():
+                    thread.join()
+            for name in self.active():
+                self._heal(self._active[name][0])
+
+    def _run_lane(self, windows: Sequence[FaultWindow], began: float, held: set[str]) -> None:
+        """One target's windows, applied and healed in time order (at equal times a
+        heal comes first, so a target's next window finds it healed)."""
         events = sorted(
             [(w.at, 1, w) for w in windows] + [(w.end, 0, w) for w in windows if w.name not in held],
             key=lambda event: (event[0], event[1], event[2].name),
         )
-        began = self.clock()
-        try:
-            for when, is_apply, window in events:
-                if self._stop.wait(max(0.0, began + when - self.clock())):
+        for when, is_apply, window in events:
+            if self._stop.wait(max(0.0, began + when - self.clock())):
+                return
+            if is_apply:
+                if not self._apply(window):
                     return
-                if is_apply:
-                    if not self._apply(window):
-                        return
-                elif window.name in self._active:
-                    self._heal(window)
-            if held:
-                self._stop.wait()  # the held faults stay on until the load has stopped
-        finally:
-            for name in self.active():
-                self._heal(self._active[name][0])
+            elif window.name in self.active():
+                self._heal(window)
+        if any(w.name in held for w in windows):
+            self._stop.wait()  # the held faults stay on until the load has stopped
 
     def _apply(self, window: FaultWindow) -> bool:
         started = time.time()

@@ -508,3 +508,41 @@ def test_a_clean_schedule_reports_ok(clean: Nemesis, tmp_path: Path) -> None:
     runner.run([FaultWindow("blip", 0.0, 0.1, ProxyDownFault("redis"))])
     assert runner.report().ok and runner.failure is None
     runner.report().raise_for_failure()
+
+
+class SlowProcesses(FakeProcesses):
+    """Processes whose `slow` service takes `seconds` for every action (an app whose
+    workers are being replaced)."""
+
+    def __init__(self, slow: str, seconds: float) -> None:
+        super().__init__()
+        self.slow, self.seconds = slow, seconds
+
+    def _act(self, action: str, service: str) -> None:
+        if service == self.slow:
+            time.sleep(self.seconds)
+        super()._act(action, service)
+
+
+def test_a_slow_target_delays_only_its_own_windows(tmp_path: Path) -> None:
+    windows = [
+        FaultWindow("pause-app", 0.0, 0.2, ProcessFault("pause", "app")),  # 1 s to apply, 1 s to heal
+        FaultWindow("kill-app", 0.3, 0.1, ProcessFault("kill", "app")),
+        FaultWindow("pause-c1", 0.1, 0.2, ProcessFault("pause", "consumer-1")),
+        FaultWindow("pause-c2", 0.5, 0.2, ProcessFault("pause", "consumer-2")),
+    ]
+    processes = SlowProcesses("app", 1.0)
+    log = tmp_path / "faults.jsonl"
+    runner = NemesisRunner(FakeNetwork(), processes, log)
+    began = time.time()
+    runner.run(windows)
+
+    assert runner.report().ok, runner.report().summary()
+    lines = {line["name"]: line for line in _log(log)}
+    # the consumers' windows kept their clock while the app's calls took seconds
+    assert lines["pause-c1"]["start"] - began < 0.9, lines["pause-c1"]
+    assert lines["pause-c2"]["start"] - began < 1.3, lines["pause-c2"]
+    # one target's windows stay in their order: the app was healed before it was killed
+    app_calls = [call for call in processes.calls if call[1] == "app"]
+    assert app_calls == [("pause", "app"), ("resume", "app"), ("kill", "app"), ("start", "app")]
+    assert lines["kill-app"]["start"] >= lines["pause-app"]["end"]

@@ -84,6 +84,21 @@ def test_a_disarm_reaches_a_process_that_saw_the_arming(tmp_path: Path, monkeypa
     assert worker.reach("api.after_claim") is False
 
 
+def test_no_process_fires_after_a_disarm_has_returned(tmp_path: Path) -> None:
+    """Within its poll interval a worker still holds the arming it read; an armed point
+    looks again before it fires, so a window's hits all come before its disarming."""
+    control, worker = points(tmp_path), fresh_view(tmp_path)
+    control.arm("api.after_domain", {"action": "delay", "delay_ms": 1})
+    for _ in range(3):
+        worker.reach("api.after_domain")
+    control.disarm("api.after_domain")
+    disarmed_at = time.time()
+    for _ in range(3):  # well inside POLL_SECONDS of the worker's last look
+        worker.reach("api.after_domain")
+    hits = control.hits()
+    assert len(hits) == 3 and all(hit.at <= disarmed_at for hit in hits), hits
+
+
 @pytest.mark.parametrize(("document", "field"), [
     ({}, "action"),
     ({"action": "explode"}, "action"),
