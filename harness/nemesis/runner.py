@@ -4,11 +4,12 @@
 schedule (a list of `FaultWindow`, from `harness.nemesis.plans.schedule`) against its
 targets (crash points: the `crash_points` given, or those of a `StackNemesis` given
 as `network`): `start(windows)` runs it in the background (`run(windows)` in the
-caller's thread), each window applied at its `at` and healed at its `end`, one lane
-(a thread) per target, so a slow call on one target does not delay another's
-windows; `stop()` ends it early (or waits for its end) and heals whatever is still
-active before it returns. The targets' clients must therefore take calls from
-several threads (the Toxiproxy client and the lease serialise theirs).
+caller's thread), each window applied at its `at` and healed at its `end`: the
+network and process faults in one lane (a thread), each crash point in a lane of its
+own, so a slow arming call does not delay the other windows; `stop()` ends it early
+(or waits for its end) and heals whatever is still active before it returns. The
+crash-point client therefore takes calls from several threads (each call its own
+connection).
 Every window is written to `faults.jsonl` with its real start and end and its `error` (null when all went well).
 
 Nothing that fails is dropped:
@@ -89,7 +90,7 @@ class NemesisReport:
 
 
 class NemesisRunner:
-    """Runs a schedule beside the load, a thread per target; heals in `finally`."""
+    """Runs a schedule beside the load, in lanes (`run`); heals in `finally`."""
 
     def __init__(self, nemesis: NetworkFaults, processes: ProcessFaults, fault_log_path: Path,
                  clock: Callable[[], float] = time.monotonic, *,
@@ -141,23 +142,27 @@ class NemesisRunner:
     def run(self, windows: Sequence[FaultWindow], *, hold_from: float | None = None) -> None:
         """Apply and heal every window on time; returns when done or stopped.
 
-        Each target (a proxy, a service, a crash point) has its own lane: a thread that
-        applies and heals that target's windows in time order. Lanes run side by side,
-        so a slow call on one target never delays another's windows. (One thread for
-        all: an arming call that waited 3.5 s for a crashed app worker pushed a
-        crash-points plan's last windows past the end of its load.)
+        Each crash point has its own lane (a thread that applies and heals its windows
+        in time order); the network and process faults share one. Lanes run side by
+        side, so a slow arming call never delays another target's windows. (With one
+        thread for all, an arming that waited 3.5 s for a crashed app worker pushed a
+        crash-points plan's last windows past the end of its load.) A crash point is a
+        switch inside the app, apart from everything else; a network fault and a
+        process fault are not: a service started again (a kill's heal) needs its
+        dependencies' network, so a proxy's next window waits for that heal, as the
+        plan's order says.
 
         A window ending at or after `hold_from` (the load's duration) runs to the end of
         the load: it is not healed on the clock but stays on until `stop()`, which the
         runner calls once the load has stopped (its users may still be retrying)."""
         held = {w.name for w in windows if hold_from is not None and w.end >= hold_from}
-        lanes: dict[tuple[str, str], list[FaultWindow]] = {}
+        lanes: dict[str, list[FaultWindow]] = {}
         for window in windows:
-            lanes.setdefault((window.fault.target_type, window.fault.target), []).append(window)
+            lanes.setdefault(_lane(window), []).append(window)
         began = self.clock()
         threads = [threading.Thread(target=self._run_lane, args=(lane, began, held),
-                                    name=f"nemesis-{kind}-{target}", daemon=True)
-                   for (kind, target), lane in sorted(lanes.items())]
+                                    name=f"nemesis-{name}", daemon=True)
+                   for name, lane in sorted(lanes.items())]
         try:
             for thread in threads:
                 thread.start()
@@ -172,8 +177,8 @@ class NemesisRunner:
                 self._heal(self._active[name][0])
 
     def _run_lane(self, windows: Sequence[FaultWindow], began: float, held: set[str]) -> None:
-        """One target's windows, applied and healed in time order (at equal times a
-        heal comes first, so a target's next window finds it healed)."""
+        """One lane's windows, applied and healed in time order (at equal times a heal
+        comes first, so a target's next window finds it healed)."""
         events = sorted(
             [(w.at, 1, w) for w in windows] + [(w.end, 0, w) for w in windows if w.name not in held],
             key=lambda event: (event[0], event[1], event[2].name),
@@ -222,6 +227,13 @@ class NemesisRunner:
     def _log(self, window: FaultWindow, start: float, end: float, error: str | None) -> None:
         with self._lock:
             log_fault(self.fault_log_path, window.fault.record(window.name), start=start, end=end, error=error)
+
+
+def _lane(window: FaultWindow) -> str:
+    """The lane a window runs in (NemesisRunner.run): its crash point's own, or the one
+    the network and process faults share."""
+    fault = window.fault
+    return f"crash-point-{fault.target}" if fault.target_type == "crash_point" else "network-and-processes"
 
 
 def log_fault(path: Path, record: Mapping[str, Any], *, start: float, end: float, error: str | None) -> None:

@@ -13,6 +13,7 @@ import orjson
 import pytest
 import yaml
 
+from harness.nemesis.crash_points import Arming, CrashPointHit, CrashPointInfo
 from harness.nemesis.faults import FAULT_ACTIONS, FaultTargets, ProcessAction
 from harness.nemesis.plans import (
     STACK_TARGETS,
@@ -510,9 +511,84 @@ def test_a_clean_schedule_reports_ok(clean: Nemesis, tmp_path: Path) -> None:
     runner.report().raise_for_failure()
 
 
+class SlowCrashPoints:
+    """Crash points whose `slow` point takes `seconds` for every arming and disarming
+    (an app whose workers are being replaced); calls in order, from any thread."""
+
+    def __init__(self, slow: str, seconds: float) -> None:
+        self.slow, self.seconds = slow, seconds
+        self.calls: list[tuple[str, str]] = []
+        self.armed: dict[str, Arming] = {}
+
+    def point(self, name: str) -> CrashPointInfo:
+        return CrashPointInfo(name=name, layer="api", process="app", description=name, actions=("crash",),
+                              armed=self.armed.get(name), hits=0)
+
+    def arm(self, name: str, arming: Arming) -> CrashPointInfo:
+        if name == self.slow:
+            time.sleep(self.seconds)
+        self.calls.append(("arm", name))
+        self.armed[name] = arming
+        return self.point(name)
+
+    def disarm(self, name: str) -> CrashPointInfo:
+        if name == self.slow:
+            time.sleep(self.seconds)
+        self.calls.append(("disarm", name))
+        self.armed.pop(name, None)
+        return self.point(name)
+
+    def hits(self) -> list[CrashPointHit]:
+        return []
+
+
+def test_a_slow_crash_point_delays_only_its_own_windows(tmp_path: Path) -> None:
+    crash = Arming("crash", 0.5, 2)
+    windows = [
+        FaultWindow("slow-error", 0.0, 0.2, CrashPointFault("api.after_domain", Arming("error"))),  # 1 s + 1 s
+        FaultWindow("slow-crash", 0.3, 0.1, CrashPointFault("api.after_domain", crash)),
+        FaultWindow("other-crash", 0.1, 0.2, CrashPointFault("api.after_store", crash)),
+        FaultWindow("pause-c1", 0.2, 0.2, ProcessFault("pause", "consumer-1")),
+        FaultWindow("redis-down", 0.5, 0.2, ProxyDownFault("redis")),
+    ]
+    points, processes, network = SlowCrashPoints("api.after_domain", 1.0), FakeProcesses(), FakeNetwork()
+    log = tmp_path / "faults.jsonl"
+    runner = NemesisRunner(network, processes, log, crash_points=points)
+    began = time.time()
+    runner.run(windows)
+
+    assert runner.report().ok, runner.report().summary()
+    lines = {line["name"]: line for line in _log(log)}
+    # the other windows kept their clock while the slow point's calls took seconds
+    for name, planned in (("other-crash", 0.1), ("pause-c1", 0.2), ("redis-down", 0.5)):
+        assert lines[name]["start"] - began < planned + 0.6, (name, lines[name])
+    # one crash point's windows stay in their order: disarmed before it was armed again
+    assert [call for call in points.calls if call[1] == "api.after_domain"] == \
+        [("arm", "api.after_domain"), ("disarm", "api.after_domain")] * 2
+    assert lines["slow-crash"]["start"] >= lines["slow-error"]["end"]
+
+
+def test_network_and_process_faults_keep_the_plans_order(tmp_path: Path) -> None:
+    """A service started again needs its dependencies: a proxy's window after a kill
+    waits for the kill's heal (the restart), however long it takes."""
+    windows = [
+        FaultWindow("kill-service", 0.0, 0.1, ProcessFault("kill", "service")),
+        FaultWindow("deps-down", 0.2, 0.2, ProxyDownFault("dependencies")),
+    ]
+    processes, network = SlowProcesses("service", 0.6), FakeNetwork()
+    log = tmp_path / "faults.jsonl"
+    runner = NemesisRunner(network, processes, log)
+    runner.run(windows)
+
+    assert runner.report().ok, runner.report().summary()
+    lines = {line["name"]: line for line in _log(log)}
+    assert lines["deps-down"]["start"] >= lines["kill-service"]["end"]
+    assert processes.calls == [("kill", "service"), ("start", "service")]
+
+
 class SlowProcesses(FakeProcesses):
-    """Processes whose `slow` service takes `seconds` for every action (an app whose
-    workers are being replaced)."""
+    """Processes whose `slow` service takes `seconds` for every action (a service that
+    takes long to start)."""
 
     def __init__(self, slow: str, seconds: float) -> None:
         super().__init__()
@@ -522,27 +598,3 @@ class SlowProcesses(FakeProcesses):
         if service == self.slow:
             time.sleep(self.seconds)
         super()._act(action, service)
-
-
-def test_a_slow_target_delays_only_its_own_windows(tmp_path: Path) -> None:
-    windows = [
-        FaultWindow("pause-app", 0.0, 0.2, ProcessFault("pause", "app")),  # 1 s to apply, 1 s to heal
-        FaultWindow("kill-app", 0.3, 0.1, ProcessFault("kill", "app")),
-        FaultWindow("pause-c1", 0.1, 0.2, ProcessFault("pause", "consumer-1")),
-        FaultWindow("pause-c2", 0.5, 0.2, ProcessFault("pause", "consumer-2")),
-    ]
-    processes = SlowProcesses("app", 1.0)
-    log = tmp_path / "faults.jsonl"
-    runner = NemesisRunner(FakeNetwork(), processes, log)
-    began = time.time()
-    runner.run(windows)
-
-    assert runner.report().ok, runner.report().summary()
-    lines = {line["name"]: line for line in _log(log)}
-    # the consumers' windows kept their clock while the app's calls took seconds
-    assert lines["pause-c1"]["start"] - began < 0.9, lines["pause-c1"]
-    assert lines["pause-c2"]["start"] - began < 1.3, lines["pause-c2"]
-    # one target's windows stay in their order: the app was healed before it was killed
-    app_calls = [call for call in processes.calls if call[1] == "app"]
-    assert app_calls == [("pause", "app"), ("resume", "app"), ("kill", "app"), ("start", "app")]
-    assert lines["kill-app"]["start"] >= lines["pause-app"]["end"]
