@@ -91,36 +91,12 @@ ONE_WORKER_MODULES = ("tests/e2e/test_smoke.py",)
 SLOW_PACKAGES = ("e2e", "lifecycle", "webui")
 
 
-# The longest tests (`--durations`, a fresh-clone run of 2026-12-02), handed out first:
-# the workers take tests in collection order, and in it these came together. Both
-# broker-restart tests and the message-broker tests then waited on RabbitMQ side by
-# side for a minute with the CPU 50-85 % idle, and the web UI's came last and left a
-# tail. Started first, the waiting ones overlap the smoke job and the CLI tests,
-# which keep the CPU busy. (A node id prefix each; the rest keeps its order.)
-LONG_TESTS_FIRST = (
-    "tests/probe/test_broker_restart.py::",  # 2 x 55 s, waits on a RabbitMQ restart
-    "tests/lifecycle/test_stress.py::",  # 52 s
-    "tests/run/test_smoke_lanes_stack.py::",  # 34 s
-    "tests/probe/test_pg_example.py::test_under_probe_dependencies",  # 5 x 21-25 s
-    "tests/load/test_plans.py::test_consumer_crashes",  # 29 s
-    "tests/stack/test_restarts.py::test_a_run_in_which",  # 28 s
-)
-
-
-def _long_first(item: pytest.Item) -> int:
-    for rank, prefix in enumerate(LONG_TESTS_FIRST):
-        if item.nodeid.startswith(prefix):
-            return rank
-    return len(LONG_TESTS_FIRST)
-
-
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     tests_root = Path(__file__).parent
     for item in items:
         path = Path(item.fspath)
         if path.is_relative_to(tests_root) and path.relative_to(tests_root).parts[0] in SLOW_PACKAGES:
             item.add_marker(pytest.mark.slow)
-    items.sort(key=_long_first)  # stable: every other test keeps its place
 
 
 # Why a scheduler of our own: pytest-xdist's loadgroup tags each test's node id with its
