@@ -8,7 +8,9 @@ milliseconds and shares the imported pages.
 
 The server (`python -m harness.load.forkserver SOCKET`, started by
 `LocustForkServer`) imports Locust (which monkey-patches the process with gevent) and
-what every bundled locustfile imports, then listens on a Unix socket. Protocol, one connection per run, JSON lines:
+what every bundled locustfile imports, then listens on a Unix socket. Protocol, one
+connection per run, JSON lines (typed on both sides: `RunRequest`, and the server's
+messages `Forked`, `Exited`, `Refused`):
 
     client -> server   {"argv": [...], "env": {...}, "cwd": "...", "log": "..."}
     server -> client   {"pid": N}            once forked
@@ -37,6 +39,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +59,85 @@ REAP_INTERVAL = 0.05  # seconds between two looks for exited runs
 
 class ForkServerError(HarnessError):
     """The fork server did not start, or could not fork a run."""
+
+
+@dataclass(frozen=True)
+class RunRequest:
+    """What the client asks for: one Locust run with this command line (without
+    `-m locust`), this whole environment, this working directory and this log."""
+
+    argv: tuple[str, ...]
+    env: Mapping[str, str]
+    cwd: str
+    log: str
+
+    def to_line(self) -> bytes:
+        return json.dumps({"argv": list(self.argv), "env": dict(self.env), "cwd": self.cwd,
+                           "log": self.log}).encode() + b"\n"
+
+    @classmethod
+    def from_line(cls, line: bytes) -> RunRequest:
+        """The request in one JSON line; ValueError says what is wrong with it."""
+        try:
+            raw = json.loads(line)
+            argv, env = raw["argv"], raw["env"]
+            if not isinstance(argv, list) or not isinstance(env, dict):
+                raise TypeError("argv must be a list and env an object")
+            return cls(argv=tuple(str(arg) for arg in argv),
+                       env={str(key): str(value) for key, value in env.items()},
+                       cwd=str(raw["cwd"]), log=str(raw["log"]))
+        except (ValueError, KeyError, TypeError) as error:
+            raise ValueError(f"{type(error).__name__}: {error}") from None
+
+
+@dataclass(frozen=True)
+class Forked:
+    """The server forked the run: `pid` leads its own session."""
+
+    pid: int
+
+
+@dataclass(frozen=True)
+class Exited:
+    """The run has exited and the server reaped it (negative: killed by that signal)."""
+
+    code: int
+
+
+@dataclass(frozen=True)
+class Refused:
+    """The server could not fork the run, and why."""
+
+    error: str
+
+
+ServerMessage = Forked | Exited | Refused
+
+
+def message_line(message: ServerMessage) -> bytes:
+    """A server message as its JSON line."""
+    if isinstance(message, Forked):
+        raw: dict[str, object] = {"pid": message.pid}
+    elif isinstance(message, Exited):
+        raw = {"exit": message.code}
+    else:
+        raw = {"error": message.error}
+    return json.dumps(raw).encode() + b"\n"
+
+
+def parse_message(line: bytes) -> ServerMessage:
+    """A server message from its JSON line; ValueError for anything else."""
+    try:
+        raw = json.loads(line)
+        if "pid" in raw:
+            return Forked(int(raw["pid"]))
+        if "exit" in raw:
+            return Exited(int(raw["exit"]))
+        if "error" in raw:
+            return Refused(str(raw["error"]))
+    except (ValueError, TypeError) as error:
+        raise ValueError(f"not a fork server message: {line[:200]!r} ({error})") from None
+    raise ValueError(f"not a fork server message: {line[:200]!r}")
 
 
 # --- the server (its own process) ---------------------------------------------------
@@ -98,12 +180,9 @@ def serve(socket_path: Path, parent_pid: int) -> None:
 def _fork_run(connection: socket.socket, listener: socket.socket,
               runs: Mapping[int, socket.socket]) -> int | None:
     try:
-        request = json.loads(read_line(connection, timeout=10.0))
-        argv = [str(arg) for arg in request["argv"]]
-        env = {str(key): str(value) for key, value in request["env"].items()}
-        cwd, log = str(request["cwd"]), str(request["log"])
-    except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
-        _send(connection, {"error": f"bad request: {error}"})
+        request = RunRequest.from_line(read_line(connection, timeout=10.0))
+    except (OSError, ValueError) as error:
+        _send(connection, Refused(f"bad request: {error}"))
         connection.close()
         return None
     server_pid = os.getpid()
@@ -117,16 +196,15 @@ def _fork_run(connection: socket.socket, listener: socket.socket,
         for other in runs.values():
             other.close()
         connection.close()
-        _run_locust(argv, env, cwd, log, server_pid, ready_write)
+        _run_locust(request, server_pid, ready_write)
     os.close(ready_write)
     os.read(ready_read, 1)  # b"" too if the run died first: its exit is reaped and sent
     os.close(ready_read)
-    _send(connection, {"pid": pid})
+    _send(connection, Forked(pid))
     return pid
 
 
-def _run_locust(argv: list[str], env: dict[str, str], cwd: str, log: str, server_pid: int,
-                ready: int) -> None:
+def _run_locust(request: RunRequest, server_pid: int, ready: int) -> None:
     code = 1
     try:
         import random
@@ -138,18 +216,18 @@ def _run_locust(argv: list[str], env: dict[str, str], cwd: str, log: str, server
         os.close(ready)
         _child_setup(server_pid, signal.SIGTERM)()  # what a Popen'd Locust gets in preexec_fn
         signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the server's handler is not Locust's
-        out = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        out = os.open(request.log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         devnull = os.open(os.devnull, os.O_RDONLY)
         os.dup2(devnull, 0)
         os.dup2(out, 1)
         os.dup2(out, 2)
         os.close(out)
         os.close(devnull)
-        os.chdir(cwd)
+        os.chdir(request.cwd)
         os.environ.clear()
-        os.environ.update(env)
+        os.environ.update(request.env)
         random.seed()  # not the server's state: every run would draw the same waits
-        sys.argv = ["locust", *argv]
+        sys.argv = ["locust", *request.argv]
         from locust import main as locust_main
 
         locust_run: Any = locust_main.main  # Locust's entry point carries no annotations
@@ -179,13 +257,13 @@ def _reap(runs: dict[int, socket.socket]) -> None:
         if done == 0:
             continue
         connection = runs.pop(pid)
-        _send(connection, {"exit": os.waitstatus_to_exitcode(status)})
+        _send(connection, Exited(os.waitstatus_to_exitcode(status)))
         connection.close()
 
 
-def _send(connection: socket.socket, message: Mapping[str, Any]) -> None:
+def _send(connection: socket.socket, message: ServerMessage) -> None:
     try:
-        connection.sendall(json.dumps(message).encode() + b"\n")
+        connection.sendall(message_line(message))
     except OSError:
         pass  # the client went away: nothing to tell
 
@@ -238,9 +316,9 @@ class ForkedChild:
         self._buffer += chunk
         while b"\n" in self._buffer:
             line, self._buffer = self._buffer.split(b"\n", 1)
-            message = json.loads(line)
-            if "exit" in message:
-                self.returncode = int(message["exit"])
+            message = parse_message(line)
+            if isinstance(message, Exited):
+                self.returncode = message.code
         if self.returncode is not None:
             self._connection.close()
 
@@ -303,18 +381,19 @@ def fork_locust(socket_path: Path, argv: Sequence[str], *, env: Mapping[str, str
     connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         connection.connect(str(socket_path))
-        request = {"argv": list(argv), "env": dict(env), "cwd": str(cwd), "log": str(log_path)}
-        connection.sendall(json.dumps(request).encode() + b"\n")
-        reply = json.loads(read_line(connection, timeout=30.0) or b"{}")
+        request = RunRequest(argv=tuple(argv), env=dict(env), cwd=str(cwd), log=str(log_path))
+        connection.sendall(request.to_line())
+        line = read_line(connection, timeout=30.0)
+        reply: ServerMessage = parse_message(line) if line else Refused("no answer")
     except (OSError, ValueError) as error:
         connection.close()
         raise ForkServerError(f"the Locust fork server at {socket_path} did not fork a run: {error}") from error
-    if "pid" not in reply:
+    if not isinstance(reply, Forked):
         connection.close()
-        raise ForkServerError(f"the Locust fork server at {socket_path} did not fork a run: "
-                              f"{reply.get('error', 'no answer')}")
+        detail = reply.error if isinstance(reply, Refused) else f"it answered {reply}"
+        raise ForkServerError(f"the Locust fork server at {socket_path} did not fork a run: {detail}")
     connection.settimeout(None)
-    return ForkedChild(connection, int(reply["pid"]), argv)
+    return ForkedChild(connection, reply.pid, argv)
 
 
 if __name__ == "__main__":

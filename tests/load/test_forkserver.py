@@ -18,7 +18,17 @@ from pathlib import Path
 
 import pytest
 
-from harness.load.forkserver import ForkServerError, LocustForkServer, fork_locust
+from harness.load.forkserver import (
+    Exited,
+    Forked,
+    ForkServerError,
+    LocustForkServer,
+    Refused,
+    RunRequest,
+    fork_locust,
+    message_line,
+    parse_message,
+)
 from harness.process_handle import group_alive, pid_alive
 
 REPO = Path(__file__).resolve().parents[2]
@@ -103,6 +113,26 @@ def test_two_runs_side_by_side_each_get_their_own_exit_code(server: LocustForkSe
     assert bad.wait(timeout=60) != 0
     assert good.wait(timeout=60) == 0
     assert good.pid != bad.pid
+
+
+def test_the_protocol_s_records_survive_their_lines() -> None:
+    request = RunRequest(argv=("-f", "x.py"), env={"PATH": "/bin"}, cwd="/tmp", log="/tmp/run.log")
+    assert RunRequest.from_line(request.to_line()) == request
+    for message in (Forked(42), Exited(-9), Refused("bad request: no argv")):
+        assert parse_message(message_line(message)) == message
+
+
+@pytest.mark.parametrize("line", [b'{"argv": "not a list", "env": {}, "cwd": "/", "log": "l"}',
+                                  b'{"argv": [], "env": {}, "cwd": "/"}', b"[1, 2]", b"not json"])
+def test_a_bad_request_line_is_a_value_error(line: bytes) -> None:
+    with pytest.raises(ValueError):
+        RunRequest.from_line(line)
+
+
+@pytest.mark.parametrize("line", [b'{"pid": "x"}', b'{"other": 1}', b"[]", b"not json"])
+def test_a_bad_server_line_is_a_value_error(line: bytes) -> None:
+    with pytest.raises(ValueError, match="not a fork server message"):
+        parse_message(line)
 
 
 def test_a_bad_request_is_an_error_and_the_server_goes_on(server: LocustForkServer, tmp_path: Path) -> None:
