@@ -280,26 +280,17 @@ def instructions(run_dir: Path, tree: Path | None = None) -> int:
     return counts[0] - counts[1]
 
 
-# The fields the checker's fold reads from a record (harness.check.invariants.consume_pairs):
-# what a decoder that skips the others would have to produce.
-FOLD_FIELDS = ("type", "op_id", "op", "tenant", "expect", "must_reject", "order_id", "provider_ref",
-               "message_id", "idempotency_key", "fingerprint", "sku", "quantity", "amount_cents",
-               "status", "replayed", "body_digest", "problem_type", "answer")
-
-
 def compare_parsers(run_dir: Path) -> None:
     """CPU seconds to decode every history line of a run, per decoder, alternating twice:
-    the evidence for choosing the reader's parser (orjson now; msgspec when installed,
-    into dicts and into a struct of FOLD_FIELDS only, which skips the other fields)."""
-    decoders = {"orjson.loads (dicts, every field)": orjson.loads}
-    try:
-        import msgspec
-    except ImportError:
-        print("<!-- msgspec is not installed: only orjson measured -->")
-    else:
-        fold = msgspec.defstruct("FoldRecord", [(name, object, None) for name in FOLD_FIELDS])
-        decoders["msgspec (dicts, every field)"] = msgspec.json.Decoder().decode
-        decoders["msgspec (struct of the fold's fields)"] = msgspec.json.Decoder(fold).decode
+    the evidence for the reader's decoders (orjson into dicts, every field: evidence
+    and the report; msgspec into `harness.history.Record`, the fold's fields only,
+    which skips the others: the checker's fold)."""
+    import msgspec
+
+    from harness.history import Record
+    decoders = {"orjson.loads (dicts, every field)": orjson.loads,
+                "msgspec (dicts, every field)": msgspec.json.Decoder().decode,
+                "msgspec (harness.history.Record: the fold's fields)": msgspec.json.Decoder(Record).decode}
     files = sorted((run_dir / "histories").glob("*.jsonl"))
     best: dict[str, float] = {}
     for _ in range(2):

@@ -15,12 +15,15 @@ from harness.history import (
     HistoryError,
     HistoryFiles,
     HistoryWriter,
+    Record,
     answer_summary,
     history_files,
     iter_operations,
     merge_operation,
+    merge_records,
     problem_type,
     read_pairs,
+    read_records,
 )
 
 
@@ -137,6 +140,23 @@ def test_anything_else_unreadable_is_an_error(tmp_path: Path, content: bytes, ma
         list(iter_operations([path]))
 
 
+@pytest.mark.parametrize(("content", "match"), [
+    (b'{"type": "inv\n{"type": "ok", "op_id": "x"}\n', "w.jsonl:1: not a JSON record"),
+    (b'[1, 2]\n', r"w.jsonl:1: not a history record: Expected `object`, got `array`"),
+    (b'"text"', r"w.jsonl:1: not a history record: Expected `object`, got `str`"),
+    (b'{"type": "invoke", "op_id": "x", "op": "pay"}\n{"type": "ok", "op_id": "x", "answer": "yes"}\n',
+     r"w.jsonl:2: not a history record: .*\$\.answer"),
+    (b'{"type": "done", "op_id": "x"}\n', "unknown record type 'done'"),
+    (b'{"type": "ok", "op_id": "x"}\n', "completion 'x' without invoke"),
+])
+def test_the_checkers_typed_reader_refuses_what_is_not_a_history(tmp_path: Path, content: bytes,
+                                                                 match: str) -> None:
+    path = tmp_path / "w.jsonl"
+    path.write_bytes(content)
+    with pytest.raises(HistoryError, match=match):
+        list(read_records([path]))
+
+
 def test_blank_lines_are_skipped(tmp_path: Path) -> None:
     path = tmp_path / "w.jsonl"
     _two_operations(path)
@@ -150,12 +170,21 @@ def test_every_consumer_reads_the_same_operations(tmp_path: Path) -> None:
     _two_operations(tmp_path / "a.jsonl")
     with open(tmp_path / "a.jsonl", "ab") as handle:  # a null in the completion erases nothing
         handle.write(b'{"type":"invoke","op_id":"x:1","op":"pay","order_id":"o2","time":5.0}\n')
-        handle.write(b'{"type":"ok","op_id":"x:1","op":"pay","order_id":null,"error":null,"time":6.0}\n')
+        handle.write(b'{"type":"ok","op_id":"x:1","op":"pay","order_id":null,"error":null,"time":6.0,'
+                     b'"answer":{"order_id":"o2","status":"PAID","provider_ref":null}}\n')
         handle.write(b'{"type":"invoke","op_id":"x:2","op":"pay","ti')
     paths = history_files(tmp_path)
     merged = list(iter_operations(paths))
     assert [merge_operation(*pair) for pair in read_pairs(paths)] == merged == list(HistoryFiles(paths))
     assert len(merged) == 3
+    # the checker's fold reads typed records of the same operations: each field it
+    # keeps has the merged operation's value
+    # (an answer's fields too, a null dropped like any other)
+    typed = [merge_records(*pair) for pair in read_records(paths)]
+    assert [record.pop("answer", None) for record in typed] == [None, None, {"order_id": "o2", "status": "PAID"}]
+    assert typed == [{name: value for name, value in op.items() if name in Record.__struct_fields__
+                      and value is not None and name != "answer"} for op in merged]
+    assert [record["type"] for record in typed] == ["ok", "ok", "ok"]
     (late,) = [op for op in merged if op["op_id"] == "x:1"]
     assert late["order_id"] == "o2" and (late["invoke_time"], late["complete_time"], late["time"]) == (5.0, 6.0, 5.0)
 

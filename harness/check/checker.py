@@ -50,7 +50,7 @@ from harness.check.run_files import (
     RunSettings,
 )
 from harness.check.run_scope import scoped_export
-from harness.history import LOAD_STARTED, HistoryError, HistoryFiles, merge_operation
+from harness.history import LOAD_STARTED, HistoryError, HistoryFiles, as_record, merge_operation
 
 # The export's records and HistoryFiles are re-exported: callers name them from here.
 __all__ = ["DEFAULT_MIN_ACKNOWLEDGED", "PATHS", "VERDICTS", "CheckResult", "CheckerError", "DeadLetters",
@@ -291,23 +291,25 @@ def _check(
     reads = _final_reads(final_reads)  # validated as they stream by: never all in memory
     state = load_export(export)
     findings = Findings(VIOLATION_CAP)
-    # What the export alone proves wrong is known now: collect its evidence while
-    # the history streams by, so a run that fails only there is read once.
     evaluate_export(state, findings)
-    early = EvidenceCollector(_kept(findings))
     index = HistoryIndex(state, findings)
-    # History files are read as unmerged (invoke, completion) pairs: an operation is
-    # merged only when evidence keeps it.
-    pairs_of = operations.pairs if isinstance(operations, HistoryFiles) else (
-        lambda: ((op, op) for op in operations))
-    index.consume_pairs(pairs_of(), observe=early.offer_pair if early.findings else None)
+    # The fold reads typed records (harness.history.Record: only the fields it uses);
+    # evidence quotes operations whole, so its pass reads the same operations as
+    # dicts, (invoke, completion) pairs merged only when kept.
+    if isinstance(operations, HistoryFiles):
+        records, pairs_of = operations.records(), operations.pairs
+    else:
+        merged = operations
+        records = ((record, record) for record in map(as_record, merged))
+        pairs_of = lambda: ((op, op) for op in merged)  # noqa: E731
+    index.consume_records(records)
     evaluate_history(state, index, findings, reads)
-    late = EvidenceCollector([f for f in _kept(findings) if id(f) not in early.evidence_ids])
-    if late.findings:
-        offer = late.offer_pair
+    collector = EvidenceCollector(_kept(findings))
+    if collector.findings:
+        offer = collector.offer_pair
         for sequence, (invoke, done) in enumerate(pairs_of(), start=1):
             offer(sequence, invoke, done)
-    evidence = {**early.evidence(state, faults), **late.evidence(state, faults)}
+    evidence = collector.evidence(state, faults)
 
     invariants = []
     for registered in INVARIANTS:
@@ -416,7 +418,6 @@ class EvidenceCollector:
 
     def __init__(self, findings: list[Finding]) -> None:
         self.findings = findings
-        self.evidence_ids = {id(finding) for finding in findings}
         self.by_order: dict[str, list[int]] = {}
         self.by_key: dict[tuple[str, str], list[int]] = {}
         self.by_message: dict[str, list[int]] = {}

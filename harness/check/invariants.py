@@ -30,7 +30,7 @@ from harness.check.export import (
     scope_key,
     split_scope,
 )
-from harness.history import merge_operation
+from harness.history import Answer, Record, merge_records, record_fields
 
 # An exported order row: (id, scope, status, tenant, sku, quantity, amount_cents). An
 # order the export lists as broken has no row, only its id in `ExportState.broken`.
@@ -235,25 +235,21 @@ class HistoryIndex:
             self._reported.add(subject)
             self.findings.add(finding)
 
-    def consume_pairs(self, operations: Iterable[tuple[dict[str, Any], dict[str, Any]]],
-                      observe: Callable[[int, dict[str, Any], dict[str, Any]], None] | None = None,
-                      ) -> None:
-        """Fold (invoke, completion) records in, as the history files hold them.
+    def consume_records(self, operations: Iterable[tuple[Record, Record]]) -> None:
+        """Fold (invoke, completion) records in, as the history files hold them
+        (`harness.history.read_records`).
 
         A merged operation is the pair (op, op). Each field is read from the
         record that carries it (docs/internals.md): what was asked from the
         invoke, what was answered from the completion; so the history reader
-        need not merge a million pairs. `observe(sequence, invoke, completion)`
-        sees each pair (for evidence).
+        need not merge a million pairs.
 
         The hot loop of the checker (a million iterations): locals instead of
-        attributes, no call for the common cases, one tally per combination of
-        (op, completion, expect, status, replayed, problem type) instead of a
-        counter each, and nothing allocated for an operation that only repeats
-        what is already known. A record's fields are read as `record.get(name)`,
-        never through a `get = record.get` bound once per record: CPython 3.11
-        specialises the method call, and the bound method costs an allocation and a
-        slower call (callgrind: 0.6k of the fold's 19.8k instructions per operation).
+        attributes of the index, no call for the common cases, one tally per
+        combination of (op, completion, expect, status, replayed, problem type)
+        instead of a counter each, and nothing allocated for an operation that only
+        repeats what is already known. A record's fields are slots of a `Record`,
+        read as attributes: cheaper than a dict's `get`; so are an answer's (an `Answer`).
         """
         counts = self._counts
         pairs = self.pairs
@@ -264,38 +260,26 @@ class HistoryIndex:
         ok_messages = self.ok_messages
         keys = self.keys
         created = self.created
-        sequence = self.operations
         already_paid = 0
         for invoke, done in operations:
-            if observe is not None:
-                sequence += 1
-                observe(sequence, invoke, done)
-            try:
-                # fields every record carries (docs/internals.md): a subscript is
-                # cheaper than a call, and try costs nothing when nothing is raised
-                name = invoke["op"]
-                expect = invoke["expect"]
-                tenant = invoke["tenant"] or DEFAULT_TENANT
-                kind = done["type"]
-            except KeyError:  # an older or hand-written record
-                name = invoke.get("op")
-                expect = invoke.get("expect")
-                tenant = invoke.get("tenant") or DEFAULT_TENANT
-                kind = done.get("type")
-            status = done.get("status")
-            replayed = done.get("replayed")
+            name = invoke.op
+            expect = invoke.expect
+            tenant = invoke.tenant or DEFAULT_TENANT
+            kind = done.type
+            status = done.status
+            replayed = done.replayed
             tally: tuple[Any, ...]
             # the tally names the completion by the constant, not this record's fresh copy
             # of the string: the constant's hash is cached and dict lookups match it by identity
             if kind == "ok":
                 tally = (name, "ok", expect, status, replayed, None)
-                answer = done.get("answer")
+                answer = done.answer
                 # two comparisons, not a set: a set would hash this fresh string
-                if expect is not None and (invoke.get("must_reject") or expect == CROSS_TENANT_READ
+                if expect is not None and (invoke.must_reject or expect == CROSS_TENANT_READ
                                            or expect == CROSS_TENANT_PAY):
-                    self._accepted_refusal(merge_operation(invoke, done))
+                    self._accepted_refusal(merge_records(invoke, done))
             elif kind == "fail":
-                tally = (name, "fail", expect, status, replayed, done.get("problem_type"))
+                tally = (name, "fail", expect, status, replayed, done.problem_type)
                 answer = None
             else:
                 tally = (name, kind, expect, status, replayed, None)
@@ -306,13 +290,13 @@ class HistoryIndex:
             else:
                 counter[0] += 1
             # A JSON field: a str by the history's format (docs/internals.md), or absent.
-            order_id: Any = invoke.get("order_id")
+            order_id: Any = invoke.order_id
             if order_id is None:
-                order_id = done.get("order_id")  # a create learns its order from the answer
+                order_id = done.order_id  # a create learns its order from the answer
 
             if name == "publish":
-                provider_ref = invoke.get("provider_ref")
-                message_id = invoke.get("message_id")
+                provider_ref = invoke.provider_ref
+                message_id = invoke.message_id
                 flags = PUBLISH_OK if kind == "ok" else PUBLISH_FAIL if kind == "fail" else PUBLISH_INFO
                 if message_id is not None and kind != "fail":
                     effects = effects_of.get(message_id)
@@ -333,7 +317,7 @@ class HistoryIndex:
                 continue
 
             if name == "pay" or name == "webhook":
-                provider_ref = invoke.get("provider_ref")
+                provider_ref = invoke.provider_ref
                 if order_id is not None and provider_ref is not None:
                     if name == "pay":
                         flags = PAY_OK if kind == "ok" else PAY_FAIL if kind == "fail" else PAY_INFO
@@ -348,16 +332,16 @@ class HistoryIndex:
                 if answer is not None:
                     # An ok pay or webhook answers with the order it paid, of the payer's tenant.
                     exported = orders.get(order_id)
-                    if answer.get("already_paid") is True:
+                    if answer.already_paid is True:
                         already_paid += 1
                         fine = True
                     else:
-                        fine = answer.get("provider_ref") == provider_ref
-                    if not (fine and answer.get("order_id") == order_id and answer.get("status") == "PAID"
-                            and (exported is None or (answer.get("amount_cents") == exported[6]
+                        fine = answer.provider_ref == provider_ref
+                    if not (fine and answer.order_id == order_id and answer.status == "PAID"
+                            and (exported is None or (answer.amount_cents == exported[6]
                                                       and (name != "pay" or exported[3] == tenant)))
-                            and (name != "pay" or answer.get("tenant") == tenant)):
-                        self._payment_answer(merge_operation(invoke, done), answer, exported, tenant)
+                            and (name != "pay" or answer.tenant == tenant)):
+                        self._payment_answer(merge_records(invoke, done), answer, exported, tenant)
                 if name == "webhook":
                     continue
             elif name == "create_order":
@@ -366,46 +350,46 @@ class HistoryIndex:
                     # export's order, of this tenant, filed under this key, and an answer
                     # that repeats the request
                     exported = orders.get(order_id)
-                    key = invoke.get("idempotency_key")
+                    key = invoke.idempotency_key
                     if (key is not None and exported is not None and exported[3] == tenant
                             and exported[1] == (key if tenant == DEFAULT_TENANT else tenant + SEPARATOR + key)
                             and (answer is None or (
-                                answer.get("tenant") == tenant and answer.get("sku") == invoke.get("sku")
-                                and answer.get("quantity") == invoke.get("quantity")
-                                and answer.get("idempotency_key") == key
-                                and ((amount := invoke.get("amount_cents")) is None
-                                     or answer.get("amount_cents") == amount)))):
+                                answer.tenant == tenant and answer.sku == invoke.sku
+                                and answer.quantity == invoke.quantity
+                                and answer.idempotency_key == key
+                                and ((amount := invoke.amount_cents) is None
+                                     or answer.amount_cents == amount)))):
                         # keyed by the export's own strings: no copy of this operation's
                         first = created.setdefault(exported[1], exported[0])
                         if first != exported[0]:
                             self.created_extra.setdefault(exported[1], {first}).add(exported[0])
                     else:
-                        self._created(invoke, order_id, tenant, answer)
+                        self._created(record_fields(invoke), order_id, tenant, answer)
             else:
                 if answer is not None and name == "read_order":
                     exported = orders.get(order_id)
-                    if (answer.get("order_id") != order_id or answer.get("tenant") != tenant
+                    if (answer.order_id != order_id or answer.tenant != tenant
                             or (exported is not None and exported[3] != tenant)):
-                        self._read_answer(merge_operation(invoke, done), answer, exported, tenant)
+                        self._read_answer(merge_records(invoke, done), answer, exported, tenant)
                 continue
 
             # pay and create_order: what the API layer did with the key, folded into
             # one record per (tenant, key) scope (KeyRecord, packed as one int)
-            key = invoke.get("idempotency_key")
+            key = invoke.idempotency_key
             if key is None:
                 continue
             scope = key if tenant == DEFAULT_TENANT else tenant + SEPARATOR + key
-            fingerprint = invoke.get("fingerprint")
+            fingerprint = invoke.fingerprint
             body = 0
             if fingerprint is not None:
                 body = (hash(fingerprint) & _MASK64) << 2 | (3 if kind == "ok" else 2)
                 if kind == "fail" and tally[5] == KEY_MISMATCH:
-                    self.refusals.append(Refusal(name, scope, body >> 2, order_id, done.get("op_id")))
+                    self.refusals.append(Refusal(name, scope, body >> 2, order_id, done.op_id))
             heard = 0
             if status is not None:
                 if replayed is True and status >= 500:
                     self._replayed_5xx(name, scope, status, order_id, tenant, key)
-                digest = done.get("body_digest")
+                digest = done.body_digest
                 # an info 2xx whose body did not parse is no evidence of what was stored
                 if digest is not None and (kind != "info" or status >= 500):
                     # heard = (answer code << 1 | of a pay) << 2 | original or replayed flag,
@@ -567,59 +551,59 @@ class HistoryIndex:
             details={"op": name, "op_id": op.get("op_id"), "expect": expect, "reject_status": wanted,
                      "status": op.get("status"), "tenant": op.get("tenant") or DEFAULT_TENANT}))
 
-    def _payment_answer(self, op: dict[str, Any], answer: dict[str, Any],
+    def _payment_answer(self, op: dict[str, Any], answer: Answer,
                         exported: tuple[Any, ...] | None, tenant: str) -> None:
         name = op.get("op")
         order_id = op.get("order_id")
         provider_ref = op.get("provider_ref")
         wrong = []
-        if answer.get("order_id") != order_id:
-            wrong.append(f"order {answer.get('order_id')!r} instead of {order_id!r}")
-        if exported is not None and answer.get("amount_cents") != exported[O_AMOUNT]:
-            wrong.append(f"amount {answer.get('amount_cents')!r}, the order's is {exported[O_AMOUNT]!r}")
-        if answer.get("already_paid") is not True and answer.get("provider_ref") != provider_ref:
-            wrong.append(f"provider_ref {answer.get('provider_ref')!r} instead of {provider_ref!r}")
-        if answer.get("status") != "PAID":
-            wrong.append(f"status {answer.get('status')!r}")
+        if answer.order_id != order_id:
+            wrong.append(f"order {answer.order_id!r} instead of {order_id!r}")
+        if exported is not None and answer.amount_cents != exported[O_AMOUNT]:
+            wrong.append(f"amount {answer.amount_cents!r}, the order's is {exported[O_AMOUNT]!r}")
+        if answer.already_paid is not True and answer.provider_ref != provider_ref:
+            wrong.append(f"provider_ref {answer.provider_ref!r} instead of {provider_ref!r}")
+        if answer.status != "PAID":
+            wrong.append(f"status {answer.status!r}")
         if wrong:
             self.findings.add(Finding(
                 "answers_match_requests",
                 f"ok {name} of {order_id} ({provider_ref}) answered {'; '.join(wrong)}",
                 order_ids=_maybe(order_id), provider_ref=provider_ref, key=_key_of(op),
-                details={"op": name, "op_id": op.get("op_id"), "answer": answer}))
+                details={"op": name, "op_id": op.get("op_id"), "answer": record_fields(answer)}))
         if name == "pay":
             self._tenant_answer(op, answer, exported, tenant)
 
-    def _create_answer(self, op: dict[str, Any], answer: dict[str, Any], order_id: str) -> None:
-        wrong = [f"{name} {answer.get(name)!r} instead of {op.get(name)!r}"
+    def _create_answer(self, op: dict[str, Any], answer: Answer, order_id: str) -> None:
+        wrong = [f"{name} {getattr(answer, name)!r} instead of {op.get(name)!r}"
                  for name in _CREATE_FIELDS
-                 if op.get(name) is not None and answer.get(name) != op.get(name)]
+                 if op.get(name) is not None and getattr(answer, name) != op.get(name)]
         if wrong:
             self.findings.add(Finding(
                 "answers_match_requests",
                 f"ok create_order with key {op.get('idempotency_key')!r} answered {'; '.join(wrong)}",
                 order_ids=(order_id,), key=_key_of(op),
-                details={"op": "create_order", "op_id": op.get("op_id"), "answer": answer}))
+                details={"op": "create_order", "op_id": op.get("op_id"), "answer": record_fields(answer)}))
 
-    def _read_answer(self, op: dict[str, Any], answer: dict[str, Any],
+    def _read_answer(self, op: dict[str, Any], answer: Answer,
                      exported: tuple[Any, ...] | None, tenant: str) -> None:
         order_id = op.get("order_id")
-        if answer.get("order_id") != order_id:
+        if answer.order_id != order_id:
             self.findings.add(Finding(
                 "answers_match_requests",
-                f"ok read_order of {order_id} answered order {answer.get('order_id')!r}",
+                f"ok read_order of {order_id} answered order {answer.order_id!r}",
                 order_ids=_maybe(order_id),
-                details={"op": "read_order", "op_id": op.get("op_id"), "answer": answer}))
+                details={"op": "read_order", "op_id": op.get("op_id"), "answer": record_fields(answer)}))
         self._tenant_answer(op, answer, exported, tenant)
 
-    def _tenant_answer(self, op: dict[str, Any], answer: dict[str, Any] | None,
+    def _tenant_answer(self, op: dict[str, Any], answer: Answer | None,
                        exported: tuple[Any, ...] | None, tenant: str, order_id: Any = None) -> None:
         """An ok answer must name an order of the requesting tenant, in the answer and the export."""
         name = op.get("op")
-        order_id = order_id or (answer or {}).get("order_id") or op.get("order_id")
+        order_id = order_id or (answer.order_id if answer is not None else None) or op.get("order_id")
         owners = []
-        if answer is not None and answer.get("tenant") != tenant:
-            owners.append(f"the answer names tenant {answer.get('tenant')!r}")
+        if answer is not None and answer.tenant != tenant:
+            owners.append(f"the answer names tenant {answer.tenant!r}")
         if exported is not None and exported[O_TENANT] != tenant:
             owners.append(f"the export files it under tenant {exported[O_TENANT]!r}")
         if owners:
@@ -628,7 +612,7 @@ class HistoryIndex:
                 f"ok {name} by tenant {tenant!r} reached order {order_id}: {' and '.join(owners)}",
                 order_ids=_maybe(order_id), key=_key_of(op), provider_ref=op.get("provider_ref"),
                 details={"op": name, "op_id": op.get("op_id"), "tenant": tenant,
-                         "answer_tenant": (answer or {}).get("tenant"),
+                         "answer_tenant": (answer.tenant if answer is not None else None),
                          "export_tenant": exported[O_TENANT] if exported is not None else None}))
 
     def _lost_message(self, message_id: str, order_id: Any, provider_ref: Any) -> None:
@@ -649,16 +633,16 @@ class HistoryIndex:
             order_ids=_maybe(order_id), key=(tenant, key), details={"op": name, "status": status}))
 
     def _created(self, op: dict[str, Any], order_id: str, tenant: str,
-                 answer: dict[str, Any] | None) -> None:
+                 answer: Answer | None) -> None:
         """An ok create: its answer against its request and the export, its key's orders."""
         exported = self.export.orders.get(order_id)
         if answer is not None and (
-                answer.get("sku") != op.get("sku") or answer.get("quantity") != op.get("quantity")
-                or answer.get("idempotency_key") != op.get("idempotency_key")
+                answer.sku != op.get("sku") or answer.quantity != op.get("quantity")
+                or answer.idempotency_key != op.get("idempotency_key")
                 or (op.get("amount_cents") is not None
-                    and answer.get("amount_cents") != op.get("amount_cents"))):
+                    and answer.amount_cents != op.get("amount_cents"))):
             self._create_answer(op, answer, order_id)
-        if ((answer is not None and answer.get("tenant") != tenant)
+        if ((answer is not None and answer.tenant != tenant)
                 or (exported is not None and exported[O_TENANT] != tenant)):
             self._tenant_answer(op, answer, exported, tenant, order_id)
         key = op.get("idempotency_key")
