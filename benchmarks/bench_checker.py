@@ -283,8 +283,8 @@ def instructions(run_dir: Path, tree: Path | None = None) -> int:
 def compare_parsers(run_dir: Path) -> None:
     """CPU seconds to decode every history line of a run, per decoder, alternating twice:
     the evidence for the reader's decoders (orjson into dicts, every field: evidence
-    and the report; msgspec into `harness.history.Record`, the fold's fields only,
-    which skips the others: the checker's fold)."""
+    and the report; msgspec into `harness.history.Record`, an Invoke or a Completion
+    of the fold's fields only, which skips the others: the checker's fold)."""
     import msgspec
 
     from harness.history import Record

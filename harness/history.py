@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, ClassVar, Generic, Protocol, TypeVar, cast
 
 import msgspec
 import orjson
@@ -272,7 +272,7 @@ def history_files(directory: Path) -> list[Path]:
 # -- reading: the one reader of history files (docs/checker.md, "Reading the history") --
 #
 # Every consumer reads the history through `_read`, as dicts (`read_pairs`) or as the
-# checker's typed `Record`s (`read_records`): the checker's fold reads records, its
+# checker's typed records (`read_records`): the checker's fold reads records, its
 # evidence pass and the findings that quote an operation (`merge_operation`) dicts,
 # the report and the probe merged dicts (`iter_operations`). One pairing, one rule
 # for what a file may hold:
@@ -332,20 +332,22 @@ class Answer(msgspec.Struct, gc=False):
     already_paid: Any = None
 
 
-class Record(msgspec.Struct, gc=False):
-    """A history record as the checker's fold reads it: the fields it uses, each
-    None when the record does not carry it (docs/internals.md has the format).
+class Invoke(msgspec.Struct, tag="invoke", tag_field="type", gc=False):
+    """An invoke as the checker's fold reads it: the fields it uses, each None when
+    the record does not carry it (docs/internals.md has the format).
 
-    Decoded straight from its line (`read_records`): every other field (`time`,
-    `process`, `error`, ...) is skipped without being built, and a slot is read
-    faster than a dict's key; the fold reads a dozen fields of 10^7 records. No
-    field's type is checked but `answer`'s (an object, or null), as with a dict:
-    the fold compares values and never trusts a type. Evidence, which quotes
-    operations whole, reads the same lines as dicts (`read_pairs`). `gc=False`: a
-    decoded record holds only JSON values, so it is never part of a reference cycle.
+    Records are decoded straight from their lines (`read_records`) into an `Invoke`
+    or a `Completion` by their `type`: every other field (`time`, `process`,
+    `error`, ...) is skipped without being built, each class fills in only its own
+    fields, and a slot is read faster than a dict's key; the fold reads a dozen
+    fields of 10^7 records. No field's type is checked but `answer`'s (an object, or
+    null), as with a dict: the fold compares values and never trusts a type.
+    Evidence, which quotes operations whole, reads the same lines as dicts
+    (`read_pairs`). `gc=False`: a decoded record holds only JSON values, so it is
+    never part of a reference cycle. `kind` is the record's `type`.
     """
 
-    type: Any = None
+    kind: ClassVar[str] = "invoke"
     op_id: Any = None
     op: Any = None
     tenant: Any = None
@@ -360,11 +362,36 @@ class Record(msgspec.Struct, gc=False):
     sku: Any = None
     quantity: Any = None
     amount_cents: Any = None
+
+
+class Completion(msgspec.Struct, tag_field="type", gc=False):
+    """A completion as the fold reads it (see `Invoke`): one of `Ok`, `Fail`, `Info`."""
+
+    kind: ClassVar[str]
+    op_id: Any = None
+    op: Any = None
     status: Any = None
     replayed: Any = None
     body_digest: Any = None
     problem_type: Any = None
+    order_id: Any = None
     answer: Answer | None = None
+
+
+class Ok(Completion, tag="ok"):
+    kind: ClassVar[str] = "ok"
+
+
+class Fail(Completion, tag="fail"):
+    kind: ClassVar[str] = "fail"
+
+
+class Info(Completion, tag="info"):
+    kind: ClassVar[str] = "info"
+
+
+Record = Invoke | Ok | Fail | Info
+_COMPLETIONS: Mapping[Any, type[Completion]] = MappingProxyType({"ok": Ok, "fail": Fail, "info": Info})
 
 
 R = TypeVar("R")
@@ -388,14 +415,14 @@ def _unfinished_dict(invoke: dict[str, Any]) -> dict[str, Any]:
 
 
 def _unfinished_record(invoke: Record) -> Record:
-    return Record(type="info", op_id=invoke.op_id, op=invoke.op)
+    return Info(op_id=invoke.op_id, op=invoke.op)
 
 
 UNFINISHED = "no completion recorded"
 _DICTS: _Decoding[dict[str, Any]] = _Decoding(orjson.loads, operator.itemgetter("type", "op_id"),
                                               _unfinished_dict)
 _RECORDS: _Decoding[Record] = _Decoding(msgspec.json.Decoder(Record).decode,
-                                        operator.attrgetter("type", "op_id"), _unfinished_record)
+                                        operator.attrgetter("kind", "op_id"), _unfinished_record)
 # What either decoder raises for a line it cannot read; msgspec's ValidationError
 # (a DecodeError) means valid JSON that is not a record: not an object, or an
 # answer that is not one.
@@ -416,10 +443,11 @@ def read_pairs(paths: Iterable[Path]) -> Iterator[tuple[dict[str, Any], dict[str
     return _read(paths, _DICTS)
 
 
-def read_records(paths: Iterable[Path]) -> Iterator[tuple[Record, Record]]:
-    """`read_pairs`, each record decoded as a `Record` (the fields the checker's
-    fold reads): the same operations in the same order under the same rule."""
-    return _read(paths, _RECORDS)
+def read_records(paths: Iterable[Path]) -> Iterator[tuple[Invoke, Completion]]:
+    """`read_pairs`, each record decoded as an `Invoke` or a `Completion` (the fields
+    the checker's fold reads): the same operations in the same order under the same
+    rule; a record of an unknown `type`, or none, is a HistoryError here too."""
+    return cast(Iterator[tuple[Invoke, Completion]], _read(paths, _RECORDS))
 
 
 def _read(paths: Iterable[Path], decoding: _Decoding[R]) -> Iterator[tuple[R, R]]:
@@ -463,27 +491,36 @@ def _read(paths: Iterable[Path], decoding: _Decoding[R]) -> Iterator[tuple[R, R]
             yield invoke, unfinished(invoke)
 
 
-def record_fields(record: Record | Answer) -> dict[str, Any]:
-    """The fields a `Record` or an `Answer` carries (those not None), as a new dict
-    (an answer in it a dict too)."""
+def record_fields(record: Invoke | Completion | Answer) -> dict[str, Any]:
+    """The fields a typed record carries (those not None; an answer as a dict too),
+    as a new dict, with a record's `type`."""
     fields = {name: value for name in record.__struct_fields__ if (value := getattr(record, name)) is not None}
     if type(fields.get("answer")) is Answer:
         fields["answer"] = record_fields(fields["answer"])
+    if not isinstance(record, Answer):
+        fields["type"] = record.kind
     return fields
 
 
-def merge_records(invoke: Record, completion: Record) -> dict[str, Any]:
-    """One operation from two `Record`s, as a new dict: the completion's fields over
-    the invoke's, a null erasing nothing, as `merge_operation` merges; no times
-    (a `Record` has none)."""
-    if invoke is completion:
-        return record_fields(invoke)
+def merge_records(invoke: Invoke, completion: Completion) -> dict[str, Any]:
+    """One operation from its two typed records, as a new dict: the completion's
+    fields over the invoke's, a null erasing nothing, as `merge_operation` merges;
+    no times (the typed records have none)."""
     return {**record_fields(invoke), **record_fields(completion)}
 
 
-def as_record(operation: Mapping[str, Any]) -> Record:
-    """A merged operation (a dict, as `iter_operations` gives) as one `Record`."""
-    return msgspec.convert(operation, Record)
+def as_records(operation: Mapping[str, Any]) -> tuple[Invoke, Completion]:
+    """A merged operation (a dict, as `iter_operations` gives) as its two typed
+    records: what it asked and what it was answered."""
+    fields = dict(operation)
+    kind = fields.pop("type", None)
+    completion = _COMPLETIONS.get(kind)
+    if completion is None:
+        raise HistoryError(f"operation {operation.get('op_id')!r}: unknown completion {kind!r}")
+    try:
+        return msgspec.convert(fields, Invoke), msgspec.convert(fields, completion)
+    except msgspec.ValidationError as error:
+        raise HistoryError(f"operation {operation.get('op_id')!r}: not a history record: {error}") from None
 
 
 def merge_operation(invoke: Mapping[str, Any], completion: Mapping[str, Any]) -> dict[str, Any]:
@@ -521,7 +558,7 @@ def iter_operations(paths: Iterable[Path]) -> Iterator[dict[str, Any]]:
 class HistoryFiles:
     """A run's history files as a re-iterable: iterating gives merged operations
     (`iter_operations`), `pairs()` the unmerged records (`read_pairs`), `records()`
-    the same as typed `Record`s (`read_records`). Each pass reads the files again,
+    the same as typed records (`read_records`). Each pass reads the files again,
     so nothing is held between passes."""
 
     def __init__(self, paths: Iterable[Path]) -> None:
@@ -533,5 +570,5 @@ class HistoryFiles:
     def pairs(self) -> Iterator[tuple[dict[str, Any], dict[str, Any]]]:
         return read_pairs(self.paths)
 
-    def records(self) -> Iterator[tuple[Record, Record]]:
+    def records(self) -> Iterator[tuple[Invoke, Completion]]:
         return read_records(self.paths)

@@ -12,10 +12,11 @@ from harness.history import (
     PAYMENT_ANSWER_FIELDS,
     REJECT_STATUS,
     Client,
+    Completion,
     HistoryError,
     HistoryFiles,
     HistoryWriter,
-    Record,
+    Invoke,
     answer_summary,
     history_files,
     iter_operations,
@@ -146,7 +147,8 @@ def test_anything_else_unreadable_is_an_error(tmp_path: Path, content: bytes, ma
     (b'"text"', r"w.jsonl:1: not a history record: Expected `object`, got `str`"),
     (b'{"type": "invoke", "op_id": "x", "op": "pay"}\n{"type": "ok", "op_id": "x", "answer": "yes"}\n',
      r"w.jsonl:2: not a history record: .*\$\.answer"),
-    (b'{"type": "done", "op_id": "x"}\n', "unknown record type 'done'"),
+    (b'{"type": "done", "op_id": "x"}\n', r"w.jsonl:1: not a history record: Invalid value 'done' - at `\$\.type`"),
+    (b'{"op_id": "x"}\n', "w.jsonl:1: not a history record: Object missing required field `type`"),
     (b'{"type": "ok", "op_id": "x"}\n', "completion 'x' without invoke"),
 ])
 def test_the_checkers_typed_reader_refuses_what_is_not_a_history(tmp_path: Path, content: bytes,
@@ -182,7 +184,8 @@ def test_every_consumer_reads_the_same_operations(tmp_path: Path) -> None:
     # (an answer's fields too, a null dropped like any other)
     typed = [merge_records(*pair) for pair in read_records(paths)]
     assert [record.pop("answer", None) for record in typed] == [None, None, {"order_id": "o2", "status": "PAID"}]
-    assert typed == [{name: value for name, value in op.items() if name in Record.__struct_fields__
+    fields = {"type", *Invoke.__struct_fields__, *Completion.__struct_fields__}
+    assert typed == [{name: value for name, value in op.items() if name in fields
                       and value is not None and name != "answer"} for op in merged]
     assert [record["type"] for record in typed] == ["ok", "ok", "ok"]
     (late,) = [op for op in merged if op["op_id"] == "x:1"]

@@ -50,7 +50,7 @@ from harness.check.run_files import (
     RunSettings,
 )
 from harness.check.run_scope import scoped_export
-from harness.history import LOAD_STARTED, HistoryError, HistoryFiles, as_record, merge_operation
+from harness.history import LOAD_STARTED, HistoryError, HistoryFiles, as_records, merge_operation
 
 # The export's records and HistoryFiles are re-exported: callers name them from here.
 __all__ = ["DEFAULT_MIN_ACKNOWLEDGED", "PATHS", "VERDICTS", "CheckResult", "CheckerError", "DeadLetters",
@@ -293,14 +293,14 @@ def _check(
     findings = Findings(VIOLATION_CAP)
     evaluate_export(state, findings)
     index = HistoryIndex(state, findings)
-    # The fold reads typed records (harness.history.Record: only the fields it uses);
+    # The fold reads typed records (harness.history.Invoke, Completion: only the fields it uses);
     # evidence quotes operations whole, so its pass reads the same operations as
     # dicts, (invoke, completion) pairs merged only when kept.
     if isinstance(operations, HistoryFiles):
         records, pairs_of = operations.records(), operations.pairs
     else:
         merged = operations
-        records = ((record, record) for record in map(as_record, merged))
+        records = map(as_records, merged)
         pairs_of = lambda: ((op, op) for op in merged)  # noqa: E731
     index.consume_records(records)
     evaluate_history(state, index, findings, reads)

@@ -30,7 +30,7 @@ from harness.check.export import (
     scope_key,
     split_scope,
 )
-from harness.history import Answer, Record, merge_records, record_fields
+from harness.history import Answer, Completion, Invoke, merge_records, record_fields
 
 # An exported order row: (id, scope, status, tenant, sku, quantity, amount_cents). An
 # order the export lists as broken has no row, only its id in `ExportState.broken`.
@@ -235,21 +235,21 @@ class HistoryIndex:
             self._reported.add(subject)
             self.findings.add(finding)
 
-    def consume_records(self, operations: Iterable[tuple[Record, Record]]) -> None:
+    def consume_records(self, operations: Iterable[tuple[Invoke, Completion]]) -> None:
         """Fold (invoke, completion) records in, as the history files hold them
-        (`harness.history.read_records`).
+        (`harness.history.read_records`; a merged operation through `as_records`).
 
-        A merged operation is the pair (op, op). Each field is read from the
-        record that carries it (docs/internals.md): what was asked from the
-        invoke, what was answered from the completion; so the history reader
-        need not merge a million pairs.
+        Each field is read from the record that carries it (docs/internals.md):
+        what was asked from the invoke, what was answered from the completion; so
+        the history reader need not merge a million pairs.
 
         The hot loop of the checker (a million iterations): locals instead of
         attributes of the index, no call for the common cases, one tally per
         combination of (op, completion, expect, status, replayed, problem type)
         instead of a counter each, and nothing allocated for an operation that only
-        repeats what is already known. A record's fields are slots of a `Record`,
-        read as attributes: cheaper than a dict's `get`; so are an answer's (an `Answer`).
+        repeats what is already known. A record's fields are slots (`Invoke`,
+        `Completion`), read as attributes: cheaper than a dict's `get`; so are an
+        answer's (an `Answer`).
         """
         counts = self._counts
         pairs = self.pairs
@@ -265,7 +265,7 @@ class HistoryIndex:
             name = invoke.op
             expect = invoke.expect
             tenant = invoke.tenant or DEFAULT_TENANT
-            kind = done.type
+            kind = done.kind
             status = done.status
             replayed = done.replayed
             tally: tuple[Any, ...]

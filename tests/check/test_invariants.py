@@ -463,13 +463,13 @@ def test_a_keys_packed_record_holds_its_body_and_its_answer_code() -> None:
         HistoryIndex,
         answer_code,
     )
-    from harness.history import as_record
+    from harness.history import as_records
     run = Run()
     created = run.create("k1", "o1", fingerprint="f1")
     paid = run.pay("o1", "pr1", "pk1", replayed=True, fingerprint="f2")
     refused = run.pay("o1", "pr1", "pk2", "fail", fingerprint="f3", body_digest=digest("refused"))
     index = HistoryIndex(load_export(run.export), Findings(50))
-    index.consume_records((record, record) for record in map(as_record, run.operations))
+    index.consume_records(map(as_records, run.operations))
     assert index.keys["k1"] & _BODY_MASK == (hash("f1") & _MASK64) << 2 | 3
     assert index.keys["k1"] >> _ANSWER_SHIFT == answer_code(201, created["body_digest"]) << 3 | _ORIGINAL
     assert index.keys["pk1"] & _BODY_MASK == (hash("f2") & _MASK64) << 2 | 3
