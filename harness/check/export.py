@@ -176,6 +176,10 @@ def load_export(records: Iterable[dict[str, Any]]) -> ExportState:
     share: Callable[[Any, Any], Any] = shared.setdefault
     orders = state.orders
     payments = state.payments
+    order_by_scope = state.order_by_scope
+    reserved = state.reserved
+    effects = state.effects
+    paid_messages = state.paid_messages
     new = _new
     for record in records:
         if not isinstance(record, dict):
@@ -191,17 +195,18 @@ def load_export(records: Iterable[dict[str, Any]]) -> ExportState:
                 state.broken.append(order_id)
                 continue
             key = record.get("idempotency_key")
-            tenant = share(record.get("tenant") or "default", record.get("tenant") or "default")
-            scope = scope_key(tenant, key) if key else ""
+            tenant = record.get("tenant") or DEFAULT_TENANT
+            tenant = share(tenant, tenant)
+            scope = (key if tenant == DEFAULT_TENANT else tenant + SEPARATOR + key) if key else ""
             status, sku, quantity = record.get("status"), record.get("sku"), record.get("quantity")
             orders[order_id] = new(ExportOrder, (order_id, scope, share(status, status), tenant,
                                                  share(sku, sku), quantity, record.get("amount_cents")))
             if key:
-                first = state.order_by_scope.setdefault(scope, order_id)
+                first = order_by_scope.setdefault(scope, order_id)
                 if first != order_id:
                     state.extra_orders_by_scope.setdefault(scope, []).append(order_id)
             if sku is not None:
-                state.reserved[sku] = state.reserved.get(sku, 0) + int(quantity or 0)
+                reserved[sku] = reserved.get(sku, 0) + int(quantity or 0)
         elif kind == "payment":
             order_id = record.get("order_id")
             provider_ref = record.get("provider_ref")
@@ -218,17 +223,18 @@ def load_export(records: Iterable[dict[str, Any]]) -> ExportState:
             payments[order_id] = (payment,) if held is None else (*held, payment)
             state.payment_count += 1
         elif kind == "message_effect":
-            _require(record, "message_id")
-            message_id = record["message_id"]
+            message_id = record.get("message_id")
+            if message_id is None:
+                _require(record, "message_id")
             effect_order: Any = record.get("order_id")
             order = orders.get(effect_order)
             outcome = record.get("outcome")
             effect = new(MessageEffect, (
                 message_id, order[0] if order is not None else effect_order, share(outcome, outcome)))
-            known = state.effects.get(message_id)
-            state.effects[message_id] = (effect,) if known is None else (*known, effect)
+            known = effects.get(message_id)
+            effects[message_id] = (effect,) if known is None else (*known, effect)
             if outcome in PAID_OUTCOMES:
-                state.paid_messages.add(message_id)
+                paid_messages.add(message_id)
         elif kind == "inventory":
             _require(record, "sku", "available")
             state.inventory[record["sku"]] = InventoryLine(
