@@ -223,7 +223,7 @@ def load_export(records: Iterable[dict[str, Any]]) -> ExportState:
             payments[order_id] = (payment,) if held is None else (*held, payment)
             state.payment_count += 1
         elif kind == "message_effect":
-            message_id = record.get("message_id")
+            message_id: Any = record.get("message_id")
             if message_id is None:
                 _require(record, "message_id")
             effect_order: Any = record.get("order_id")
