@@ -13,8 +13,8 @@ Three pieces:
   end (the stack's supervisor) sees end-of-file the moment this process dies, however
   it dies, and shuts down.
 - `RunGuard`: one per run. It keeps a lease in the registry (what the run started and
-  which faults it has applied) and starts a janitor, `python -m harness.stack.lifeline`, in a
-  session of its own, reading the lifeline. When the harness dies without finishing
+  which faults it has applied) and starts a janitor, `python -m harness.stack.janitor`,
+  in a session of its own, reading the lifeline. When the harness dies without finishing
   (SIGKILL), the janitor stops Locust and the run's stack, removes the run's toxics,
   re-enables the proxies it disabled and marks the run directory interrupted, within
   a few seconds. If the janitor dies too, the lease stays and the next up, run or
@@ -23,7 +23,6 @@ Three pieces:
 
 from __future__ import annotations
 
-import argparse
 import ctypes
 import os
 import signal
@@ -37,10 +36,8 @@ from types import FrameType, TracebackType
 from typing import TextIO
 
 from harness.stack import registry
+from harness.stack.janitor import HANDLED_SIGNALS
 from harness.stack.protocol import ServiceActions, Stack
-
-HANDLED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-
 
 GUARD_ATTRIBUTE = "harness_run_guard"  # set on a thread while it runs inside a RunGuard
 
@@ -176,7 +173,7 @@ class RunGuard:
         if self._want_janitor:
             with open(self.run_dir / "lifeline.log", "ab") as log:
                 self._janitor = subprocess.Popen(
-                    [sys.executable, "-m", "harness.stack.lifeline", "--lease",
+                    [sys.executable, "-m", "harness.stack.janitor", "--lease",
                      str(registry.lease_path(self.lease.id))],
                     stdin=self.lifeline.read_fd, stdout=subprocess.DEVNULL, stderr=log,
                     start_new_session=True,  # a Ctrl-C to our process group must not reach it
@@ -339,36 +336,14 @@ class RecordedProcesses:
 
 
 # --- the janitor --------------------------------------------------------------------------
-
-def janitor(lease_file: Path, lifeline_fd: int = 0) -> int:
-    """Wait for end-of-file on the lifeline, then undo whatever the lease still holds."""
-    for signum in HANDLED_SIGNALS:
-        signal.signal(signum, signal.SIG_IGN)
-    while True:
-        try:
-            if not os.read(lifeline_fd, 4096):
-                break
-        except InterruptedError:
-            continue
-        except OSError:
-            break
-    lease = registry.read_lease(lease_file)
-    if lease is None:
-        return 0  # the harness finished and removed its lease: nothing to do
-    print(f"lifeline: the harness (pid {lease.owner.pid}) died; cleaning up", file=sys.stderr, flush=True)
-    done, settled = registry.heal_lease(lease, registry.live_claims(exclude=lease.id))
-    for line in done:
-        print(f"lifeline: {line}", file=sys.stderr, flush=True)
-    if settled:
-        registry.remove_lease(lease.id)
-    return 0
-
+# It lives in harness.stack.janitor, which imports nothing of the registry until there
+# is a lease to heal (every run starts one; most never act). `python -m
+# harness.stack.lifeline --lease FILE` still runs it.
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m harness.stack.lifeline")
-    parser.add_argument("--lease", type=Path, required=True)
-    args = parser.parse_args(argv)
-    return janitor(args.lease)
+    from harness.stack.janitor import main as janitor_main
+
+    return janitor_main(argv)
 
 
 if __name__ == "__main__":
