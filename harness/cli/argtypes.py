@@ -19,7 +19,6 @@ from harness.durations import parse_duration
 from harness.errors import HarnessError
 from harness.load.settings import parse_think_time
 from harness.names import DEFAULT_STACK_ROOT
-from harness.nemesis.plans import load_plan
 
 # What every `add_*` function of the CLI receives: the action its subcommand joins.
 # (A string: argparse's class is generic only in its type stubs.)
@@ -90,6 +89,10 @@ def plan(text: str) -> Path:
     """A bundled plan's name (`chaos`) or the path of a plan YAML file, found and parsed
     before anything starts: an unknown name, a missing file or a plan that does not
     parse is a usage error."""
+    # Imported here: only the commands that take a plan pay for the plan parser (and
+    # the nemesis it imports); `harness down` or `status` never do.
+    from harness.nemesis.plans import load_plan
+
     try:
         path = bundled.plan_path(text)
         load_plan(path)

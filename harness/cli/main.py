@@ -9,18 +9,25 @@ Every parser, the subcommands' included (whichever module adds them), is a `Pars
 with `HelpFormatter`: each option's help ends with its default, a duration's default
 is shown as a duration (`30s`, `2m`) and its metavar is DURATION, explained at the
 end of the help. Every command is listed in docs/cli.md.
+
+`main` builds only the parser of the command its arguments name (COMMAND_ADDERS):
+a `harness down` imports neither the probe nor the run. With no command, an option
+first (`--help`, `--version`) or an unknown word, it builds the whole parser, so the
+help and the error list every command; `build_parser()` is always the whole one.
 """
 
 from __future__ import annotations
 
 import argparse
 import copy
+import importlib
 import json
 import os
 import shlex
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from harness.cli.argtypes import (
@@ -352,13 +359,41 @@ def handle_completion(args: argparse.Namespace) -> int:
 # --- the boundary ----------------------------------------------------------------------
 
 def parser_adders() -> list[Callable[[Subparsers], None]]:
-    """Every subcommand's `add_*` function; a new subcommand is one more entry here."""
+    """Every subcommand's `add_*` function; a new subcommand is one more entry here
+    and one more row of COMMAND_ADDERS."""
     from harness.cli import fault_commands, run_commands
     from harness.cli.probe_commands import add_probe
     from harness.cli.provider_commands import add_provider
 
     return [add_up, add_down, add_status, fault_commands.add_fault, run_commands.add_parsers, add_toxiproxy,
             add_probe, add_provider, add_completion]
+
+
+# The command words each `add_*` function of parser_adders() registers, by (module,
+# function): `main` builds only the one a command line names, so `harness down` does
+# not import the probe, the run and the checker (about 0.2 s of CPU in every such
+# process). tests/cli/test_subcommands.py checks this table against the full parser.
+COMMAND_ADDERS: Mapping[str, tuple[str, str]] = MappingProxyType({
+    "up": (__name__, "add_up"), "down": (__name__, "add_down"), "status": (__name__, "add_status"),
+    "toxiproxy": (__name__, "add_toxiproxy"), "completion": (__name__, "add_completion"),
+    "fault": ("harness.cli.fault_commands", "add_fault"),
+    **{command: ("harness.cli.run_commands", "add_parsers")
+       for command in ("run", "worker", "check", "swarm", "smoke", "matrix")},
+    "probe": ("harness.cli.probe_commands", "add_probe"),
+    "provider": ("harness.cli.provider_commands", "add_provider"),
+})
+
+
+def command_adder(argv: Sequence[str]) -> Callable[[Subparsers], None] | None:
+    """The `add_*` function of the command `argv` starts with, its module imported; None
+    when argv does not start with a known command (no arguments, an option such as
+    --help or --version, a typo): then the whole parser is built, and its help or its
+    error lists every command as before."""
+    if not argv or argv[0] not in COMMAND_ADDERS:
+        return None
+    module, function = COMMAND_ADDERS[argv[0]]
+    adder: Callable[[Subparsers], None] = getattr(importlib.import_module(module), function)
+    return adder
 
 
 def package_version() -> str:
@@ -371,7 +406,8 @@ def package_version() -> str:
         return "unknown (not installed)"
 
 
-def build_parser() -> Parser:
+def build_parser(adders: Sequence[Callable[[Subparsers], None]] | None = None) -> Parser:
+    """The command line's parser: every subcommand, or only those `adders` register."""
     parser = Parser(prog="harness", description="Idempotency chaos harness: prove that a "
                     "duplicated request never becomes a duplicated payment.",
                     epilog=f"{EXIT_CODES_HELP}. Every command: docs/cli.md.")
@@ -381,7 +417,7 @@ def build_parser() -> Parser:
     # them of the parent's class).
     root: argparse.ArgumentParser = parser
     subparsers = root.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for add in parser_adders():
+    for add in parser_adders() if adders is None else adders:
         add(subparsers)
     return parser
 
@@ -390,7 +426,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         # SIGTERM and SIGHUP stop a command as Ctrl-C does: every `finally` heals and stops.
         with interrupt_signals():
-            args = build_parser().parse_args(argv)
+            words = sys.argv[1:] if argv is None else list(argv)
+            adder = command_adder(words)
+            args = build_parser(None if adder is None else [adder]).parse_args(words)
             return int(args.handler(args))
     except (HarnessError, OSError) as error:
         lines = str(error).strip().splitlines() or [type(error).__name__]
