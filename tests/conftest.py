@@ -10,7 +10,7 @@ that need a running embedded Toxiproxy ask for `embedded_toxiproxy`
 
 The suite runs on several pytest-xdist workers (Makefile): every fixture here is per
 worker (each its own redis-server, own ports, own tmp_path), and the tests of a module
-that shares one costly session fixture run on one worker (ONE_WORKER_MODULES).
+that shares one costly session or module fixture run on one worker (ONE_WORKER_MODULES).
 """
 
 from __future__ import annotations
@@ -80,11 +80,28 @@ def http_services(tmp_path: Path) -> Iterator[Callable[..., HttpService]]:
         service.stop()
 
 
-# Modules whose tests share a session fixture too costly to build once per xdist worker:
-# tests/e2e/test_smoke.py reads one whole `harness smoke` job (smoke_run, minutes of CPU
-# on two cores). Under `--dist loadgroup` (the Makefile's setting) each such module is one
-# unit of work; every other test is scheduled on its own, as with `--dist load`.
-ONE_WORKER_MODULES = ("tests/e2e/test_smoke.py",)
+# Modules whose tests share a session or module fixture too costly to build once per
+# xdist worker. tests/e2e/test_smoke.py reads one whole `harness smoke` job (smoke_run,
+# minutes of CPU on two cores). The others share a module-scoped stack, web UI, wheel or
+# script: with each test scheduled on its own, every worker that ran one of them built
+# that fixture again (2-4 builds of a few seconds of CPU each, measured from process
+# accounting; tests/webui/test_check_stack.py is left out: its four tests are long and
+# one build is cheap beside them). Under `--dist loadgroup` (the Makefile's setting)
+# each listed module is one unit of work; every other test is scheduled on its own, as
+# with `--dist load`. A module missing here still passes; it only builds its fixture
+# on more workers.
+ONE_WORKER_MODULES = (
+    "tests/e2e/test_smoke.py",
+    "tests/e2e/test_install.py",          # wheel: a `pip wheel` of the checkout
+    "tests/webui/test_chaos_api.py",      # web: a stack and a Locust web UI
+    "tests/webui/test_security.py",       # web: a stack and a Locust web UI
+    "tests/load/test_scenarios.py",       # stack
+    "tests/load/test_by_hand.py",         # workdir: `harness up` / `down`
+    "tests/distributed/test_workers.py",  # stack_dir: `harness up` / `down`
+    "tests/nemesis/test_crash_points_stack.py",  # stack
+    "tests/stack/test_faults.py",         # shared_stack
+    "tests/cli/test_completion.py",       # script: `harness completion bash`
+)
 
 # Whole-run packages: every test in them starts stacks, swarms and runs the checker
 # end to end (minutes in all), so the fast inner loop `-m "not slow"` leaves them out.
