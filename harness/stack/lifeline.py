@@ -40,6 +40,11 @@ from harness.stack.janitor import HANDLED_SIGNALS
 from harness.stack.protocol import ServiceActions, Stack
 
 GUARD_ATTRIBUTE = "harness_run_guard"  # set on a thread while it runs inside a RunGuard
+# Set on the main thread from the moment a signal starts the shutdown until its
+# interrupt_signals block ends: the signal. A thread that starts a run after it (it had
+# checked its job's stop flag just before) finds it in RunGuard and stops at once, as the
+# runs the signal found running do (interrupt_run_threads).
+FIRED_ATTRIBUTE = "harness_interrupt_fired"
 
 
 class Interrupted(KeyboardInterrupt):
@@ -80,6 +85,9 @@ def interrupt_signals(out: TextIO = sys.stderr) -> Iterator[None]:
                   f"{signal.Signals(fired[0]).name}; still cleaning up", file=out, flush=True)
             return
         fired.append(signum)
+        # Before the threads are searched: a run that starts in between finds the flag
+        # (RunGuard.__enter__ sets its guard first, then looks), so none slips through.
+        setattr(threading.main_thread(), FIRED_ATTRIBUTE, signum)
         interrupt_run_threads(signum)
         raise Interrupted(signum)
 
@@ -89,6 +97,7 @@ def interrupt_signals(out: TextIO = sys.stderr) -> Iterator[None]:
     try:
         yield
     finally:
+        setattr(threading.main_thread(), FIRED_ATTRIBUTE, None)
         for signum, old in previous.items():
             signal.signal(signum, old if old is not None else signal.SIG_DFL)
 
@@ -169,6 +178,16 @@ class RunGuard:
 
     def __enter__(self) -> RunGuard:
         setattr(threading.current_thread(), GUARD_ATTRIBUTE, self)
+        fired = getattr(threading.main_thread(), FIRED_ATTRIBUTE, None)
+        if fired is not None:
+            # The harness is stopping (a signal came while this thread was about to
+            # start the run): the run does not start, and is marked like the others.
+            setattr(threading.current_thread(), GUARD_ATTRIBUTE, None)
+            interrupted = Interrupted(fired)
+            registry.mark_interrupted(self.run_dir, signal_name=signal_name(interrupted), by="harness",
+                                      phase=None)
+            self.lifeline.close()
+            raise interrupted
         registry.write_lease(self.lease)
         if self._want_janitor:
             with open(self.run_dir / "lifeline.log", "ab") as log:

@@ -161,6 +161,42 @@ def test_a_run_interrupted_by_ctrl_c_is_marked_and_leaves_no_lease(tmp_path: Pat
     assert list(registry.leases()) == []
 
 
+def test_a_run_a_thread_starts_after_the_signal_does_not_start_and_is_marked(tmp_path: Path) -> None:
+    # A smoke lane checks its stop flag, then starts its next run; a SIGTERM between the
+    # two used to miss that run (no guard yet) and let it run to its end (seen in CI).
+    import signal
+    import threading
+
+    from harness.stack.lifeline import RunGuard
+
+    late, after = tmp_path / "late", tmp_path / "after"
+    late.mkdir()
+    after.mkdir()
+    outcome: list[object] = []
+
+    def start_a_run() -> None:
+        try:
+            with RunGuard(late, janitor=False):
+                outcome.append("ran")
+        except Interrupted as error:
+            outcome.append(error.signum)
+
+    with pytest.raises(Interrupted), interrupt_signals():
+        try:
+            signal.raise_signal(signal.SIGTERM)
+        finally:
+            thread = threading.Thread(target=start_a_run)
+            thread.start()
+            thread.join(10)
+    assert outcome == [signal.SIGTERM]
+    marker = registry.interrupted_marker(late)
+    assert marker is not None and marker["signal"] == "SIGTERM"
+    assert list(registry.leases()) == []
+    with RunGuard(after, janitor=False):  # once the block is over, runs start again
+        outcome.append("ran")
+    assert outcome == [signal.SIGTERM, "ran"] and registry.interrupted_marker(after) is None
+
+
 def test_a_refused_heal_is_reported_and_the_lease_kept(tmp_path: Path) -> None:
     """A Toxiproxy that answers 500 to a delete: the failure is in reclaim's lines and the
     lease stays for the next try; a 404 (gone already) counts as healed."""
