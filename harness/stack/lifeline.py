@@ -29,6 +29,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -113,9 +114,40 @@ def interrupt_run_threads(signum: int) -> list[str]:
             continue
         if getattr(thread, GUARD_ATTRIBUTE, None) is None:
             continue
-        ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread.ident), ctypes.py_object(kind))
+        raise_in_thread(thread.ident, kind)
         names.append(thread.name)
     return names
+
+
+def _set_async_exc(ident: int, kind: type[BaseException]) -> None:
+    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(ident), ctypes.py_object(kind))
+
+
+def raise_in_thread(ident: int, kind: type[BaseException], *, wait: float = 2.0) -> None:
+    """Raise `kind` in the thread `ident`, never in a thread it is starting.
+
+    CPython 3.11 gives a thread being started a thread state that carries its
+    starter's ident until the new thread runs, and an exception raised by ident lands
+    in the first state found: the new one. It dies before it has said it started, and
+    its starter waits in `Thread.start()` for ever (seen: a smoke job hung after a
+    Ctrl-C). A `threading.Thread` is in `threading._limbo` for all of that time, and
+    enters it under `threading._active_limbo_lock`; so the exception is raised holding
+    that lock with nothing in limbo. The lock is taken with a timeout (the signal
+    handler that calls this may have interrupted its own thread holding it); after
+    `wait` seconds it is raised regardless, as before.
+    """
+    deadline = time.monotonic() + wait
+    lock = threading._active_limbo_lock  # type: ignore[attr-defined]
+    while True:
+        locked = lock.acquire(timeout=0.05)
+        try:
+            if (locked and not threading._limbo) or time.monotonic() >= deadline:  # type: ignore[attr-defined]
+                _set_async_exc(ident, kind)
+                return
+        finally:
+            if locked:
+                lock.release()
+        time.sleep(0.001)
 
 
 # --- the pipe ---------------------------------------------------------------------------
