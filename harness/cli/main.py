@@ -358,30 +358,30 @@ def handle_completion(args: argparse.Namespace) -> int:
 
 # --- the boundary ----------------------------------------------------------------------
 
-def parser_adders() -> list[Callable[[Subparsers], None]]:
-    """Every subcommand's `add_*` function; a new subcommand is one more entry here
-    and one more row of COMMAND_ADDERS."""
-    from harness.cli import fault_commands, run_commands
-    from harness.cli.probe_commands import add_probe
-    from harness.cli.provider_commands import add_provider
-
-    return [add_up, add_down, add_status, fault_commands.add_fault, run_commands.add_parsers, add_toxiproxy,
-            add_probe, add_provider, add_completion]
-
-
-# The command words each `add_*` function of parser_adders() registers, by (module,
-# function): `main` builds only the one a command line names, so `harness down` does
-# not import the probe, the run and the checker (about 0.2 s of CPU in every such
-# process). tests/cli/test_subcommands.py checks this table against the full parser.
+# Each command word, by the (module, function) of the `add_*` function that registers
+# it, in the order the help lists them; a new subcommand is one more row. `main` builds
+# only the one a command line names, so `harness down` does not import the probe, the
+# run and the checker (about 0.2 s of CPU in every such process).
 COMMAND_ADDERS: Mapping[str, tuple[str, str]] = MappingProxyType({
     "up": (__name__, "add_up"), "down": (__name__, "add_down"), "status": (__name__, "add_status"),
-    "toxiproxy": (__name__, "add_toxiproxy"), "completion": (__name__, "add_completion"),
     "fault": ("harness.cli.fault_commands", "add_fault"),
     **{command: ("harness.cli.run_commands", "add_parsers")
        for command in ("run", "worker", "check", "swarm", "smoke", "matrix")},
+    "toxiproxy": (__name__, "add_toxiproxy"),
     "probe": ("harness.cli.probe_commands", "add_probe"),
     "provider": ("harness.cli.provider_commands", "add_provider"),
+    "completion": (__name__, "add_completion"),
 })
+
+
+def _adder(module: str, function: str) -> Callable[[Subparsers], None]:
+    adder: Callable[[Subparsers], None] = getattr(importlib.import_module(module), function)
+    return adder
+
+
+def parser_adders() -> list[Callable[[Subparsers], None]]:
+    """Every subcommand's `add_*` function (COMMAND_ADDERS), each once, in its order."""
+    return list(dict.fromkeys(_adder(*place) for place in COMMAND_ADDERS.values()))
 
 
 def command_adder(argv: Sequence[str]) -> Callable[[Subparsers], None] | None:
@@ -391,9 +391,7 @@ def command_adder(argv: Sequence[str]) -> Callable[[Subparsers], None] | None:
     error lists every command as before."""
     if not argv or argv[0] not in COMMAND_ADDERS:
         return None
-    module, function = COMMAND_ADDERS[argv[0]]
-    adder: Callable[[Subparsers], None] = getattr(importlib.import_module(module), function)
-    return adder
+    return _adder(*COMMAND_ADDERS[argv[0]])
 
 
 def package_version() -> str:
