@@ -384,18 +384,3 @@ class RecordedProcesses:
     def resume(self, service: str) -> None:
         self.stack.resume(service)
         self.guard.service_healed(self.root, service)
-
-
-# --- the janitor --------------------------------------------------------------------------
-# It lives in harness.stack.janitor, which imports nothing of the registry until there
-# is a lease to heal (every run starts one; most never act). `python -m
-# harness.stack.lifeline --lease FILE` still runs it.
-
-def main(argv: list[str] | None = None) -> int:
-    from harness.stack.janitor import main as janitor_main
-
-    return janitor_main(argv)
-
-
-if __name__ == "__main__":
-    sys.exit(main())
