@@ -409,6 +409,9 @@ class _Decoding(Generic[R]):
     unfinished: Callable[[R], R]
 
 
+UNFINISHED = "no completion recorded"  # the error of an invoke's missing completion
+
+
 def _unfinished_dict(invoke: dict[str, Any]) -> dict[str, Any]:
     return {"type": "info", "op_id": invoke.get("op_id"), "op": invoke.get("op"),
             "error": UNFINISHED, "time": invoke.get("time")}
@@ -418,7 +421,6 @@ def _unfinished_record(invoke: Record) -> Record:
     return Info(op_id=invoke.op_id, op=invoke.op)
 
 
-UNFINISHED = "no completion recorded"
 _DICTS: _Decoding[dict[str, Any]] = _Decoding(orjson.loads, operator.itemgetter("type", "op_id"),
                                               _unfinished_dict)
 _RECORDS: _Decoding[Record] = _Decoding(msgspec.json.Decoder(Record).decode,
