@@ -107,6 +107,8 @@ class SmokeStepEntry(TypedDict):
     caught_by: list[str]
     error: str | None
     run: RunDocument | None
+    # The step's runs before `run` that lacked its evidence, with less load (oldest first).
+    earlier_runs: list[RunDocument]
 
 
 class SmokeDocument(TypedDict):
@@ -180,7 +182,8 @@ def smoke_document(steps: Sequence[SmokeStep], exit_code: int) -> SmokeDocument:
     entries = [SmokeStepEntry(label=step.label, expect_violation=step.expect_violation,
                               invariant=step.invariant, passed=step.passed, caught_by=step.caught_by,
                               error=step.error,
-                              run=run_document("smoke", step.outcome) if step.outcome is not None else None)
+                              run=run_document("smoke", step.outcome) if step.outcome is not None else None,
+                              earlier_runs=[run_document("smoke", outcome) for outcome in step.earlier])
                for step in steps]
     return SmokeDocument(command="smoke", verdict=verdict_for(exit_code), exit_code=exit_code, steps=entries)
 
@@ -562,6 +565,8 @@ def smoke_body(args: argparse.Namespace, out: TextIO) -> tuple[int, SmokeDocumen
     for step in steps:
         mark = "ok  " if step.passed else "FAIL"
         detail = step.error or (step.outcome.summary if step.outcome else "")
+        if step.earlier:
+            detail += f" (on its run {len(step.earlier) + 1}: {len(step.earlier)} with less load lacked the evidence)"
         print(f"{mark} {step.label}: {detail}", file=out)
     code = smoke_exit_code(steps)
     print("smoke: PASS" if code == EXIT_OK else f"smoke: FAIL (exit {code})", file=out)

@@ -27,6 +27,16 @@ out) leaves its stack to no one: the lane stops it and starts a fresh one for it
 step. Every stack a lane started is stopped when the lane ends, however it ends (an
 error, Ctrl-C); one that will not stop is the job's harness failure. Compose stacks
 (`--compose`) keep a stack of their own per step.
+
+A step that ends without the evidence it exists for (`lacks_evidence`: a correct run
+inconclusive, a promised path not reached; a control whose own invariant held) runs
+again, on the same stack, with MORE_LOAD_FACTOR times its load, at most
+MORE_LOAD_RUNS times. A machine twice as busy makes half the requests in a step's
+seconds (CI's made a tenth), so a fixed load would make the verdict depend on the
+machine. This never turns a failure into a pass: a correct run that violated an
+invariant is not run again, and a control counts as caught only by a run of its own
+that caught it. Every run a step made stays in the runs root, and the step says how
+many it took (`SmokeStep.earlier`).
 """
 
 from __future__ import annotations
@@ -166,6 +176,11 @@ MESSAGE_DRAIN_S = 3.0
 PLAN_HEAL_S = 1.0
 RESTART_S = 5.0
 STACK_START_S = 9.0
+# A step without its evidence runs again with this many times its load, at most this
+# many more times (module docstring): 3 s, 6 s, 12 s for a control; 8, 16, 32 s for a
+# correct run. On an idle machine no step needs it (benchmarks/README.md).
+MORE_LOAD_FACTOR = 2.0
+MORE_LOAD_RUNS = 2
 
 
 @dataclass(frozen=True)
@@ -266,6 +281,9 @@ class SmokeStep:
     # The lane's stack could not be stopped after this, its lane's last, step: the
     # job's harness failure, whatever the step's verdict.
     cleanup_error: str | None = None
+    # The step's runs before `outcome` that lacked its evidence (`lacks_evidence`), each
+    # with less load than the next: empty when its first run was enough.
+    earlier: tuple[RunOutcome, ...] = ()
 
     @property
     def caught_by(self) -> list[str]:
@@ -282,6 +300,16 @@ class SmokeStep:
             return self.outcome.exit_code == EXIT_OK
         return self.outcome.exit_code == EXIT_VIOLATION and (
             self.invariant is None or self.invariant in self.caught_by)
+
+
+def lacks_evidence(step: SmokeStep) -> bool:
+    """A judged step that did not get what it exists for, and more load might give: a
+    correct run inconclusive (never one that violated an invariant: that is a failure,
+    whatever the load), or a control whose own invariant held. A harness failure or
+    a stack that would not stop is not a matter of load."""
+    if step.outcome is None or step.cleanup_error is not None or step.passed:
+        return False
+    return step.expect_violation or step.outcome.exit_code == EXIT_INCONCLUSIVE
 
 
 # (label, spec, expect a violation, the invariant that must catch it): `smoke_specs`' rows
@@ -528,8 +556,9 @@ def run_lane(root: Path, steps: Sequence[int], specs: Sequence[SmokeSpec], done:
                 # Stopped while the stack was being made ready (a start or a restart is not
                 # a run: no Interrupted reaches this thread then): run nothing more.
                 break
-            done[index] = _step(label, replace(spec, stack_root=stack.root, attach=True),
-                                expect_violation=expect_violation, invariant=invariant, out=out, lock=lock)
+            done[index] = _step_until_evidence(label, replace(spec, stack_root=stack.root, attach=True),
+                                               expect_violation=expect_violation, invariant=invariant,
+                                               out=out, lock=lock, stopping=stopping)
             last = index
             if done[index].outcome is None:
                 # What it left behind (a backlog, a service down) is nobody's to judge.
@@ -563,8 +592,8 @@ def _smoke_own_stacks(specs: Sequence[SmokeSpec], *, out: TextIO, parallel: int)
             # Named when it starts, with its step number: two steps of one scenario that
             # start in the same second must not get the same run directory.
             spec = replace(spec, run_id=f"{new_run_id(spec.scenario, spec.unsafe_disable)}-{index:02d}")
-        return _step(label, spec, expect_violation=expect_violation, invariant=invariant,
-                     out=out, lock=lock)
+        return _step_until_evidence(label, spec, expect_violation=expect_violation, invariant=invariant,
+                                    out=out, lock=lock)
 
     order = sorted(range(len(specs)), key=lambda index: -step_cost(specs[index][1]))
     with ThreadPoolExecutor(max_workers=max(1, parallel)) as pool:
@@ -576,6 +605,28 @@ def step_cost(spec: RunSpec) -> int:
     """A rank of how long a step takes (measured: the message layer's runs wait for the
     consumers to drain the stream, runs under a plan wait for what it broke to heal)."""
     return (2 if spec.scenario == "redelivered_messages" else 0) + (1 if spec.plan is not None else 0)
+
+
+def _step_until_evidence(label: str, spec: RunSpec, *, expect_violation: bool, invariant: str | None,
+                         out: TextIO, lock: threading.Lock,
+                         stopping: threading.Event | None = None) -> SmokeStep:
+    """`_step`, run again with MORE_LOAD_FACTOR times the load while it lacks its
+    evidence (`lacks_evidence`), at most MORE_LOAD_RUNS more times, each run under a
+    run id of its own (the first's, `-more-N`: its directory sorts after the first's);
+    not again once `stopping` is set."""
+    earlier: list[RunOutcome] = []
+    first_id = spec.run_id
+    while True:
+        step = _step(label, spec, expect_violation=expect_violation, invariant=invariant, out=out, lock=lock)
+        if (step.outcome is None or not lacks_evidence(step) or len(earlier) == MORE_LOAD_RUNS
+                or (stopping is not None and stopping.is_set())):
+            return replace(step, earlier=tuple(earlier))
+        earlier.append(step.outcome)
+        spec = replace(spec, duration=spec.duration * MORE_LOAD_FACTOR,
+                       run_id=None if first_id is None else f"{first_id}-more-{len(earlier)}")
+        with lock:
+            print(f"harness smoke: {label}: again with {spec.duration:g} s of load "
+                  f"({len(earlier)} of at most {MORE_LOAD_RUNS} more runs)", file=out, flush=True)
 
 
 def _step(label: str, spec: RunSpec, *, expect_violation: bool, invariant: str | None,
@@ -687,5 +738,5 @@ def write_matrix(cells: Sequence[MatrixCell], runs_root: Path) -> Path:
 
 __all__ = [
     "EXTRA_CORRECT_RUNS", "MUTANT_CASES", "SCENARIO_PLANS", "SMOKE_STOP_TIMEOUT", "SMOKE_THINK_TIME", "MutantCase",
-    "SmokeStep", "control_plan", "format_matrix_table", "matrix", "matrix_exit_code", "smoke", "smoke_exit_code", "write_matrix",
+    "SmokeStep", "control_plan", "lacks_evidence", "format_matrix_table", "matrix", "matrix_exit_code", "smoke", "smoke_exit_code", "write_matrix",
 ]

@@ -82,14 +82,19 @@ def test_smoke_and_matrix_documents_have_one_entry_per_step_and_cell(tmp_path: P
     from harness.run.runner import check_saved_run
 
     caught = check_saved_run(saved_run(tmp_path, paid_twice=True))
-    assert isinstance(caught, RunOutcome)
-    steps = [SmokeStep("mutant domain / duplicate_webhooks", True, caught, None, "one_payment_per_order"),
+    missed = check_saved_run(saved_run(tmp_path / "shorter"))
+    assert isinstance(caught, RunOutcome) and isinstance(missed, RunOutcome)
+    steps = [SmokeStep("mutant domain / duplicate_webhooks", True, caught, None, "one_payment_per_order",
+                       earlier=(missed,)),
              SmokeStep("timeout_replay", False, None, "the stack would not start")]
     smoke = json.loads(json.dumps(smoke_document(steps, EXIT_HARNESS)))
     assert (smoke["command"], smoke["verdict"], smoke["exit_code"]) == ("smoke", "error", 2)
     first, second = smoke["steps"]
     assert first["passed"] and "one_payment_per_order" in first["caught_by"]
     assert first["run"]["verdict"] == "fail" and first["run"]["run_dir"] == str(caught.run_dir)
+    # the run before it, with less load, that did not catch it: kept, not hidden
+    assert [(run["verdict"], run["run_dir"]) for run in first["earlier_runs"]] == [("pass", str(missed.run_dir))]
+    assert second["earlier_runs"] == []
     assert not second["passed"] and second["run"] is None and second["error"] == "the stack would not start"
 
     cells = [MatrixCell("domain", "mixed", True, ["one_payment_per_order"], str(caught.run_dir)),

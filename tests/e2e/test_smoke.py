@@ -17,7 +17,9 @@ EXPECTED_CATCH = {case.mutant: case.invariant for case in MUTANT_CASES}
 
 
 def _runs(smoke: SmokeRun) -> dict[str, Path]:
-    """Run directories by the mutant they ran (`none` for the correct app) and scenario."""
+    """Run directories by the mutant they ran (`none` for the correct app) and scenario:
+    a step's last run where it ran again with more load (its `-more-N` directories sort
+    after its first)."""
     found: dict[str, Path] = {}
     for run_dir in sorted(smoke.runs.iterdir()):
         if not (run_dir / "settings.json").is_file():
@@ -25,7 +27,9 @@ def _runs(smoke: SmokeRun) -> dict[str, Path]:
         settings = json.loads((run_dir / "settings.json").read_text())
         mutant = "+".join(settings["unsafe_disable"]) or "none"
         plan = Path(settings["spec"]["plan"]).stem if settings["spec"].get("plan") else "no-plan"
-        found[f"{mutant}/{settings['scenario']}/{plan}"] = run_dir
+        key = f"{mutant}/{settings['scenario']}/{plan}"
+        assert key not in found or "-more-" in run_dir.name, (key, found.get(key), run_dir)
+        found[key] = run_dir
     return found
 
 

@@ -19,7 +19,7 @@ import pytest
 
 from harness.check.checker import CheckResult, InvariantResult
 from harness.errors import HarnessError
-from harness.exit_codes import EXIT_HARNESS, EXIT_OK, EXIT_VIOLATION
+from harness.exit_codes import EXIT_HARNESS, EXIT_INCONCLUSIVE, EXIT_OK, EXIT_VIOLATION
 from harness.names import ENV_APP_UNSAFE_DISABLE
 from harness.run import smoke
 from harness.run.runner import RunOutcome, RunSpec
@@ -52,7 +52,8 @@ class FakeStack:
 class Fakes:
     stacks: list[FakeStack] = field(default_factory=list)
     runs: list[RunSpec] = field(default_factory=list)
-    # what the n-th run does: "pass", "violation", "harness" (HarnessError) or "interrupt"
+    # what the n-th run does: "pass" (a control: not caught), "violation", "inconclusive",
+    # "harness" (HarnessError) or "interrupt"
     behaviour: dict[int, str] = field(default_factory=dict)
     fail_restart: bool = False
     fail_down: bool = False
@@ -89,8 +90,8 @@ def fakes(monkeypatch: pytest.MonkeyPatch) -> Fakes:
             invariant = next(case.invariant for case in smoke.MUTANT_CASES if case.mutant == spec.unsafe_disable[0])
             check.invariants.append(InvariantResult(invariant, invariant, passed=False, checked=1,
                                                     violation_count=1))
-        return RunOutcome(Path(spec.runs_root) / str(spec.run_id), EXIT_OK if what == "pass" else EXIT_VIOLATION,
-                          what, check)
+        code = {"pass": EXIT_OK, "inconclusive": EXIT_INCONCLUSIVE}.get(what, EXIT_VIOLATION)
+        return RunOutcome(Path(spec.runs_root) / str(spec.run_id), code, what, check)
 
     monkeypatch.setattr(smoke, "lane_stack", lane_stack)
     monkeypatch.setattr(smoke, "run", fake_run)
@@ -144,6 +145,42 @@ def test_a_lane_runs_on_one_stack_and_restarts_the_app_for_each_configuration(fa
     assert api_env[ENV_APP_UNSAFE_DISABLE] == "api" and api_workers == smoke.CONTROL_APP_WORKERS and api_flush
     assert ENV_APP_UNSAFE_DISABLE not in back_env and back_flush
     assert done[control].passed and all(done[index].passed for index in correct)
+
+
+def test_a_step_without_its_evidence_runs_again_on_its_stack_with_more_load(fakes: Fakes,
+                                                                          tmp_path: Path) -> None:
+    specs = _specs(tmp_path)
+    correct = next(index for index, (_, _, expect, _) in enumerate(specs) if not expect)
+    control = next(index for index, (label, _, _, _) in enumerate(specs) if label.startswith("mutant domain /"))
+    # the correct run inconclusive once; the control not caught twice, caught the third time
+    fakes.behaviour.update({0: "inconclusive", 1: "pass", 2: "pass", 3: "pass"})
+    done = _lane(specs, [correct, control], tmp_path)
+    (stack,) = fakes.stacks
+    assert [spec.unsafe_disable for spec in fakes.runs] == [(), (), ("domain",), ("domain",), ("domain",)]
+    assert len(stack.restarts) == 1  # the runs again went on the stack as it was
+    first, again = fakes.runs[:2]
+    assert again.duration == first.duration * smoke.MORE_LOAD_FACTOR
+    assert again.run_id == f"{first.run_id}-more-1" and sorted([again.run_id, first.run_id])[0] == first.run_id
+    assert done[correct].passed and [o.exit_code for o in done[correct].earlier] == [EXIT_INCONCLUSIVE]
+    control_runs = fakes.runs[2:]
+    assert [spec.duration for spec in control_runs] == [control_runs[0].duration * factor for factor in (1, 2, 4)]
+    assert done[control].passed and len(done[control].earlier) == smoke.MORE_LOAD_RUNS
+    assert done[control].outcome is not None and done[control].outcome.exit_code == EXIT_VIOLATION
+
+
+def test_more_load_never_turns_a_failure_into_a_pass(fakes: Fakes, tmp_path: Path) -> None:
+    specs = _specs(tmp_path)
+    correct = next(index for index, (_, _, expect, _) in enumerate(specs) if not expect)
+    control = next(index for index, (label, _, _, _) in enumerate(specs) if label.startswith("mutant domain /"))
+    # the correct run violated an invariant: a false alarm, never run again; the
+    # control is never caught: it fails after its last run with more load
+    fakes.behaviour.update({0: "violation", **{n: "pass" for n in range(1, 2 + smoke.MORE_LOAD_RUNS)}})
+    done = _lane(specs, [correct, control], tmp_path)
+    assert len(fakes.runs) == 2 + smoke.MORE_LOAD_RUNS
+    assert not done[correct].passed and done[correct].earlier == ()
+    assert not done[control].passed and len(done[control].earlier) == smoke.MORE_LOAD_RUNS
+    assert smoke_exit_code(list(done.values())) == EXIT_VIOLATION
+    assert not smoke.lacks_evidence(done[correct])  # the rule itself: a violation is not a matter of load
 
 
 def test_a_harness_failure_leaves_its_stack_to_no_one(fakes: Fakes, tmp_path: Path) -> None:
