@@ -136,22 +136,32 @@ def assert_records_carry_the_contract_fields(recorded: list[dict[str, Any]]) -> 
 def test_ten_users_for_eight_seconds_make_several_of_each_tenant_attempt(
         stack: RunningStack, tmp_path: Path) -> None:
     """The smoke job's size (10 users, 8 s) in `mixed`, where tenant attempts come only
-    from its timeout_replay rounds: still several of each, answered as documented."""
-    history = tmp_path / "histories"
-    run_locust("mixed.py", stack.info.app_url, load_env(stack.info, history), users=10,
-               seconds=8, timeout=120)
-    recorded = records(history)
-    counts = expect_counts(recorded)
-    assert all(counts[kind] >= 3 for kind in TENANT_ATTEMPTS), dict(counts)
-    pairs = operations(recorded)
-    for invoke, completion in pairs:
-        if invoke.get("expect") in ("cross_tenant_read", "cross_tenant_pay") and completion["type"] != "info":
-            assert (completion["status"], completion["problem_type"]) == (404, UNKNOWN_ORDER)
-            assert invoke["tenant"] != owner_of(pairs, invoke["order_id"])
-    reads = [c for i, c in pairs if i["op"] == "read_order" and i["expect"] is None]
-    assert reads and all(c["type"] == "ok" for c in reads)
-    assert_shared_keys_give_one_order_per_tenant(pairs)
-    assert_records_carry_the_contract_fields(recorded)
+    from its timeout_replay rounds: several of each, answered as documented. A busy
+    machine makes a tenth of an idle one's requests in 8 s (CI once made 2 of one kind):
+    as the smoke job does with a step short of its evidence, the load runs again (on
+    the same stack, at most twice more) until there are several of each."""
+    loads: list[list[dict[str, Any]]] = []
+    counts: Counter[str] = Counter()
+    for attempt in range(3):
+        history = tmp_path / f"histories-{attempt}"
+        run_locust("mixed.py", stack.info.app_url, load_env(stack.info, history), users=10,
+                   seconds=8, timeout=120)
+        loads.append(records(history))
+        counts += expect_counts(loads[-1])
+        if all(counts[kind] >= 3 for kind in TENANT_ATTEMPTS):
+            break
+    assert all(counts[kind] >= 3 for kind in TENANT_ATTEMPTS), (dict(counts), len(loads))
+    # Each load judged on its own records (operation ids restart with each Locust).
+    for recorded in loads:
+        pairs = operations(recorded)
+        for invoke, completion in pairs:
+            if invoke.get("expect") in ("cross_tenant_read", "cross_tenant_pay") and completion["type"] != "info":
+                assert (completion["status"], completion["problem_type"]) == (404, UNKNOWN_ORDER)
+                assert invoke["tenant"] != owner_of(pairs, invoke["order_id"])
+        reads = [c for i, c in pairs if i["op"] == "read_order" and i["expect"] is None]
+        assert reads and all(c["type"] == "ok" for c in reads)
+        assert_shared_keys_give_one_order_per_tenant(pairs)
+        assert_records_carry_the_contract_fields(recorded)
 
 
 def owner_of(pairs: list[tuple[dict[str, Any], dict[str, Any]]], order_id: str) -> str:
