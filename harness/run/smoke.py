@@ -645,7 +645,8 @@ def _step(label: str, spec: RunSpec, *, expect_violation: bool, invariant: str |
     elif expect_violation and outcome.exit_code == EXIT_VIOLATION:
         verdict = f"CAUGHT BY THE WRONG INVARIANT (wanted {invariant})"
     else:
-        verdict = "NOT CAUGHT" if expect_violation else "FAILED"
+        verdict = ("NOT CAUGHT" if expect_violation
+                   else "NOT CONCLUSIVE" if outcome.exit_code == EXIT_INCONCLUSIVE else "FAILED")
     with lock:
         print(f"harness smoke: {label}: {verdict}: {outcome.summary}", file=out, flush=True)
     return step
