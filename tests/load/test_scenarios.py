@@ -7,7 +7,7 @@ summary on every `ok`, a `problem_type` on problem answers."""
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +29,7 @@ PROMISES = {
 PROMISES["mixed.py"] = set().union(*PROMISES.values()) | {"cross_channel"}
 HTTP_OPERATIONS = {"create_order", "pay", "webhook", "read_order"}
 UNKNOWN_ORDER = "/problems/unknown-order"
-ATTEMPTS = 3  # loads of 4 s at most, each with its own history folder
+ATTEMPTS = 3  # loads at most (`loads_until`), each with its own history folder
 
 
 @pytest.fixture(scope="module")
@@ -39,6 +39,24 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningStack]:
                              env={"TARGET_APP_INVENTORY": "sku-1=1000000,sku-2=1000000"})
     with start_stack(settings) as running:
         yield running
+
+
+def loads_until(stack: RunningStack, tmp_path: Path, locustfile: str, enough: Callable[[Counter[str]], bool], *,
+                users: int, seconds: int, timeout: float = 60.0) -> tuple[list[list[dict[str, Any]]], Counter[str]]:
+    """Loads of `seconds` on one stack until the kinds provoked so far are `enough`, at most
+    ATTEMPTS (a busy machine's load makes few requests); each load's records on their
+    own (operation ids restart with each Locust), and every kind counted over all."""
+    loads: list[list[dict[str, Any]]] = []
+    counts: Counter[str] = Counter()
+    for attempt in range(ATTEMPTS):
+        history = tmp_path / f"histories-{attempt}"
+        run_locust(locustfile, stack.info.app_url, load_env(stack.info, history), users=users,
+                   seconds=seconds, timeout=timeout)
+        loads.append(records(history))
+        counts += expect_counts(loads[-1])
+        if enough(counts):
+            break
+    return loads, counts
 
 
 def operations(recorded: list[dict[str, Any]]) -> list[tuple[dict[str, Any], dict[str, Any]]]:
@@ -55,16 +73,9 @@ def test_scenario_provokes_every_promised_duplicate(stack: RunningStack, tmp_pat
     # kinds of `mixed` are a few per 4 s, and a machine busy with other test workers gave
     # one 4 s load too few requests to hold any (CI: shared_key and cross_tenant_pay).
     # Each load is judged on its own records (operation ids restart with each Locust).
-    loads: list[list[dict[str, Any]]] = []
-    counts: Counter[str] = Counter()
-    for attempt in range(ATTEMPTS):
-        history = tmp_path / f"histories-{attempt}"
-        run_locust(locustfile, stack.info.app_url, load_env(stack.info, history), users=4, seconds=4)
-        loads.append(records(history))
-        counts += expect_counts(loads[-1])
-        missing = PROMISES[locustfile] - set(counts)
-        if not missing:
-            break
+    loads, counts = loads_until(stack, tmp_path, locustfile, lambda counts: PROMISES[locustfile] <= set(counts),
+                                users=4, seconds=4)
+    missing = PROMISES[locustfile] - set(counts)
     assert not missing, f"{locustfile} provoked {dict(counts)}, nothing of {sorted(missing)} in {len(loads)} loads"
 
     refused: Counter[str] = Counter()
@@ -140,16 +151,9 @@ def test_ten_users_for_eight_seconds_make_several_of_each_tenant_attempt(
     machine makes a tenth of an idle one's requests in 8 s (CI once made 2 of one kind):
     as the smoke job does with a step short of its evidence, the load runs again (on
     the same stack, at most twice more) until there are several of each."""
-    loads: list[list[dict[str, Any]]] = []
-    counts: Counter[str] = Counter()
-    for attempt in range(3):
-        history = tmp_path / f"histories-{attempt}"
-        run_locust("mixed.py", stack.info.app_url, load_env(stack.info, history), users=10,
-                   seconds=8, timeout=120)
-        loads.append(records(history))
-        counts += expect_counts(loads[-1])
-        if all(counts[kind] >= 3 for kind in TENANT_ATTEMPTS):
-            break
+    loads, counts = loads_until(stack, tmp_path, "mixed.py",
+                                lambda counts: all(counts[kind] >= 3 for kind in TENANT_ATTEMPTS),
+                                users=10, seconds=8, timeout=120)
     assert all(counts[kind] >= 3 for kind in TENANT_ATTEMPTS), (dict(counts), len(loads))
     # Each load judged on its own records (operation ids restart with each Locust).
     for recorded in loads:

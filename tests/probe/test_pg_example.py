@@ -148,13 +148,14 @@ def test_under_probe_dependencies_the_database_and_the_process_fail_for_real(
         "the dependency faults produced no 5xx: " + json.dumps(statuses)
     faults = (result.run_dir / "faults.jsonl").read_text()
     assert "db" in faults and "kill" in faults
+    rows = {row.id: row.status for row in result.conformance}
     if invariant is None:
         assert result.verdict == "pass", explain(result)
-        assert {row.id: row.status for row in result.conformance}["no-5xx-replay"] == "pass"
+        assert rows["no-5xx-replay"] == "pass"
     else:
         assert invariant in failed(result), explain(result)
     if mode == "store-5xx":
-        assert {row.id: row.status for row in result.conformance}["no-5xx-replay"] == "fail"
+        assert rows["no-5xx-replay"] == "fail"
     if mode == "claim-not-released":
         messages = [v["message"] for v in result.violations if v["invariant"] == invariant]
         assert any("stuck in flight" in message for message in messages), explain(result)
@@ -163,7 +164,7 @@ def test_under_probe_dependencies_the_database_and_the_process_fail_for_real(
         # database was well (outside every fault window, fresh payments succeeding).
         messages = [v["message"] for v in result.violations if v["invariant"] == "replay_fidelity"]
         assert any("without a replay mark" in message for message in messages), explain(result)
-        assert {row.id: row.status for row in result.conformance}["no-5xx-replay"] == "fail"
+        assert rows["no-5xx-replay"] == "fail"
 
 
 def test_the_plugin_takes_identities_and_effects(pytester: pytest.Pytester, pg_service: Callable[..., HttpService],
