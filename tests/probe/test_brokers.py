@@ -10,6 +10,7 @@ adapter's `stats()` counts that redelivery the way the probe reads it.
 
 from __future__ import annotations
 
+import socket
 import time
 from collections.abc import Callable, Iterator
 
@@ -17,6 +18,7 @@ import pika
 import pytest
 import requests
 
+from harness.ports import free_ports
 from harness.probe.brokers import Broker, BrokerError, BrokerStats, BrokerTarget, Message, open_broker
 from tests.support.nats import NatsServer
 from tests.support.rabbitmq import RabbitServer
@@ -150,6 +152,37 @@ def test_rabbitmq_management_is_on_loopback(rabbitmq_server: RabbitServer) -> No
     answer = requests.get(f"http://127.0.0.1:{rabbitmq_server.management_port}/api/overview",
                           auth=("guest", "guest"), timeout=5)
     assert answer.status_code == 200 and answer.json()["node"] == rabbitmq_server.node
+
+
+@pytest.mark.slow
+def test_a_rabbitmq_node_whose_port_was_taken_meanwhile_starts_on_fresh_ports(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """CI: a port picked free was bound by another test's server before the node booted
+    (`eaddrinuse`), and the session's node failed nine tests. Its first pick here is a
+    port this test holds: the node must come up on fresh ones."""
+    from tests.support import rabbitmq
+
+    picks: list[list[int]] = []
+
+    def first_pick_taken(count: int) -> list[int]:
+        ports = free_ports(count)
+        if not picks:
+            ports[0] = held.getsockname()[1]
+        picks.append(ports)
+        return ports
+
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", free_ports(1)[0]))
+        held.listen()
+        monkeypatch.setattr(rabbitmq, "free_ports", first_pick_taken)
+        server = RabbitServer()
+        try:
+            server.start()
+            assert len(picks) == 2 and server.port == picks[1][0] != held.getsockname()[1]
+            connection = pika.BlockingConnection(pika.URLParameters(server.url))
+            connection.close()
+        finally:
+            server.stop()
 
 
 # --- NATS JetStream ---------------------------------------------------------------------

@@ -20,7 +20,9 @@ test's folder), configured only through its environment:
 - the management plugin on a free loopback port, with statistics every 500 ms: its
   HTTP API is where the probe reads the broker's own count of redeliveries.
 
-guest/guest works on loopback. The node is stopped with SIGTERM (a clean shutdown),
+A port picked free can be bound by another test's server before the node boots
+(seconds later): a node that exits with `eaddrinuse` is started again on fresh ports
+(`START_ATTEMPTS`). guest/guest works on loopback. The node is stopped with SIGTERM (a clean shutdown),
 then SIGKILL of its process group after a grace time. Missing binaries fail the test
 (never skip) with how to install them.
 
@@ -52,6 +54,7 @@ SERVER = Path("/usr/lib/rabbitmq/bin/rabbitmq-server")
 INSTALL_HINT = "RabbitMQ is not installed: run scripts/setup.sh (apt-get install rabbitmq-server)"
 HOST = "127.0.0.1"
 READY_TIMEOUT = 60.0
+START_ATTEMPTS = 3  # starts on fresh ports when a port was taken meanwhile (`RabbitServer.start`)
 STOP_GRACE = 15.0
 
 
@@ -144,17 +147,28 @@ class RabbitServer:
         return found
 
     def start(self) -> None:
-        self.prepare()
-        assert self.root is not None
-        with open(self.log_path, "ab") as log:
-            self.process = subprocess.Popen([str(SERVER)], stdout=log, stderr=subprocess.STDOUT,
-                                            stdin=subprocess.DEVNULL, cwd=self.root, env=self.environment(),
-                                            start_new_session=True)
-        self._wait_ready()
+        """Prepare and start the node, and wait until it answers. A node that could not
+        bind one of its ports (`eaddrinuse`: taken between the pick and the node's boot,
+        seconds later, by another test's server) is started again on fresh ports, at
+        most START_ATTEMPTS times in all; any other failure is raised at once."""
+        for attempt in range(1, START_ATTEMPTS + 1):
+            self.prepare()
+            assert self.root is not None
+            with open(self.log_path, "ab") as log:
+                self.process = subprocess.Popen([str(SERVER)], stdout=log, stderr=subprocess.STDOUT,
+                                                stdin=subprocess.DEVNULL, cwd=self.root, env=self.environment(),
+                                                start_new_session=True)
+            try:
+                self._wait_ready()
+                return
+            except RabbitNotAvailable as error:
+                if "eaddrinuse" not in str(error) or attempt == START_ATTEMPTS:
+                    raise
 
     def _wait_ready(self) -> None:
         import pika
         import requests
+        from pika.adapters.utils.connection_workflow import AMQPConnectorException
 
         deadline = time.monotonic() + READY_TIMEOUT
         while time.monotonic() < deadline:
@@ -166,8 +180,8 @@ class RabbitServer:
                 if requests.get(f"http://{HOST}:{self.management_port}/api/overview", auth=("guest", "guest"),
                                 timeout=2).status_code == 200:
                     return
-            except (pika.exceptions.AMQPError, requests.RequestException, OSError):
-                pass
+            except (pika.exceptions.AMQPError, AMQPConnectorException, requests.RequestException, OSError):
+                pass  # not the node yet, or another server on its port (a handshake timeout)
             time.sleep(0.25)
         self._fail(f"RabbitMQ on port {self.port} did not answer within {READY_TIMEOUT:.0f} s")
 
