@@ -35,7 +35,7 @@ from urllib.parse import quote, urlsplit
 import requests
 
 from harness.names import DEFAULT_STACK_ROOT, EXPORT_FILE, INTERRUPTED_FILE, RESULT_FILE, SETTINGS_FILE
-from harness.process_handle import group_alive, proc_stat_fields
+from harness.process_handle import group_alive, group_members, pid_alive, proc_stat_fields
 from harness.stack import control
 from harness.stack.info import StackError, read_info
 from harness.stack.private_files import private_dir, write_private
@@ -409,8 +409,8 @@ def _start_service(root: Path, service: str) -> str:
 
 
 def stop_processes(processes: list[OwnedProcess], *, grace: float) -> list[str]:
-    """SIGTERM each recorded process group that is still the same process, then SIGKILL."""
-    targets = [(p.owner.pid, p.name, p.signal) for p in processes if p.owner.alive()]
+    """SIGTERM each recorded process group that is still ours (`_still_ours`), then SIGKILL."""
+    targets = [(p.owner.pid, p.name, p.signal) for p in processes if _still_ours(p.owner)]
     for pid, _, signame in targets:
         _signal_group(pid, getattr(signal, signame, signal.SIGTERM))
     deadline = time.monotonic() + grace
@@ -420,6 +420,23 @@ def stop_processes(processes: list[OwnedProcess], *, grace: float) -> list[str]:
         if _group_alive(pid):
             _signal_group(pid, signal.SIGKILL)
     return [name for _, name, _ in targets]
+
+
+def _still_ours(leader: Owner) -> bool:
+    """The group a lease recorded, led by `leader`, has live members of that group.
+
+    Either its leader is the same process, or the leader is gone and members remain:
+    a parent-death signal kills a gunicorn master the instant the harness dies, and its
+    workers (same group) lived on for seconds, longer when one was inside a request.
+    Linux never hands out a pid while a process group of that number still exists, so
+    a group whose leader's pid names no live process is still the recorded one; its
+    members all started after its leader (a check that costs nothing)."""
+    if leader.alive():
+        return True
+    if leader.pid <= 0 or leader.start is None or pid_alive(leader.pid):
+        return False  # never recorded whole, or the pid now names another process: not ours
+    starts = [process_start_time(member) for member in group_members(leader.pid)]
+    return bool(starts) and all(start is not None and start >= leader.start for start in starts)
 
 
 def _signal_group(pgid: int, signum: int) -> None:

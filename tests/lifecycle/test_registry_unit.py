@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from harness.nemesis.stack_proxies import StackNemesis
 from harness.nemesis.toxiproxy_client import Nemesis
+from harness.process_handle import group_members
 from harness.stack import registry
 from harness.stack.lifeline import Interrupted, exit_code_for, interrupt_signals
 from harness.toxiproxy.server import EmbeddedToxiproxy
@@ -290,3 +294,31 @@ def test_a_refused_heal_is_reported_and_the_lease_kept(tmp_path: Path) -> None:
     finally:
         server.shutdown()
         registry.remove_lease(lease.id)
+
+
+def test_a_group_whose_leader_died_first_is_still_stopped() -> None:
+    """A parent-death signal kills a service's leader (a gunicorn master) the moment the
+    harness dies; its workers, in its group, live on. The janitor must stop them: the
+    recorded group still has members, and no other process took the leader's pid."""
+    leader = subprocess.Popen([sys.executable, "-c",
+                               "import subprocess, time; subprocess.Popen(['sleep', '60']); time.sleep(60)"],
+                              start_new_session=True)
+    try:
+        deadline = time.monotonic() + 10
+        while len(group_members(leader.pid)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        owner = registry.Owner.of(leader.pid)
+        leader.kill()
+        leader.wait()
+        (worker,) = group_members(leader.pid)
+        assert not owner.alive()
+        assert registry.stop_processes([registry.OwnedProcess(owner, "service")], grace=2.0) == ["service"]
+        deadline = time.monotonic() + 5
+        while group_members(leader.pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert group_members(leader.pid) == [], worker
+        # A group gone whole is nobody's to stop.
+        assert registry.stop_processes([registry.OwnedProcess(owner, "service")], grace=0.5) == []
+    finally:
+        for member in group_members(leader.pid):
+            os.kill(member, signal.SIGKILL)
