@@ -50,6 +50,9 @@ def stop_all(processes: list[subprocess.Popen]) -> None:
 # Two ways a master stops: a headless --run-time end (the master asks each worker for
 # its final batch before it quits) and the web UI's stop (`--autostart`: Locust sends
 # `stop` to the workers, which send their final batch before reporting stopped).
+# Seconds of load. 3 were enough on an idle machine (182 records a worker); in a suite
+# of six workers on two cores both workers once recorded nothing in them.
+LOAD_SECONDS = 5
 STOPS = {"headless": ["--headless"],
          # After a stop each worker sleeps --stop-timeout before it reads messages again:
          # a quit sent sooner is lost with the exiting master (Locust's behaviour).
@@ -67,7 +70,7 @@ def test_workers_in_their_own_processes_send_every_record_to_the_master(stub_url
     master = subprocess.Popen(
         [sys.executable, "-m", "locust", "-f", str(LOCUSTFILES / "timeout_replay.py"), "--master",
          "--master-bind-host", "127.0.0.1", "--master-bind-port", str(port), "--expect-workers", "2",
-         "--expect-workers-max-wait", "60", *stop_args, "-u", "4", "-r", "4", "-t", "3s",
+         "--expect-workers-max-wait", "60", *stop_args, "-u", "4", "-r", "4", "-t", f"{LOAD_SECONDS}s",
          "--stop-timeout", "5", "--host", stub_url, "--only-summary", "--exit-code-on-error", "0",
          "--json", "--harness-root", "", "--harness-history-dir", str(history),
          "--harness-request-timeout", str(CLIENT_TIMEOUT), "--harness-seed", "4"],
@@ -89,7 +92,8 @@ def test_workers_in_their_own_processes_send_every_record_to_the_master(stub_url
 
     files = sorted(history.glob("*.jsonl"))
     # One file per worker process, named after it (`harness worker` execs Locust: same pid).
-    assert sorted(f.name.split("h")[0] for f in files) == sorted(f"w{w.pid}" for w in workers)
+    assert sorted(f.name.split("h")[0] for f in files) == sorted(f"w{w.pid}" for w in workers), \
+        (err[-3000:], [log.read_text()[-2000:] for log in logs])
     recorded = records(history)
     # Nothing lost at stop: every record each worker made reached the master, acknowledged.
     sent = [re.search(r"(\d+) history records sent to the master, (\d+) acknowledged", log.read_text())
