@@ -35,7 +35,8 @@ def test_make_targets_set_up_before_they_run() -> None:
     makefile = (ROOT / "Makefile").read_text()
     # `make test` sets up, then runs the static checks, then pytest: a lint finding fails it.
     assert re.search(r"^lint: setup\n\t\$\(VENV\)/bin/ruff check [^\n]+\n\t\$\(VENV\)/bin/mypy\n", makefile, re.M)
-    assert re.search(r"^test: lint\n\t\$\(VENV\)/bin/python -m pytest", makefile, re.M)
+    # ... with bytecode cached whatever the environment says (pytest's rewritten tests).
+    assert re.search(r"^test: lint\n\tenv -u PYTHONDONTWRITEBYTECODE \$\(VENV\)/bin/python -m pytest", makefile, re.M)
     assert re.search(r"^demo: setup\n\t\$\(VENV\)/bin/harness run ", makefile, re.M)
     assert re.search(r"^setup:\n\t\./scripts/setup\.sh", makefile, re.M)
     setup = (ROOT / "scripts" / "setup.sh").read_text()
@@ -48,6 +49,9 @@ def test_make_targets_set_up_before_they_run() -> None:
     assert 'apt-get install -y -qq "$package"' in setup
     assert 'service "$service" stop' in setup
     assert "pip\" install -q -e '.[dev]'" in setup
+    # The project's bytecode is written at setup: every process reads it, even where the
+    # environment sets PYTHONDONTWRITEBYTECODE.
+    assert re.search(r"^\"\$VENV/bin/python\" -m compileall -q -j 0 harness target_app ", setup, re.M)
 
 
 def test_the_demo_plan_exists() -> None:
