@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import operator
 import os
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
@@ -158,6 +159,47 @@ class HistoryWriter:
             self._file.close()
 
     def __enter__(self) -> HistoryWriter:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+class SharedHistory:
+    """One history file that several threads record into: one writer behind a lock,
+    and a Client per thread (`client()`), since a Client has one operation outstanding
+    at a time. The clients are numbered in the order their threads first ask."""
+
+    def __init__(self, path: Path, *, worker: str, flush_interval: float = 1.0) -> None:
+        self.worker = worker
+        self._writer = HistoryWriter(path, flush_interval=flush_interval)
+        self._lock = threading.Lock()
+        self._local = threading.local()
+        self._users = 0
+
+    def record(self, record: dict[str, Any]) -> None:
+        with self._lock:
+            self._writer.record(record)
+
+    def flush(self) -> None:
+        with self._lock:
+            self._writer.flush()
+
+    def client(self) -> Client:
+        """This thread's client (made on its first call)."""
+        client: Client | None = getattr(self._local, "client", None)
+        if client is None:
+            with self._lock:
+                self._users += 1
+                user = self._users
+            client = self._local.client = Client(self, worker=self.worker, user=user)
+        return client
+
+    def close(self) -> None:
+        with self._lock:
+            self._writer.close()
+
+    def __enter__(self) -> SharedHistory:
         return self
 
     def __exit__(self, *exc_info: object) -> None:

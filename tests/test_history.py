@@ -2,6 +2,7 @@
 process renamed after an `info` or an abandoned operation, batched writing, and what
 records say about requests and answers."""
 
+import threading
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,7 @@ from harness.history import (
     HistoryFiles,
     HistoryWriter,
     Invoke,
+    SharedHistory,
     answer_summary,
     history_files,
     iter_operations,
@@ -323,3 +325,27 @@ def test_answer_and_problem_type_survive_the_merge(tmp_path: Path) -> None:
     assert created["answer"]["tenant"] == "tenant-a" and created["tenant"] == "tenant-b"
     assert refused["problem_type"] == "/problems/unknown-order"
     assert refused["must_reject"] is True and refused["reject_status"] == 404
+
+
+def test_threads_sharing_a_history_each_get_a_client_and_lose_no_line(tmp_path: Path) -> None:
+    """Eight threads, 200 operations each, one file: every line whole, every operation
+    paired, one logical process per thread."""
+    path = tmp_path / "shared.jsonl"
+    start = threading.Barrier(8)
+
+    def work(history: SharedHistory) -> None:
+        start.wait()
+        for n in range(200):
+            client = history.client()
+            assert client is history.client()  # the same one for the whole thread
+            client.invoke("read_order", order_id=f"o-{n}").ok(status=200)
+
+    with SharedHistory(path, worker="final", flush_interval=0.01) as history:
+        threads = [threading.Thread(target=work, args=(history,)) for _ in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(30)
+    operations = list(iter_operations([path]))
+    assert len(operations) == 8 * 200 and all(op["type"] == "ok" and op["status"] == 200 for op in operations)
+    assert sorted({op["process"] for op in operations}) == sorted(f"final-u{user}-p0" for user in range(1, 9))

@@ -31,7 +31,6 @@ Exit codes as everywhere in the harness: 0 pass, 1 violation, 2 the harness fail
 
 from __future__ import annotations
 
-import itertools
 import os
 import threading
 import time
@@ -47,7 +46,7 @@ import requests
 
 from harness.errors import HarnessError
 from harness.exit_codes import VERDICT_EXIT_CODES
-from harness.history import Client, HistoryWriter, RecordSink, history_files, iter_operations
+from harness.history import Client, SharedHistory, history_files, iter_operations
 from harness.load.locust_process import LocustProcess
 from harness.names import FAULT_LOG
 from harness.nemesis.plans import (
@@ -301,18 +300,16 @@ def final_reads(config: ProbeConfig, upstream: str, operations: Sequence[Mapping
                 reads.append(FinalRead(url, request_headers(config, endpoint, who), endpoint=endpoint.name,
                                        kind="by_key", resource_id=None, key=key, items=endpoint.search.items,
                                        identity=who))
-    with HistoryWriter(path) as writer:
-        sink = LockedSink(writer)
-        local = threading.local()
-        users = itertools.count()
+    sessions = threading.local()  # a kept-alive connection per thread
+    with SharedHistory(path, worker="final") as history:
 
         def read_one(read: FinalRead) -> None:
             if time.monotonic() > deadline:
                 return
-            if not hasattr(local, "client"):
-                local.client = Client(sink, worker="final", user=next(users))
-                local.session = requests.Session()
-            _read(local.client, local.session, read)
+            session: requests.Session | None = getattr(sessions, "session", None)
+            if session is None:
+                session = sessions.session = requests.Session()
+            _read(history.client(), session, read)
 
         with ThreadPoolExecutor(max_workers=FINAL_READ_THREADS, thread_name_prefix="final-read") as pool:
             for done in [pool.submit(read_one, read) for read in reads]:
@@ -333,22 +330,6 @@ class FinalRead:
     items: str | None = None
     identity: int | None = None
     owner: int | None = None
-
-
-class LockedSink:
-    """A RecordSink several threads share: one writer, one record at a time."""
-
-    def __init__(self, sink: RecordSink) -> None:
-        self._sink = sink
-        self._lock = threading.Lock()
-
-    def record(self, record: dict[str, Any]) -> None:
-        with self._lock:
-            self._sink.record(record)
-
-    def flush(self) -> None:
-        with self._lock:
-            self._sink.flush()
 
 
 def _read(client: Client, session: requests.Session, read: FinalRead) -> None:

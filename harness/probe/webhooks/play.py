@@ -47,7 +47,7 @@ from typing import Any
 
 import orjson
 
-from harness.history import Client, HistoryWriter, history_files, history_path, iter_operations
+from harness.history import SharedHistory, history_files, history_path, iter_operations
 from harness.probe.config import WebhookEndpoint
 from harness.probe.oracles import open_oracle
 from harness.webhooks.deliveries import (
@@ -101,46 +101,14 @@ class _Chain:
     acknowledged: bool = False
 
 
-class _Recorder:
-    """The history of one entry's deliveries: one file, one lock, a Client per thread
-    (a Client has one operation outstanding at a time; copies are sent from threads of their own)."""
-
-    def __init__(self, history_dir: Path, name: str) -> None:
-        self.name = name
-        self._writer = HistoryWriter(history_path(history_dir, worker=f"webhooks-{name}"), flush_interval=0.5)
-        self._lock = threading.Lock()
-        self._local = threading.local()
-        self._users = 0
-
-    def record(self, record: dict[str, Any]) -> None:
-        with self._lock:
-            self._writer.record(record)
-
-    def flush(self) -> None:
-        with self._lock:
-            self._writer.flush()
-
-    def client(self) -> Client:
-        client: Client | None = getattr(self._local, "client", None)
-        if client is None:
-            with self._lock:
-                self._users += 1
-                user = self._users
-            client = self._local.client = Client(self, worker=f"webhooks-{self.name}", user=user)
-        return client
-
-    def close(self) -> None:
-        with self._lock:
-            self._writer.close()
-
-
 class RecordingSender(Sender):
     """A Sender that records every try in the history and keeps each delivery chain's state."""
 
-    def __init__(self, base_url: str, entry: WebhookEndpoint, recorder: _Recorder) -> None:
+    def __init__(self, base_url: str, entry: WebhookEndpoint, recorder: SharedHistory) -> None:
         spec = entry.spec
         super().__init__(base_url, spec.path, timeout=spec.timeout, user_agent=spec.signer().user_agent)
         self.recorder = recorder
+        self.name = spec.name
         self.chains: dict[tuple[str, str], _Chain] = {}
         self._lock = threading.Lock()
 
@@ -148,7 +116,7 @@ class RecordingSender(Sender):
         fields: dict[str, Any] = {name: value for name, value in delivery.summary().items() if value is not None}
         if late:
             fields["late"] = True
-        operation = self.recorder.client().invoke("webhook", webhook=self.recorder.name, **fields)
+        operation = self.recorder.client().invoke("webhook", webhook=self.name, **fields)
         outcome = super().send(delivery)
         answer = {"elapsed": round(outcome.elapsed, 6), "started": outcome.started}
         if outcome.acknowledged:
@@ -197,7 +165,9 @@ class _EntryPlay:
         self.salt = salt
         self.spread = duration * SPREAD_SHARE
         self.rounds = min(MAX_ROUNDS, max(MIN_ROUNDS, int(duration * ROUNDS_PER_SECOND)))
-        self.recorder = _Recorder(history_dir, entry.spec.name)
+        # Copies are sent from threads of their own: one file, a Client per thread.
+        self.recorder = SharedHistory(history_path(history_dir, worker=f"webhooks-{entry.spec.name}"),
+                                      worker=f"webhooks-{entry.spec.name}", flush_interval=0.5)
         self.sender: RecordingSender | None = None
         self.played = 0
         self.error: BaseException | None = None
@@ -320,7 +290,7 @@ class WebhookPlay:
             outcome = WebhookOutcome(name=entry.spec.name, counted=entry.effects is not None, rounds=play.played,
                                      late_retries=retried)
             if entry.effects is not None:
-                facts = _facts(play.recorder.name, self.run_dir / "history")
+                facts = _facts(entry.spec.name, self.run_dir / "history")
                 oracle = open_oracle(entry.spec.name, entry.effects, upstream=upstream)
                 try:
                     for fact in facts[:MAX_FACTS]:
