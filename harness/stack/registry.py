@@ -430,7 +430,7 @@ def _still_ours(leader: Owner) -> bool:
     workers (same group) lived on for seconds, longer when one was inside a request.
     Linux never hands out a pid while a process group of that number still exists, so
     a group whose leader's pid names no live process is still the recorded one; its
-    members all started after its leader (a check that costs nothing)."""
+    members must all have started after its leader (one more read of /proc each)."""
     if leader.alive():
         return True
     if leader.pid <= 0 or leader.start is None or pid_alive(leader.pid):

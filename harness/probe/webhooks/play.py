@@ -166,8 +166,8 @@ class _EntryPlay:
         self.spread = duration * SPREAD_SHARE
         self.rounds = min(MAX_ROUNDS, max(MIN_ROUNDS, int(duration * ROUNDS_PER_SECOND)))
         # Copies are sent from threads of their own: one file, a Client per thread.
-        self.recorder = SharedHistory(history_path(history_dir, worker=f"webhooks-{entry.spec.name}"),
-                                      worker=f"webhooks-{entry.spec.name}", flush_interval=0.5)
+        worker = f"webhooks-{entry.spec.name}"
+        self.recorder = SharedHistory(history_path(history_dir, worker=worker), worker=worker, flush_interval=0.5)
         self.sender: RecordingSender | None = None
         self.played = 0
         self.error: BaseException | None = None
