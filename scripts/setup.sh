@@ -64,8 +64,8 @@ if [ ! -f "$stamp" ]; then
     touch "$stamp"
 fi
 # The project's own bytecode, written now: a machine whose environment sets
-# PYTHONDONTWRITEBYTECODE (this project's CI does) otherwise compiles the harness from
-# source in every process it starts, and a smoke job or a test run starts hundreds
-# (each app, consumer, janitor, CLI). Python still reads fresh bytecode with that set,
+# PYTHONDONTWRITEBYTECODE (the development machine's does; CI's most likely too)
+# otherwise compiles the harness from source in every process it starts, and a smoke
+# job or a test run starts hundreds (each app, consumer, janitor, CLI). Python still reads fresh bytecode with that set,
 # and recompiles a file edited since. Quiet, and quick when nothing changed.
 "$VENV/bin/python" -m compileall -q -j 0 harness target_app examples tests benchmarks >/dev/null
