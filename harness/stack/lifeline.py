@@ -220,23 +220,33 @@ class RunGuard:
                                       phase=None)
             self.lifeline.close()
             raise interrupted
-        registry.write_lease(self.lease)
-        if self._want_janitor:
-            with open(self.run_dir / "lifeline.log", "ab") as log:
-                self._janitor = subprocess.Popen(
-                    [sys.executable, "-m", "harness.stack.janitor", "--lease",
-                     str(registry.lease_path(self.lease.id))],
-                    stdin=self.lifeline.read_fd, stdout=subprocess.DEVNULL, stderr=log,
-                    start_new_session=True,  # a Ctrl-C to our process group must not reach it
-                )
+        try:
+            registry.write_lease(self.lease)
+            if self._want_janitor:
+                with open(self.run_dir / "lifeline.log", "ab") as log:
+                    self._janitor = subprocess.Popen(
+                        [sys.executable, "-m", "harness.stack.janitor", "--lease",
+                         str(registry.lease_path(self.lease.id))],
+                        stdin=self.lifeline.read_fd, stdout=subprocess.DEVNULL, stderr=log,
+                        start_new_session=True,  # a Ctrl-C to our process group must not reach it
+                    )
+        except BaseException as error:
+            # The guard is already set, so a signal's Interrupted can land here (while
+            # the janitor starts, which takes a while on a busy machine). A with block
+            # whose __enter__ raises gets no __exit__: without this the run was left
+            # for the janitor to mark, without its signal, once the harness had died.
+            self.__exit__(type(error), error, error.__traceback__)
+            raise
         return self
 
     def __exit__(self, kind: type[BaseException] | None, value: BaseException | None,
                  traceback: TracebackType | None) -> None:
+        # First, so that a signal from here on finds no run in this thread to interrupt
+        # and the cleanup below is not cut short.
+        setattr(threading.current_thread(), GUARD_ATTRIBUTE, None)
         if isinstance(value, KeyboardInterrupt):
             registry.mark_interrupted(self.run_dir, signal_name=signal_name(value), by="harness",
                                       phase=self._phase)
-        setattr(threading.current_thread(), GUARD_ATTRIBUTE, None)
         with self._lock:
             self._closed = True
             if _holds_something(self.lease):

@@ -165,6 +165,33 @@ def test_a_run_interrupted_by_ctrl_c_is_marked_and_leaves_no_lease(tmp_path: Pat
     assert list(registry.leases()) == []
 
 
+def test_an_interrupt_while_the_guard_starts_its_janitor_still_marks_the_run(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The guard is set before the janitor starts, so a signal's Interrupted can land in
+    # __enter__, which a with block never follows with __exit__: the run was left for
+    # the janitor to mark once the harness had died, with no signal (seen in CI).
+    from harness.stack import lifeline
+    from harness.stack.lifeline import RunGuard
+
+    started: list[subprocess.Popen[bytes]] = []
+    real_popen = subprocess.Popen
+
+    def popen_then_interrupted(*args: object, **kwargs: object) -> subprocess.Popen[bytes]:
+        started.append(real_popen(*args, **kwargs))  # type: ignore[call-overload]
+        raise Interrupted(signal.SIGTERM)  # as if it landed just after the fork
+
+    monkeypatch.setattr(lifeline.subprocess, "Popen", popen_then_interrupted)
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    with pytest.raises(Interrupted), RunGuard(run_dir):
+        pytest.fail("the run's body must not run")
+    marker = registry.interrupted_marker(run_dir)
+    assert marker is not None and marker["signal"] == "SIGTERM" and marker["by"] == "harness", marker
+    assert list(registry.leases()) == []
+    # The janitor saw its lifeline close and, finding no lease, ended on its own.
+    assert started and started[0].wait(timeout=30) == 0
+
+
 def test_a_run_a_thread_starts_after_the_signal_does_not_start_and_is_marked(tmp_path: Path) -> None:
     # A smoke lane checks its stop flag, then starts its next run; a SIGTERM between the
     # two used to miss that run (no guard yet) and let it run to its end (seen in CI).
