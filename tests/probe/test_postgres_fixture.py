@@ -3,11 +3,13 @@ loopback port, one fresh database per test, nothing left behind after a stop."""
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 
 import psycopg
 import pytest
 
+from harness.ports import free_port
 from harness.process_handle import pid_alive
 from tests.support import postgres as pg
 
@@ -49,6 +51,31 @@ def test_a_server_of_its_own_stops_and_leaves_no_folder() -> None:
     assert not Path(root).exists()
     with pytest.raises(psycopg.OperationalError):
         psycopg.connect(server.dsn, connect_timeout=2)
+
+
+@pytest.mark.slow
+def test_a_server_whose_port_was_taken_meanwhile_starts_on_a_fresh_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A port picked free stays free only until someone binds it; initdb takes seconds
+    # on a busy machine. The first pick here is a port this test holds.
+    picks: list[int] = []
+
+    def first_pick_taken(host: str) -> int:
+        picks.append(held.getsockname()[1] if not picks else free_port(host))
+        return picks[-1]
+
+    with socket.socket() as held:
+        held.bind((pg.HOST, free_port(pg.HOST)))
+        held.listen()
+        monkeypatch.setattr(pg, "free_port", first_pick_taken)
+        server = pg.PostgresServer()
+        try:
+            server.start()
+            assert len(picks) == 2 and server.port == picks[1] != held.getsockname()[1], picks
+            assert pg.PORT_TAKEN in server.log_path.read_text()  # the first start did fail on it
+            with psycopg.connect(server.dsn) as connection:
+                assert connection.execute("select 1").fetchone() == (1,)
+        finally:
+            server.stop()
 
 
 def test_missing_binaries_fail_with_how_to_install(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

@@ -35,6 +35,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NoReturn
 
 import psycopg
 import pytest
@@ -49,6 +50,8 @@ SUPERUSER = "postgres"
 # The OS user that runs initdb and postgres when the tests run as root.
 SERVER_OS_USER = "postgres"
 READY_TIMEOUT = 30.0
+START_ATTEMPTS = 3  # a picked port taken meanwhile: start again on a fresh one (`PostgresServer.start`)
+PORT_TAKEN = "Address already in use"  # what the server logs when it cannot bind its port
 STOP_GRACE = 10.0
 
 SETTINGS = {
@@ -111,10 +114,12 @@ class PostgresServer:
         return PostgresDatabase(host=self.host, port=self.port, name=name)
 
     def start(self) -> None:
+        """initdb, then the server on `port` (0: a free one, picked just before the server
+        binds it). A picked port another process bound meanwhile (the server exits with
+        PORT_TAKEN in its log) is given up for a fresh one, at most START_ATTEMPTS times."""
         if not binaries_installed():
             raise PostgresNotAvailable(INSTALL_HINT)
-        if self.port == 0:
-            self.port = free_port(self.host)
+        pick = self.port == 0
         self.root = Path(tempfile.mkdtemp(prefix="harness-pg-", dir="/tmp"))
         owner = _server_user()
         if owner is not None:
@@ -126,29 +131,45 @@ class PostgresServer:
                  "--no-instructions", "--locale=C", "--encoding=UTF8"],
                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=self.root,
                 env=_server_env(self.root), check=False, timeout=60, **_as_user(owner))
-            if initdb.returncode != 0:
-                self._fail(f"initdb exited with {initdb.returncode}")
-            settings = [arg for key, value in SETTINGS.items() for arg in ("-c", f"{key}={value}")]
-            self.process = subprocess.Popen(
-                [str(BIN_DIR / "postgres"), "-D", str(data), "-k", str(self.root), "-p", str(self.port), *settings],
-                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=self.root,
-                env=_server_env(self.root), start_new_session=True, **_as_user(owner))
-        self._wait_ready()
+        if initdb.returncode != 0:
+            self._fail(f"initdb exited with {initdb.returncode}")
+        settings = [arg for key, value in SETTINGS.items() for arg in ("-c", f"{key}={value}")]
+        for attempt in range(1, START_ATTEMPTS + 1):
+            if pick:
+                # After initdb, not before: initdb takes seconds on a busy machine, and
+                # a port picked free is free only until someone binds it.
+                self.port = free_port(self.host)
+            log_start = self.log_path.stat().st_size
+            with open(self.log_path, "ab") as log:
+                self.process = subprocess.Popen(
+                    [str(BIN_DIR / "postgres"), "-D", str(data), "-k", str(self.root), "-p", str(self.port),
+                     *settings],
+                    stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=self.root,
+                    env=_server_env(self.root), start_new_session=True, **_as_user(owner))
+            if self._wait_ready():
+                return
+            with open(self.log_path, "rb") as log:
+                log.seek(log_start)
+                taken = PORT_TAKEN in log.read().decode(errors="replace")
+            if not (pick and taken and attempt < START_ATTEMPTS):
+                self._fail(f"postgres exited with {self.process.returncode}")
+            self.process = None
 
-    def _wait_ready(self) -> None:
+    def _wait_ready(self) -> bool:
+        """True once the server answers; False when it exited first."""
         deadline = time.monotonic() + READY_TIMEOUT
         while time.monotonic() < deadline:
             if self.process is not None and self.process.poll() is not None:
-                self._fail(f"postgres exited with {self.process.returncode}")
+                return False
             try:
                 with psycopg.connect(self.dsn, connect_timeout=2) as connection:
                     connection.execute("select 1")
-                return
+                return True
             except psycopg.OperationalError:
                 time.sleep(0.1)
         self._fail(f"postgres on port {self.port} did not answer within {READY_TIMEOUT:.0f} s")
 
-    def _fail(self, what: str) -> None:
+    def _fail(self, what: str) -> NoReturn:
         tail = self.log_path.read_text(errors="replace")[-2000:] if self.log_path.exists() else ""
         self.stop()
         raise PostgresNotAvailable(f"{what}:\n{tail}")
