@@ -187,6 +187,33 @@ def test_a_rabbitmq_node_whose_port_was_taken_meanwhile_starts_on_fresh_ports(
 
 # --- NATS JetStream ---------------------------------------------------------------------
 
+def test_a_nats_server_whose_port_was_taken_meanwhile_starts_on_a_fresh_one(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # As for the RabbitMQ node above: the first pick is a port this test holds.
+    from tests.support import nats
+
+    picks: list[list[int]] = []
+
+    def first_pick_taken(count: int, host: str) -> list[int]:
+        ports = [held.getsockname()[1]] if not picks else free_ports(count, host)
+        picks.append(ports)
+        return ports
+
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", free_ports(1)[0]))
+        held.listen()
+        monkeypatch.setattr(nats, "free_ports", first_pick_taken)
+        server = NatsServer()
+        try:
+            server.start()
+            assert len(picks) == 2 and server.port == picks[1][0] != held.getsockname()[1], picks
+            assert nats.PORT_TAKEN in server.log_path.read_text().lower()  # the first start failed on it
+            with socket.create_connection(("127.0.0.1", server.port), timeout=5) as client:
+                assert client.recv(4).startswith(b"INFO")
+        finally:
+            server.stop()
+
+
 def test_nats_publish_ack_and_duplicate_window(nats_server: NatsServer, nats_subject: str,
                                                brokers: Callable[[BrokerTarget], Broker]) -> None:
     broker = brokers(BrokerTarget(broker="nats", url=nats_server.url, queue=nats_subject))

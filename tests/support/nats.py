@@ -28,6 +28,8 @@ from tests.support.server_process import remove_folder, stop_server
 INSTALL_HINT = "nats-server is not installed: run scripts/setup.sh (apt-get install nats-server)"
 HOST = "127.0.0.1"
 READY_TIMEOUT = 20.0
+START_ATTEMPTS = 3  # a picked port taken meanwhile: start again on a fresh one (`NatsServer.start`)
+PORT_TAKEN = "address already in use"  # in the server's log (lower-cased) when it cannot bind
 STOP_GRACE = 10.0
 
 
@@ -55,26 +57,39 @@ class NatsServer:
         return self.root / "nats.log"
 
     def start(self) -> None:
+        """The server on a free port; a port another process bound between the pick and
+        the server's start (PORT_TAKEN in its log) is given up for a fresh one, at most
+        START_ATTEMPTS times."""
         binary = shutil.which("nats-server")
         if binary is None:
             raise NatsNotAvailable(INSTALL_HINT)
-        (self.port,) = free_ports(1, HOST)
         self.root = Path(tempfile.mkdtemp(prefix="harness-nats-", dir="/tmp"))
-        with open(self.log_path, "ab") as log:
-            self.process = subprocess.Popen(
-                [binary, "-a", HOST, "-p", str(self.port), "-js", "-sd", str(self.root / "store")],
-                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=self.root,
-                start_new_session=True)
-        deadline = time.monotonic() + READY_TIMEOUT
-        while time.monotonic() < deadline:
-            if "Server is ready" in self.log_path.read_text(errors="replace"):
-                return
-            if self.process.poll() is not None:
+        for attempt in range(1, START_ATTEMPTS + 1):
+            (self.port,) = free_ports(1, HOST)
+            log_start = self.log_path.stat().st_size if self.log_path.exists() else 0
+            with open(self.log_path, "ab") as log:
+                self.process = subprocess.Popen(
+                    [binary, "-a", HOST, "-p", str(self.port), "-js", "-sd", str(self.root / "store")],
+                    stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=self.root,
+                    start_new_session=True)
+            deadline = time.monotonic() + READY_TIMEOUT
+            while time.monotonic() < deadline:
+                if "Server is ready" in self._log_since(log_start):
+                    return
+                if self.process.poll() is not None:
+                    break
+                time.sleep(0.05)
+            if not (self.process.poll() is not None and PORT_TAKEN in self._log_since(log_start).lower()
+                    and attempt < START_ATTEMPTS):
                 break
-            time.sleep(0.05)
         tail = self.log_path.read_text(errors="replace")[-2000:]
         self.stop()
         raise NatsNotAvailable(f"nats-server on port {self.port} did not get ready:\n{tail}")
+
+    def _log_since(self, offset: int) -> str:
+        with open(self.log_path, "rb") as log:
+            log.seek(offset)
+            return log.read().decode(errors="replace")
 
     def stop(self) -> None:
         """SIGTERM, SIGKILL of its group after a grace time; the folder is removed."""
