@@ -6,7 +6,8 @@ and a 500 after the charge (`provider.faults`), then judges the provider's ledge
 
 The correct mode passes; every buggy mode that charges twice fails by money_moved_once;
 ack-on-provider-error fails acknowledged_payment_charged (a 500 *before* the charge
-added: nothing was charged) and refuse-on-provider-error fails refused_not_charged."""
+instead: nothing was charged) and refuse-on-provider-error fails refused_not_charged
+(every charge answered 500)."""
 
 from __future__ import annotations
 
@@ -29,7 +30,13 @@ from tests.support.postgres import PostgresDatabase
 pytestmark = pytest.mark.slow
 SCRIPT = ROOT / "examples/pg_checkout.py"
 CONFIG = ROOT / "examples/pg_checkout.yaml"
-BEFORE = {"operation": "payment_intents.create", "status": 500, "when": "before", "probability": 0.3}
+# Every create call fails: the controls below are caught with certainty, not by chance.
+# At 0.3 a 500 before the charge was missed (CI: 9 of 36 calls, 14 payments judged): the
+# SDK's retry repeats the call with the same key, so the bug needs two 500s in a row.
+BEFORE = {"operation": "payment_intents.create", "status": 500, "when": "before", "probability": 1.0}
+# After the charge, stored under the key (the retry is answered the same 500): at the
+# example config's 0.2 a starved run of a dozen payments misses it one time in twenty.
+AFTER = {"operation": "payment_intents.create", "status": 500, "when": "after", "probability": 1.0}
 
 
 def checkout_config(db: PostgresDatabase, mode: str, *, faults: list[dict[str, Any]] | None = None) -> ProbeConfig:
@@ -108,7 +115,7 @@ def test_ack_on_provider_error_acknowledges_a_payment_never_charged(
 
 def test_refuse_on_provider_error_refuses_a_payment_that_was_charged(
         postgres_db: PostgresDatabase, tmp_path: Path) -> None:
-    result = probe(checkout_config(postgres_db, "refuse-on-provider-error"), tmp_path / "refuse")
+    result = probe(checkout_config(postgres_db, "refuse-on-provider-error", faults=[AFTER]), tmp_path / "refuse")
     assert "refused_not_charged" in failed(result), explain(result)
 
 

@@ -102,7 +102,7 @@ plan: {plan}
 
 
 def payments_config(tmp_path: Path, command: str, token: str, *, ready: str = "{path: /healthz, timeout: 20s}",
-                    plan: str | None = None) -> Path:
+                    plan: str | None = None, duration: str = "4s") -> Path:
     path = tmp_path / "probe.yaml"
     path.write_text(f"""service:
   command: {command}
@@ -111,7 +111,7 @@ def payments_config(tmp_path: Path, command: str, token: str, *, ready: str = "{
 endpoints:
   - {{name: pay, path: /payments, body: {{amount_cents: "{{int:100-999}}", currency: EUR, reference: "{{uuid}}"}},
      id: {{pointer: /id}}, expect: {{created: [201]}}}}
-load: {{users: 4, duration: 4s}}
+load: {{users: 4, duration: {duration}}}
 """ + (f"plan: {plan}\n" if plan else ""))
     return path
 
@@ -169,18 +169,35 @@ def test_a_service_that_exits_before_it_is_ready_is_exit_2_with_its_log(
     assert (tmp_path / "run" / "service.log").read_text().strip() == "no DATABASE_URL"
 
 
+# Runs the command after `--`, and once the probe's load has recorded something (in the
+# history folder named first) ends it and exits with 124, as `timeout` would.
+EXIT_UNDER_LOAD = """
+import pathlib, subprocess, sys, time
+history, command = pathlib.Path(sys.argv[1]), sys.argv[3:]
+service = subprocess.Popen(command)
+deadline = time.monotonic() + 120
+while time.monotonic() < deadline and not any(p.stat().st_size for p in history.glob("*") if p.is_file()):
+    time.sleep(0.05)
+service.terminate()
+service.wait()
+sys.exit(124)
+"""
+
+
 def test_a_service_that_exits_on_its_own_mid_run_is_exit_2(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     token = uuid.uuid4().hex
-    # The example serves for 2 s, then `timeout` ends it (exit 124): nobody asked for that.
-    command = json.dumps(["timeout", "2", sys.executable, str(ROOT / "examples/payments_service.py"),
+    # The service ends under load (exit 124), nobody asked for that. Not after a fixed
+    # time: on a busy machine two seconds were over before it was ready (seen in CI).
+    command = json.dumps([sys.executable, "-c", EXIT_UNDER_LOAD, str(tmp_path / "run" / "history"), "--",
+                          sys.executable, str(ROOT / "examples/payments_service.py"),
                           "--mode", "fixed", "--port", "{port}"])
     started = time.monotonic()
-    assert main(["probe", "--config", str(payments_config(tmp_path, command, token)),
+    assert main(["probe", "--config", str(payments_config(tmp_path, command, token, duration="60s")),
                  "--out", str(tmp_path / "run")]) == 2
     err = capsys.readouterr().err
     assert "exited on its own with code 124" in err and "payments service (fixed)" in err, err
-    assert time.monotonic() - started < 15  # stopped at once, not after the load's 4 s + grace
+    assert time.monotonic() - started < 45  # stopped at once, not after the load's 60 s
     assert marked(token) == []
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from harness.names import HISTORIES_DIR
 from harness.process_handle import pid_alive
 from harness.stack import supervisor
 from harness.stack.info import read_info
@@ -128,7 +129,19 @@ def test_a_run_in_which_a_crashed_service_never_came_back_exits_2(tmp_path: Path
         assert info is not None
         redis_pid = info.service("redis").pid
         assert redis_pid is not None
-        killer = threading.Timer(3.0, os.kill, args=(redis_pid, signal.SIGKILL))
+        runs = tmp_path / "runs"
+
+        def kill_redis_under_load() -> None:
+            # Once the load has recorded something, not after a fixed time: on a busy
+            # machine 3 s were spent before the run's first export (seen in CI), which
+            # then failed on the dead Redis before any load.
+            def recorded() -> bool:
+                return any(path.stat().st_size > 0 for path in runs.glob(f"*/{HISTORIES_DIR}/*"))
+
+            wait_for(recorded, timeout=120)
+            os.kill(redis_pid, signal.SIGKILL)
+
+        killer = threading.Thread(target=kill_redis_under_load)
         killer.start()
         result = run_harness("run", "timeout_replay", "--root", str(root), "--users", "2", "--duration", "6s",
                              "--runs-dir", str(tmp_path / "runs"), cwd=tmp_path, env=clean_env(), timeout=240)
