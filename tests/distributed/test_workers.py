@@ -52,7 +52,7 @@ def stop_all(processes: list[subprocess.Popen]) -> None:
 # `stop` to the workers, which send their final batch before reporting stopped).
 # Seconds of load. 3 were enough on an idle machine (182 records a worker); in a suite
 # of six workers on two cores both workers once recorded nothing in them.
-LOAD_SECONDS = 5
+LOAD_SECONDS = 10  # a suite at load 15 once recorded nothing in 5 s (and in 3 s before that)
 STOPS = {"headless": ["--headless"],
          # After a stop each worker sleeps --stop-timeout before it reads messages again:
          # a quit sent sooner is lost with the exiting master (Locust's behaviour).
