@@ -19,6 +19,7 @@ from __future__ import annotations
 import random
 import sys
 import threading
+import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -186,7 +187,10 @@ def serve_forever(config: ProviderConfig) -> int:
     print(f"provider listening on {provider.url} (Stripe-compatible; stripe.api_base = \"{provider.url}\")",
           flush=True)
     try:
-        threading.Event().wait()
+        while True:
+            # Awake every quarter second, never blocked for good: a signal the kernel gave
+            # to the server's thread runs its handler here only once this thread wakes.
+            time.sleep(0.25)
     except KeyboardInterrupt:
         pass
     finally:

@@ -47,7 +47,7 @@ import secrets
 import sys
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -65,7 +65,7 @@ from harness.nemesis.plans import parse_plan
 from harness.report.run_report import MatrixCell, format_matrix_table, write_matrix_report
 from harness.run.rundir import RunDir
 from harness.run.runner import RunOutcome, RunSpec, app_environment, new_run_id, own_stack_settings, run
-from harness.stack.lifeline import Lifeline
+from harness.stack.lifeline import Lifeline, wait_for_futures
 from harness.stack.local import RunningStack, StackError, start_stack
 
 # The plan each scenario runs under in the smoke job: the duplicate source it targets.
@@ -408,7 +408,7 @@ def _smoke_in_lanes(base: RunSpec, specs: list[SmokeSpec], *, out: TextIO, paral
     with ThreadPoolExecutor(max_workers=len(lanes)) as pool:
         futures = [pool.submit(one_lane, number) for number in range(len(lanes))]
         try:
-            wait(futures, return_when=FIRST_EXCEPTION)
+            wait_for_futures(futures)  # not a bare wait: a signal must reach this thread
             for future in futures:
                 future.result()
         except BaseException:
@@ -597,8 +597,12 @@ def _smoke_own_stacks(specs: Sequence[SmokeSpec], *, out: TextIO, parallel: int)
 
     order = sorted(range(len(specs)), key=lambda index: -step_cost(specs[index][1]))
     with ThreadPoolExecutor(max_workers=max(1, parallel)) as pool:
-        done = dict(zip(order, pool.map(one, order), strict=True))
-    return [done[index] for index in range(len(specs))]
+        futures = {index: pool.submit(one, index) for index in order}
+        wait_for_futures(list(futures.values()))  # as in _smoke_in_lanes
+        for future in futures.values():
+            if future.done():
+                future.result()  # a step that raised (an interrupt, a bug) raises here, at once
+        return [futures[index].result() for index in range(len(specs))]
 
 
 def step_cost(spec: RunSpec) -> int:

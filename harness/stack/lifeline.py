@@ -12,6 +12,10 @@ Three pieces:
 - `Lifeline`: a pipe whose write end only this process holds. A child given the read
   end (the stack's supervisor) sees end-of-file the moment this process dies, however
   it dies, and shuts down.
+- `wait_for_futures()`: how the main thread waits for threads that run runs. The
+  kernel may deliver a process's signal to any of its threads, and then a main thread
+  blocked in a lock (as `concurrent.futures.wait` is) is not woken: the signal's handler
+  runs only once it wakes. So it wakes every SIGNAL_CHECK_SECONDS.
 - `RunGuard`: one per run. It keeps a lease in the registry (what the run started and
   which faults it has applied) and starts a janitor, `python -m harness.stack.janitor`,
   in a session of its own, reading the lifeline. When the harness dies without finishing
@@ -30,11 +34,12 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import FIRST_EXCEPTION, Future, wait
 from contextlib import contextmanager
 from pathlib import Path
 from types import FrameType, TracebackType
-from typing import TextIO
+from typing import Any, TextIO
 
 from harness.stack import registry
 from harness.stack.janitor import HANDLED_SIGNALS
@@ -148,6 +153,24 @@ def raise_in_thread(ident: int, kind: type[BaseException], *, wait: float = 2.0)
             if locked:
                 lock.release()
         time.sleep(0.001)
+
+
+SIGNAL_CHECK_SECONDS = 0.25  # how often a main thread waiting for others runs its signal handlers
+
+
+def wait_for_futures(futures: Sequence[Future[Any]]) -> None:
+    """Return once every future is done or one of them raised (as
+    `concurrent.futures.wait(futures, return_when=FIRST_EXCEPTION)`), waking every
+    SIGNAL_CHECK_SECONDS so that a signal is handled within that time.
+
+    A Python signal handler runs in the main thread only, between two bytecodes. When
+    the kernel hands the signal to another thread, a main thread blocked in a lock's
+    wait without a timeout is not interrupted and runs no handler until it wakes (seen:
+    a smoke job that a SIGTERM did not stop while its lanes went on step after step)."""
+    while True:
+        done, pending = wait(futures, timeout=SIGNAL_CHECK_SECONDS, return_when=FIRST_EXCEPTION)
+        if not pending or any(not future.cancelled() and future.exception() is not None for future in done):
+            return
 
 
 # --- the pipe ---------------------------------------------------------------------------

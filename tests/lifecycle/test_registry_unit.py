@@ -228,6 +228,51 @@ def test_a_run_a_thread_starts_after_the_signal_does_not_start_and_is_marked(tmp
     assert outcome == [signal.SIGTERM, "ran"] and registry.interrupted_marker(after) is None
 
 
+def test_a_signal_given_to_another_thread_still_stops_the_main_threads_wait() -> None:
+    # The kernel may hand a process's signal to any thread; a main thread blocked in
+    # concurrent.futures.wait was then never woken to run the handler, and a smoke job
+    # went on after its SIGTERM (seen in CI). pthread_kill makes that choice here.
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    from harness.stack.lifeline import wait_for_futures
+
+    release = threading.Event()
+    with ThreadPoolExecutor(1, thread_name_prefix="lane") as pool:
+        future = pool.submit(release.wait, 10)
+        [lane] = [thread for thread in threading.enumerate() if thread.name.startswith("lane")]
+        assert lane.ident is not None
+        killer = threading.Timer(0.3, signal.pthread_kill, args=(lane.ident, signal.SIGTERM))
+        try:
+            with pytest.raises(Interrupted), interrupt_signals():
+                killer.start()
+                wait_for_futures([future])
+            assert not future.done(), "the handler ran only once the lane had ended"
+        finally:
+            killer.cancel()
+            release.set()
+
+
+def test_waiting_for_futures_ends_when_all_are_done_or_one_raised() -> None:
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    from harness.stack.lifeline import wait_for_futures
+
+    def fail() -> None:
+        raise ValueError("a lane's bug")
+
+    release = threading.Event()
+    with ThreadPoolExecutor(2) as pool:
+        slow, failing = pool.submit(release.wait, 10), pool.submit(fail)
+        wait_for_futures([slow, failing])
+        assert failing.done() and not slow.done()  # the failure ends the wait at once
+        release.set()
+        done = [pool.submit(lambda: None) for _ in range(3)]
+        wait_for_futures(done)
+        assert all(future.done() for future in done)
+
+
 def test_an_interrupt_never_lands_in_a_thread_being_started() -> None:
     # A run's thread that starts another one: raised by ident at the wrong moment, the
     # exception went to the new thread, which died unstarted, and the starter hung in

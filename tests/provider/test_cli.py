@@ -73,3 +73,39 @@ def test_serve_answers_the_sdk_and_writes_the_ledger_on_sigterm(tmp_path: Path) 
             process.wait(5)
     [charge] = [r for r in read_ledger(ledger) if isinstance(r, ChargeRecord)]
     assert charge.amount == 4200 and dict(charge.metadata) == {"order_id": "cli-1"} and charge.state == "succeeded"
+
+
+# The kernel's choice of thread for a signal, made by hand: the server's thread gets it.
+# A main thread blocked for good would run the handler only when the second signal,
+# sent to it directly 10 s later, woke it.
+SIGNAL_TO_THE_SERVER_THREAD = """
+import signal, threading, time
+from harness.provider.server import ProviderConfig, serve_forever
+
+def stop(signum, frame):
+    raise KeyboardInterrupt
+
+signal.signal(signal.SIGTERM, stop)
+late = []
+
+def kick():
+    for _ in range(600):
+        server = [t for t in threading.enumerate() if t.name == "payment-provider"]
+        if server:
+            break
+        time.sleep(0.05)
+    signal.pthread_kill(server[0].ident, signal.SIGTERM)
+    time.sleep(10)
+    late.append("still serving 10 s after the signal")
+    signal.pthread_kill(threading.main_thread().ident, signal.SIGTERM)
+
+threading.Thread(target=kick, daemon=True).start()
+print("RESULT", serve_forever(ProviderConfig()), late, flush=True)
+"""
+
+
+@pytest.mark.slow  # a subprocess
+def test_serve_stops_on_a_signal_the_kernel_gave_its_server_thread() -> None:
+    result = subprocess.run([sys.executable, "-c", SIGNAL_TO_THE_SERVER_THREAD], capture_output=True, text=True,
+                            timeout=60)
+    assert "RESULT 0 []" in result.stdout, result.stdout + result.stderr[-2000:]
