@@ -67,28 +67,38 @@ def test_workers_in_their_own_processes_send_every_record_to_the_master(stub_url
     history = tmp_path / "histories"
     stop_args = [*STOPS[stop], *(["--web-port", str(web_port)] if stop == "web-ui-stop" else [])]
     # The master's settings reach the workers through Locust: the workers get none.
-    master = subprocess.Popen(
-        [sys.executable, "-m", "locust", "-f", str(LOCUSTFILES / "timeout_replay.py"), "--master",
-         "--master-bind-host", "127.0.0.1", "--master-bind-port", str(port), "--expect-workers", "2",
-         "--expect-workers-max-wait", "60", *stop_args, "-u", "4", "-r", "4", "-t", f"{LOAD_SECONDS}s",
-         "--stop-timeout", "5", "--host", stub_url, "--only-summary", "--exit-code-on-error", "0",
-         "--json", "--harness-root", "", "--harness-history-dir", str(history),
-         "--harness-request-timeout", str(CLIENT_TIMEOUT), "--harness-seed", "4"],
-        cwd=tmp_path, env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    master_out, master_log = tmp_path / "master.json", tmp_path / "master.log"
+    with open(master_out, "w") as out_file, open(master_log, "w") as log_file:
+        master = subprocess.Popen(
+            [sys.executable, "-m", "locust", "-f", str(LOCUSTFILES / "timeout_replay.py"), "--master",
+             "--master-bind-host", "127.0.0.1", "--master-bind-port", str(port), "--expect-workers", "2",
+             "--expect-workers-max-wait", "60", *stop_args, "-u", "4", "-r", "4", "-t", f"{LOAD_SECONDS}s",
+             "--stop-timeout", "5", "--host", stub_url, "--only-summary", "--exit-code-on-error", "0",
+             "--json", "--harness-root", "", "--harness-history-dir", str(history),
+             "--harness-request-timeout", str(CLIENT_TIMEOUT), "--harness-seed", "4"],
+            cwd=tmp_path, env=clean_env(), stdout=out_file, stderr=log_file, text=True)
     logs = [tmp_path / f"worker-{n}.log" for n in range(2)]
     workers = []
-    for log in logs:  # a file, not a pipe nobody reads while waiting
+    for log in logs:  # files, not pipes nobody reads while waiting
         with open(log, "w") as handle:
             workers.append(start_harness(
                 "worker", "timeout_replay", "--master", f"127.0.0.1:{port}",
                 cwd=tmp_path, env=clean_env(HARNESS_ROOT=""), stdout=handle, stderr=subprocess.STDOUT))
+
+    def everything_logged() -> str:
+        return "\n".join(f"--- {path.name}\n{path.read_text(errors='replace')[-3000:]}"
+                         for path in (master_log, *logs))
+
     try:
-        out, err = master.communicate(timeout=120)
+        master.wait(timeout=120)
         worker_codes = [w.wait(timeout=30) for w in workers]
+    except subprocess.TimeoutExpired as error:
+        raise AssertionError(f"{error}\n{everything_logged()}") from None
     finally:
         stop_all([master, *workers])
-    assert master.returncode == 0, err[-3000:]
-    assert worker_codes == [0, 0], [log.read_text()[-2000:] for log in logs]
+    out, err = master_out.read_text(), master_log.read_text()
+    assert master.returncode == 0, everything_logged()
+    assert worker_codes == [0, 0], everything_logged()
 
     files = sorted(history.glob("*.jsonl"))
     # One file per worker process, named after it (`harness worker` execs Locust: same pid).
