@@ -50,6 +50,7 @@ from types import MappingProxyType
 from typing import Any, Generic, TypeVar
 
 import gevent
+import locust.runners as locust_runners
 import redis
 from locust.env import Environment
 from locust.event import EventHook, Events
@@ -73,6 +74,8 @@ FLUSH_INTERVAL = 1.0
 QUIT_ACK_TIMEOUT = 10.0
 # On top of Locust's --stop-timeout: how long the master waits for final batches.
 FINISH_MARGIN = 10.0
+# Heartbeats (one a second) a master lets a worker miss before it is missing (on_init).
+WORKER_HEARTBEAT_LIVENESS = 15
 _ATTRIBUTE = "harness_load_process"
 _COLLECTOR = "harness_history_collector"
 _SWARM_HISTORY = "harness_swarm_history"
@@ -345,6 +348,11 @@ def install(events: Events) -> None:
             return
         settings = resolve_settings(environment)
         if isinstance(runner, MasterRunner):
+            # Locust reads this each time a worker reports; its 3 declared a worker
+            # missing after about 4 s without a heartbeat, and a busy machine starves
+            # workers that long (CI at load 15: both workers just after the spawn, and
+            # the master stopped the test). A worker that really died is seen later.
+            locust_runners.HEARTBEAT_LIVENESS = max(locust_runners.HEARTBEAT_LIVENESS, WORKER_HEARTBEAT_LIVENESS)
             collector = HistoryCollector(runner)
             setattr(environment, _COLLECTOR, collector)
             runner.register_message(BATCH_MESSAGE, lambda msg, **_: collector.on_batch(msg))

@@ -166,6 +166,45 @@ def test_a_worker_stopped_by_sigterm_delivers_its_last_records_first(stub_url: s
     assert all(last[r["process"]] == r["op_id"] for r in cut) and len(cut) <= 3 * 3
 
 
+@pytest.mark.slow
+def test_a_worker_starved_for_seconds_is_not_given_up(stub_url: str, tmp_path: Path) -> None:
+    """A busy machine starved both workers of a suite's master for 4 s (CI), and Locust
+    declares a worker missing after 3 missed heartbeats: the harness's master allows
+    WORKER_HEARTBEAT_LIVENESS. The worker is stopped (SIGSTOP) for 7 s under load."""
+    port = free_port()
+    history = tmp_path / "histories"
+    master_log = tmp_path / "master.log"
+    with open(master_log, "w") as handle:
+        master = subprocess.Popen(
+            [sys.executable, "-m", "locust", "-f", str(LOCUSTFILES / "timeout_replay.py"), "--master",
+             "--master-bind-host", "127.0.0.1", "--master-bind-port", str(port), "--expect-workers", "1",
+             "--expect-workers-max-wait", "60", "--headless", "-u", "2", "-r", "2", "-t", "20s",
+             "--stop-timeout", "5", "--host", stub_url, "--only-summary", "--exit-code-on-error", "0",
+             "--harness-root", "", "--harness-history-dir", str(history),
+             "--harness-request-timeout", str(CLIENT_TIMEOUT)],
+            cwd=tmp_path, env=clean_env(), stdout=subprocess.DEVNULL, stderr=handle)
+    log = tmp_path / "worker.log"
+    with open(log, "w") as handle:
+        worker = start_harness("worker", "timeout_replay", "--master", f"127.0.0.1:{port}",
+                               cwd=tmp_path, env=clean_env(), stdout=handle, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 60
+        while not list(history.glob("*.jsonl")) and time.monotonic() < deadline:
+            time.sleep(0.2)  # the load is on and batches arrive
+        worker.send_signal(signal.SIGSTOP)
+        time.sleep(7)
+        worker.send_signal(signal.SIGCONT)
+        assert master.wait(timeout=90) == 0, master_log.read_text()[-3000:]
+        assert worker.wait(timeout=30) == 0, log.read_text()[-2000:]
+    finally:
+        worker.send_signal(signal.SIGCONT)
+        stop_all([master, worker])
+    text = master_log.read_text()
+    assert "failed to send heartbeat" not in text and "went missing" not in text, text[-3000:]
+    match = re.search(r"(\d+) history records sent to the master, (\d+) acknowledged", log.read_text())
+    assert match and int(match.group(1)) == int(match.group(2)) == len(records(history)) > 0, log.read_text()
+
+
 def records_in(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
