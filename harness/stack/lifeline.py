@@ -1,6 +1,6 @@
 """How a harness process dies cleanly, by signal or by SIGKILL.
 
-Three pieces:
+Four pieces:
 
 - `interrupt_signals()`: SIGTERM and SIGHUP behave like Ctrl-C. The first of them
   raises `Interrupted` (a `KeyboardInterrupt`, so every `finally` that already heals
