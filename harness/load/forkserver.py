@@ -153,14 +153,9 @@ def serve(socket_path: Path, parent_pid: int) -> None:
     import harness.load.recording  # noqa: F401
     import harness.load.user  # noqa: F401
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    # Bound and listening under another name, then renamed: the client takes the path's
-    # existence for "ready", and a socket bound but not yet listening refuses (seen in CI).
-    staging = socket_path.with_name(socket_path.name + ".starting")
-    staging.unlink(missing_ok=True)
-    listener.bind(str(staging))
-    os.chmod(staging, 0o600)
+    listener.bind(str(socket_path))
+    os.chmod(socket_path, 0o600)
     listener.listen(64)
-    os.replace(staging, socket_path)
     runs: dict[int, socket.socket] = {}
     stopping = False
 
