@@ -123,27 +123,44 @@ def test_workers_in_their_own_processes_send_every_record_to_the_master(stub_url
     assert (history / ".load-started").is_file()
 
 
-@pytest.mark.slow
-def test_a_worker_stopped_by_sigterm_delivers_its_last_records_first(stub_url: str,
-                                                                     tmp_path: Path) -> None:
+MASTER_LOG = "master.log"
+
+
+def one_worker_run(stub_url: str, tmp_path: Path, *, users: int,
+                   run_time: str) -> tuple[subprocess.Popen, subprocess.Popen, Path, Path]:
+    """A headless master expecting one `harness worker`, and that worker: (master,
+    worker, the worker's log, the history directory); the master logs to MASTER_LOG."""
     port = free_port()
     history = tmp_path / "histories"
-    master = subprocess.Popen(
-        [sys.executable, "-m", "locust", "-f", str(LOCUSTFILES / "timeout_replay.py"), "--master",
-         "--master-bind-host", "127.0.0.1", "--master-bind-port", str(port), "--expect-workers", "1",
-         "--expect-workers-max-wait", "60", "--headless", "-u", "3", "-r", "3", "-t", "60s",
-         "--stop-timeout", "5", "--host", stub_url, "--only-summary", "--exit-code-on-error", "0",
-         "--harness-root", "", "--harness-history-dir", str(history),
-         "--harness-request-timeout", str(CLIENT_TIMEOUT)],
-        cwd=tmp_path, env=clean_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    with open(tmp_path / MASTER_LOG, "w") as handle:
+        master = subprocess.Popen(
+            [sys.executable, "-m", "locust", "-f", str(LOCUSTFILES / "timeout_replay.py"), "--master",
+             "--master-bind-host", "127.0.0.1", "--master-bind-port", str(port), "--expect-workers", "1",
+             "--expect-workers-max-wait", "60", "--headless", "-u", str(users), "-r", str(users), "-t", run_time,
+             "--stop-timeout", "5", "--host", stub_url, "--only-summary", "--exit-code-on-error", "0",
+             "--harness-root", "", "--harness-history-dir", str(history),
+             "--harness-request-timeout", str(CLIENT_TIMEOUT)],
+            cwd=tmp_path, env=clean_env(), stdout=subprocess.DEVNULL, stderr=handle)
     log = tmp_path / "worker.log"
     with open(log, "w") as handle:
         worker = start_harness("worker", "timeout_replay", "--master", f"127.0.0.1:{port}",
                                cwd=tmp_path, env=clean_env(), stdout=handle, stderr=subprocess.STDOUT)
+    return master, worker, log, history
+
+
+def wait_for_batches(history: Path, timeout: float = 60.0) -> None:
+    """Until the load is on and the worker's batches arrive (bounded)."""
+    deadline = time.monotonic() + timeout
+    while not list(history.glob("*.jsonl")) and time.monotonic() < deadline:
+        time.sleep(0.2)
+
+
+@pytest.mark.slow
+def test_a_worker_stopped_by_sigterm_delivers_its_last_records_first(stub_url: str,
+                                                                     tmp_path: Path) -> None:
+    master, worker, log, history = one_worker_run(stub_url, tmp_path, users=3, run_time="60s")
     try:
-        deadline = time.monotonic() + 60
-        while not list(history.glob("*.jsonl")) and time.monotonic() < deadline:
-            time.sleep(0.2)  # the load is on and batches arrive
+        wait_for_batches(history)
         time.sleep(2)
         worker.send_signal(signal.SIGTERM)
         assert worker.wait(timeout=30) == 0, log.read_text()[-2000:]
@@ -171,26 +188,10 @@ def test_a_worker_starved_for_seconds_is_not_given_up(stub_url: str, tmp_path: P
     """A busy machine starved both workers of a suite's master for 4 s (CI), and Locust
     declares a worker missing after 3 missed heartbeats: the harness's master allows
     WORKER_HEARTBEAT_LIVENESS. The worker is stopped (SIGSTOP) for 7 s under load."""
-    port = free_port()
-    history = tmp_path / "histories"
-    master_log = tmp_path / "master.log"
-    with open(master_log, "w") as handle:
-        master = subprocess.Popen(
-            [sys.executable, "-m", "locust", "-f", str(LOCUSTFILES / "timeout_replay.py"), "--master",
-             "--master-bind-host", "127.0.0.1", "--master-bind-port", str(port), "--expect-workers", "1",
-             "--expect-workers-max-wait", "60", "--headless", "-u", "2", "-r", "2", "-t", "20s",
-             "--stop-timeout", "5", "--host", stub_url, "--only-summary", "--exit-code-on-error", "0",
-             "--harness-root", "", "--harness-history-dir", str(history),
-             "--harness-request-timeout", str(CLIENT_TIMEOUT)],
-            cwd=tmp_path, env=clean_env(), stdout=subprocess.DEVNULL, stderr=handle)
-    log = tmp_path / "worker.log"
-    with open(log, "w") as handle:
-        worker = start_harness("worker", "timeout_replay", "--master", f"127.0.0.1:{port}",
-                               cwd=tmp_path, env=clean_env(), stdout=handle, stderr=subprocess.STDOUT)
+    master, worker, log, history = one_worker_run(stub_url, tmp_path, users=2, run_time="20s")
+    master_log = tmp_path / MASTER_LOG
     try:
-        deadline = time.monotonic() + 60
-        while not list(history.glob("*.jsonl")) and time.monotonic() < deadline:
-            time.sleep(0.2)  # the load is on and batches arrive
+        wait_for_batches(history)
         worker.send_signal(signal.SIGSTOP)
         time.sleep(7)
         worker.send_signal(signal.SIGCONT)
