@@ -13,6 +13,7 @@ from __future__ import annotations
 import socket
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 import pika
 import pytest
@@ -155,17 +156,14 @@ def test_rabbitmq_management_is_on_loopback(rabbitmq_server: RabbitServer) -> No
 
 
 @pytest.mark.slow
-def test_a_rabbitmq_node_whose_port_was_taken_meanwhile_starts_on_fresh_ports(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    """CI: a port picked free was bound by another test's server before the node booted
-    (`eaddrinuse`), and the session's node failed nine tests. Its first pick here is a
-    port this test holds: the node must come up on fresh ones."""
-    from tests.support import rabbitmq
-
+@contextmanager
+def first_pick_held(monkeypatch: pytest.MonkeyPatch, module: object) -> Iterator[tuple[int, list[list[int]]]]:
+    """`module.free_ports` whose first pick starts with a port this test holds (bound and
+    listening): (that port, every pick made)."""
     picks: list[list[int]] = []
 
-    def first_pick_taken(count: int) -> list[int]:
-        ports = free_ports(count)
+    def first_pick_taken(count: int, host: str = "127.0.0.1") -> list[int]:
+        ports = free_ports(count, host)
         if not picks:
             ports[0] = held.getsockname()[1]
         picks.append(ports)
@@ -174,11 +172,22 @@ def test_a_rabbitmq_node_whose_port_was_taken_meanwhile_starts_on_fresh_ports(
     with socket.socket() as held:
         held.bind(("127.0.0.1", free_ports(1)[0]))
         held.listen()
-        monkeypatch.setattr(rabbitmq, "free_ports", first_pick_taken)
+        monkeypatch.setattr(module, "free_ports", first_pick_taken)
+        yield held.getsockname()[1], picks
+
+
+def test_a_rabbitmq_node_whose_port_was_taken_meanwhile_starts_on_fresh_ports(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """CI: a port picked free was bound by another test's server before the node booted
+    (`eaddrinuse`), and the session's node failed nine tests. Its first pick here is a
+    port this test holds: the node must come up on fresh ones."""
+    from tests.support import rabbitmq
+
+    with first_pick_held(monkeypatch, rabbitmq) as (held, picks):
         server = RabbitServer()
         try:
             server.start()
-            assert len(picks) == 2 and server.port == picks[1][0] != held.getsockname()[1]
+            assert len(picks) == 2 and server.port == picks[1][0] != held
             connection = pika.BlockingConnection(pika.URLParameters(server.url))
             connection.close()
         finally:
@@ -192,21 +201,11 @@ def test_a_nats_server_whose_port_was_taken_meanwhile_starts_on_a_fresh_one(
     # As for the RabbitMQ node above: the first pick is a port this test holds.
     from tests.support import nats
 
-    picks: list[list[int]] = []
-
-    def first_pick_taken(count: int, host: str) -> list[int]:
-        ports = [held.getsockname()[1]] if not picks else free_ports(count, host)
-        picks.append(ports)
-        return ports
-
-    with socket.socket() as held:
-        held.bind(("127.0.0.1", free_ports(1)[0]))
-        held.listen()
-        monkeypatch.setattr(nats, "free_ports", first_pick_taken)
+    with first_pick_held(monkeypatch, nats) as (held, picks):
         server = NatsServer()
         try:
             server.start()
-            assert len(picks) == 2 and server.port == picks[1][0] != held.getsockname()[1], picks
+            assert len(picks) == 2 and server.port == picks[1][0] != held, picks
             assert nats.PORT_TAKEN in server.log_path.read_text().lower()  # the first start failed on it
             with socket.create_connection(("127.0.0.1", server.port), timeout=5) as client:
                 assert client.recv(4).startswith(b"INFO")
