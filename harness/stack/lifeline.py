@@ -140,6 +140,11 @@ def raise_in_thread(ident: int, kind: type[BaseException], *, wait: float = 2.0)
     that lock with nothing in limbo. The lock is taken with a timeout (the signal
     handler that calls this may have interrupted its own thread holding it); after
     `wait` seconds it is raised regardless, as before.
+
+    One loss remains, which no caller can see: an exception that lands while the
+    thread runs a weakref callback or a `__del__` is reported as unraisable and
+    dropped. A run thread so missed finishes its run; the next run it starts finds
+    the main thread's fired flag (RunGuard.__enter__) and does not start.
     """
     deadline = time.monotonic() + wait
     lock = threading._active_limbo_lock  # type: ignore[attr-defined]

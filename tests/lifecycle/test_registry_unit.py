@@ -273,11 +273,17 @@ def test_waiting_for_futures_ends_when_all_are_done_or_one_raised() -> None:
         assert all(future.done() for future in done)
 
 
-def test_an_interrupt_never_lands_in_a_thread_being_started() -> None:
+def test_an_interrupt_never_lands_in_a_thread_being_started(monkeypatch: pytest.MonkeyPatch) -> None:
     # A run's thread that starts another one: raised by ident at the wrong moment, the
     # exception went to the new thread, which died unstarted, and the starter hung in
     # Thread.start() (about one time in eight in this loop before raise_in_thread
     # waited for threading's limbo to be empty).
+    #
+    # Another way an exception raised by ident is lost, which this test does not judge:
+    # it lands while the thread runs a weakref callback (here threading's WeakSet of
+    # threads, as a finished helper is freed), and the interpreter reports it as
+    # unraisable and goes on (a suite run: 1 starter in 120). Such a starter is not
+    # hung in start(): it is told again, and only one still alive then counts.
     import threading
     import time
 
@@ -286,6 +292,9 @@ def test_an_interrupt_never_lands_in_a_thread_being_started() -> None:
     class Stop(Exception):
         pass
 
+    swallowed: list[int] = []
+    monkeypatch.setattr(sys, "unraisablehook", lambda unraisable: swallowed.append(
+        isinstance(unraisable.exc_value, Stop)))
     hung = 0
     for _ in range(120):
         ready = threading.Event()
@@ -307,6 +316,13 @@ def test_an_interrupt_never_lands_in_a_thread_being_started() -> None:
         assert thread.ident is not None
         raise_in_thread(thread.ident, Stop)
         thread.join(2)
+        for _ in range(3):
+            if not (thread.is_alive() and any(swallowed)):
+                break
+            swallowed.clear()
+            raise_in_thread(thread.ident, Stop)
+            thread.join(2)
+        swallowed.clear()
         hung += thread.is_alive()
     assert hung == 0
 
