@@ -232,6 +232,19 @@ def only_run(runs: Path, before: set[Path]) -> Path:
 FEW_ACKNOWLEDGED = ("--min-acknowledged", "5")
 
 
+def assert_judged_on_the_workers_records(returncode: int, run_dir: Path, output: str) -> None:
+    """The verdict of a run whose records came from its workers: PASS (exit 0), or
+    INCONCLUSIVE (exit 3) only because a promised path went unexercised (a busy machine's
+    4 s of load once made 83 operations, none of them a tenant attempt), never for too
+    few acknowledged operations; either way nothing violated and at least 5
+    acknowledged, so the records did reach the master."""
+    result = json.loads((run_dir / "result.json").read_text())
+    assert (returncode, result["verdict"]) in ((0, "pass"), (3, "inconclusive")), output
+    assert all(invariant["passed"] for invariant in result["invariants"]), output
+    assert all(reason.startswith("promised path ") for reason in result["inconclusive_reasons"]), output
+    assert result["jepsen"]["acknowledged"] >= 5, output
+
+
 @pytest.mark.slow
 def test_harness_run_with_local_workers_reaches_a_verdict(stack_dir: tuple[Path, dict[str, str]]) -> None:
     work, env = stack_dir
@@ -239,11 +252,9 @@ def test_harness_run_with_local_workers_reaches_a_verdict(stack_dir: tuple[Path,
     before = set(runs.iterdir()) if runs.exists() else set()
     result = run_harness("run", "mixed", "--workers", "2", "--users", "4", "--duration", "4s",
                          *FEW_ACKNOWLEDGED, cwd=work, env=env, timeout=300)
-    assert result.returncode == 0, result.stdout + result.stderr[-3000:]
-    assert result.stdout.startswith("PASS")
     run_dir = only_run(runs, before)
+    assert_judged_on_the_workers_records(result.returncode, run_dir, result.stdout + result.stderr[-3000:])
     assert len(list((run_dir / "histories").glob("*.jsonl"))) == 2
-    assert json.loads((run_dir / "result.json").read_text())["verdict"] == "pass"
 
 
 @pytest.mark.slow
@@ -267,10 +278,9 @@ def test_a_remote_worker_joins_a_run_over_tcp(stack_dir: tuple[Path, dict[str, s
         worker.wait(timeout=30)
     finally:
         stop_all([run, worker])
-    assert run.returncode == 0, out + err[-3000:]
     assert "waiting for 1 remote worker(s)" in err
     run_dir = only_run(runs, before)
+    assert_judged_on_the_workers_records(run.returncode, run_dir, out + err[-3000:])
     (history,) = (run_dir / "histories").glob("*.jsonl")
     assert history.name.startswith(f"w{worker.pid}h")  # the remote worker's records, on the master
     assert not list(elsewhere.rglob("*.jsonl"))  # and nothing written where the worker ran
-    assert json.loads((run_dir / "result.json").read_text())["verdict"] == "pass"
