@@ -9,9 +9,6 @@ Four pieces:
   SIGTERM, 130 for SIGINT, 129 for SIGHUP). Runs on other threads (the smoke job runs
   two side by side) are interrupted too: a signal reaches only the main thread, so
   the handler raises `Interrupted` asynchronously in every thread inside a `RunGuard`.
-  An `Interrupted` that lands while its thread runs a `__del__` or a weakref callback
-  is dropped by the interpreter (reported as unraisable): the block's unraisable hook
-  raises it in that thread again a moment later (`_redeliver`).
 - `Lifeline`: a pipe whose write end only this process holds. A child given the read
   end (the stack's supervisor) sees end-of-file the moment this process dies, however
   it dies, and shuts down.
@@ -83,40 +80,10 @@ def exit_code_for(interrupt: KeyboardInterrupt) -> int:
     return interrupt.exit_code if isinstance(interrupt, Interrupted) else 128 + signal.SIGINT
 
 
-REDELIVER_AFTER = 0.05  # seconds from a dropped interrupt to raising it again
-REDELIVER_TIMES = 40  # dropped interrupts raised again, at most, per interrupt_signals block
-
-
-def interrupt_kind(signum: int) -> type[Interrupted]:
-    """An `Interrupted` subclass that carries `signum`: the interpreter raises an
-    exception *class* in another thread, so the signal travels as a class attribute."""
-    return type(f"Interrupted{signal.Signals(signum).name}", (Interrupted,), {"default_signum": signum})
-
-
 @contextmanager
 def interrupt_signals(out: TextIO = sys.stderr) -> Iterator[None]:
-    """SIGINT, SIGTERM and SIGHUP raise `Interrupted` once; the previous handlers come back after.
-
-    A signal's handler runs between two bytecodes of the main thread, which may be
-    inside a `__del__` (seen: redis-py's `ConnectionPool.__del__`) or a weakref
-    callback; an exception raised there is reported as unraisable and dropped, and the
-    run went on to its end and exited 0 after a SIGTERM. So, inside the block, an
-    `Interrupted` reported as unraisable is raised again in its thread (`_redeliver`)."""
+    """SIGINT, SIGTERM and SIGHUP raise `Interrupted` once; the previous handlers come back after."""
     fired: list[int] = []  # local to this block: which signal started the shutdown
-    active = [True]  # until the block ends: a redelivery after it raises nothing
-    redelivered = [0]
-    previous_hook = sys.unraisablehook
-
-    def unraisable(info: Any) -> None:
-        error = info.exc_value
-        if fired and isinstance(error, Interrupted) and redelivered[0] < REDELIVER_TIMES:
-            redelivered[0] += 1
-            timer = threading.Timer(REDELIVER_AFTER, _redeliver,
-                                    (threading.current_thread(), interrupt_kind(error.signum), active))
-            timer.daemon = True
-            timer.start()
-            return
-        previous_hook(info)
 
     def handler(signum: int, frame: FrameType | None) -> None:
         if fired:
@@ -133,30 +100,19 @@ def interrupt_signals(out: TextIO = sys.stderr) -> Iterator[None]:
     previous = {signum: signal.getsignal(signum) for signum in HANDLED_SIGNALS}
     for signum in HANDLED_SIGNALS:
         signal.signal(signum, handler)
-    sys.unraisablehook = unraisable
     try:
         yield
     finally:
-        active[0] = False
-        if sys.unraisablehook is unraisable:
-            sys.unraisablehook = previous_hook
         setattr(threading.main_thread(), FIRED_ATTRIBUTE, None)
         for signum, old in previous.items():
             signal.signal(signum, old if old is not None else signal.SIG_DFL)
 
 
-def _redeliver(thread: threading.Thread, kind: type[Interrupted], active: list[bool]) -> None:
-    """Raise `kind` again in `thread`, whose interrupt was dropped: the main thread while
-    its interrupt_signals block lasts, another thread while it still runs a run."""
-    if not active[0] or thread.ident is None or not thread.is_alive():
-        return
-    if thread is threading.main_thread() or getattr(thread, GUARD_ATTRIBUTE, None) is not None:
-        raise_in_thread(thread.ident, kind)
-
-
 def interrupt_run_threads(signum: int) -> list[str]:
     """Raise `Interrupted` in every other thread that is running a run; their names."""
-    kind = interrupt_kind(signum)
+    # The interpreter raises an exception *class* in the target thread, so the signal
+    # travels as a class attribute.
+    kind = type(f"Interrupted{signal.Signals(signum).name}", (Interrupted,), {"default_signum": signum})
     names = []
     for thread in threading.enumerate():
         if thread is threading.current_thread() or thread.ident is None:
@@ -185,8 +141,10 @@ def raise_in_thread(ident: int, kind: type[BaseException], *, wait: float = 2.0)
     handler that calls this may have interrupted its own thread holding it); after
     `wait` seconds it is raised regardless, as before.
 
-    An exception that lands while the thread runs a weakref callback or a `__del__` is
-    reported as unraisable and dropped; inside `interrupt_signals` it is raised again.
+    One loss remains, which no caller can see: an exception that lands while the
+    thread runs a weakref callback or a `__del__` is reported as unraisable and
+    dropped. A run thread so missed finishes its run; the next run it starts finds
+    the main thread's fired flag (RunGuard.__enter__) and does not start.
     """
     deadline = time.monotonic() + wait
     lock = threading._active_limbo_lock  # type: ignore[attr-defined]

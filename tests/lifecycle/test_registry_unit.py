@@ -133,65 +133,6 @@ def test_signals_map_to_exit_codes() -> None:
     assert signal.getsignal(signal.SIGTERM) == before
 
 
-def test_a_signal_handled_inside_a_del_still_interrupts_the_main_thread() -> None:
-    """The handler runs between two bytecodes, here inside a `__del__`: its Interrupted
-    is dropped there (reported as unraisable). A SIGTERM so lost let a run go on to its
-    end and exit 0 (seen: a fresh-clone run, the handler inside redis-py's
-    ConnectionPool.__del__); the block raises it again in the main thread."""
-
-    class SignalledWhileFreed:
-        def __del__(self) -> None:
-            signal.raise_signal(signal.SIGTERM)  # the handler runs before this returns
-
-    started = time.monotonic()
-    with pytest.raises(Interrupted) as caught, interrupt_signals():
-        SignalledWhileFreed()  # freed at once, in this thread
-        while time.monotonic() - started < 5:
-            time.sleep(0.01)
-    assert caught.value.signum == signal.SIGTERM
-    assert time.monotonic() - started < 4, "the interrupt came only with the loop's end"
-
-
-def test_an_interrupt_dropped_in_a_run_thread_is_raised_there_again(tmp_path: Path) -> None:
-    """The handler raises Interrupted in a run's thread (interrupt_run_threads), which may
-    be running a weakref callback or a `__del__` right then: dropped there, it is raised
-    in that thread again."""
-    import threading
-
-    from harness.stack.lifeline import RunGuard, interrupt_kind
-
-    inside, drop, stopped = threading.Event(), threading.Event(), threading.Event()
-
-    class Dropping:
-        def __del__(self) -> None:
-            raise interrupt_kind(signal.SIGTERM)()  # where the handler's exception landed
-
-    def run() -> None:
-        try:
-            with RunGuard(tmp_path, janitor=False):
-                inside.set()
-                deadline = time.monotonic() + 5
-                while time.monotonic() < deadline:
-                    time.sleep(0.01)
-                    if drop.is_set():
-                        drop.clear()
-                        Dropping()  # freed at once, in this thread
-        except Interrupted:
-            stopped.set()
-
-    thread = threading.Thread(target=run)
-    with interrupt_signals():
-        thread.start()
-        assert inside.wait(5)
-        # The signal, with the run thread's interrupt left out: it is the dropped one.
-        with pytest.MonkeyPatch.context() as patch, pytest.raises(Interrupted):
-            patch.setattr("harness.stack.lifeline.interrupt_run_threads", lambda signum: [])
-            signal.raise_signal(signal.SIGTERM)
-        drop.set()
-        assert stopped.wait(3), "the dropped interrupt was not raised again in the run's thread"
-    thread.join(10)
-
-
 def test_a_run_that_fails_half_way_leaves_the_rest_to_its_janitor(tmp_path: Path, toxiproxy: str) -> None:
     from harness.errors import HarnessError
     from harness.stack.lifeline import RunGuard
