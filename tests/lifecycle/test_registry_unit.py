@@ -292,7 +292,7 @@ def test_an_interrupt_never_lands_in_a_thread_being_started(monkeypatch: pytest.
     class Stop(Exception):
         pass
 
-    swallowed: list[int] = []
+    swallowed: list[bool] = []  # per unraisable exception: was it a Stop
     monkeypatch.setattr(sys, "unraisablehook", lambda unraisable: swallowed.append(
         isinstance(unraisable.exc_value, Stop)))
     hung = 0

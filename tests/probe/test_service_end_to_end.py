@@ -27,6 +27,7 @@ import requests
 from probe_helpers import ROOT
 
 from harness.cli.main import main
+from harness.history import history_files, iter_operations
 from harness.probe.config import load_config
 from harness.probe.runner import ProbeSpec, run_probe
 from harness.process_handle import pid_alive
@@ -240,22 +241,17 @@ def test_nothing_the_probe_started_outlives_it(tmp_path: Path, redis_server: Red
 KILL_RUNS = 3  # probes at most, each on a fresh database, until a kill lands mid-request
 
 
-def _kill_provoked(run_dir: Path, database: Path | None) -> bool:
+def _kill_provoked(run_dir: Path, database: Path | None, last_kill: float) -> bool:
     """Whether the run's kills reached the bug they are there for. On disk: a claim the
     kill left behind, state `in_flight` in the service's database after the probe (which
     stops the service with SIGTERM: aiohttp lets a running request end, so no claim is
-    left by the stop). In memory: a payment acknowledged before the last kill, which
-    the restart forgot."""
+    left by the stop). In memory: a payment acknowledged before the last kill (its
+    start, `last_kill`), which the restart forgot."""
     if database is not None:
         with sqlite3.connect(database) as db:
             return bool(db.execute("SELECT count(*) FROM idempotency WHERE state = 'in_flight'").fetchone()[0])
-    last_kill = max(json.loads(line)["start"] for line in (run_dir / "faults.jsonl").read_text().splitlines())
-    for path in (run_dir / "history").glob("*.jsonl"):
-        for line in path.read_text().splitlines():
-            record = json.loads(line) if line.strip() else {}
-            if record.get("type") == "ok" and record.get("time", last_kill) < last_kill:
-                return True
-    return False
+    return any(op["type"] == "ok" and op["complete_time"] < last_kill
+               for op in iter_operations(history_files(run_dir / "history")))
 
 
 @pytest.mark.parametrize("database, caught_by", [(":memory:", "acknowledged_not_lost"),
@@ -298,7 +294,8 @@ def test_a_kill_of_the_service_finds_what_a_restart_forgets_or_leaves_stuck(
         kills = [json.loads(line) for line in (run_dir / "faults.jsonl").read_text().splitlines()]
         assert len(kills) == 2 and all(kill["action"] == "kill" and kill["error"] is None for kill in kills)
         failed = {inv.name for inv in result.check.invariants if not inv.passed}
-        if _kill_provoked(run_dir, workdir / database if database != ":memory:" else None):
+        if _kill_provoked(run_dir, workdir / database if database != ":memory:" else None,
+                          last_kill=max(kill["start"] for kill in kills)):
             assert caught_by in failed, result.summary()
             return
         missed.append(result.summary())
