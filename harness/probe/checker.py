@@ -89,6 +89,18 @@ class InvariantResult:
             self.violations.append({"message": message, "evidence": evidence})
 
 
+@dataclass(frozen=True)
+class Advice:
+    """A practice the service does not follow that neither money nor a client's retry
+    depends on (a SHOULD of the draft, a provider's recommendation): reported on the
+    summary line, in result.json, report.html and junit.xml, never a failure unless the
+    run is strict."""
+
+    rule: str  # the conformance row or invariant it comes from, e.g. "missing-400"
+    level: str  # the row's level: SHOULD, practice, provider docs, ...
+    message: str  # what was seen, with a count or an example
+
+
 @dataclass
 class ProbeCheck:
     """What the checker found; `to_dict` is result.json's core."""
@@ -97,6 +109,7 @@ class ProbeCheck:
     counts: dict[str, Any]
     verdict: str  # pass | fail | inconclusive
     inconclusive_reasons: list[str]
+    advice: list[Advice] = field(default_factory=list)
 
     @property
     def violations(self) -> list[dict[str, Any]]:
@@ -104,8 +117,20 @@ class ProbeCheck:
 
     def to_dict(self) -> dict[str, Any]:
         return {"verdict": self.verdict, "valid": self.verdict == "pass",
-                "inconclusive_reasons": list(self.inconclusive_reasons), "counts": self.counts,
+                "inconclusive_reasons": list(self.inconclusive_reasons),
+                "advice": [asdict(advice) for advice in self.advice], "counts": self.counts,
                 "invariants": [asdict(inv) for inv in self.invariants]}
+
+
+def verdict_of(invariants: Sequence[InvariantResult], reasons: Sequence[str]) -> str:
+    """The probe's one rule: `fail` when an invariant was violated, else `inconclusive`
+    when the run proved too little (a reason, or nothing judged at all), else `pass`.
+    Advice never enters it: it is what a service may improve, not what it broke."""
+    if any(not inv.passed for inv in invariants):
+        return "fail"
+    if reasons or not invariants:
+        return "inconclusive"
+    return "pass"
 
 
 def _evidence(op: Mapping[str, Any]) -> dict[str, Any]:
@@ -189,13 +214,8 @@ def check(operations: Iterable[Mapping[str, Any]], config: ProbeConfig, *,
     if acknowledged and ok_without_id == acknowledged:
         reasons.append("no 2xx answer carried a resource id where the config looks (endpoints[].id)")
     invariants = list(results.values())
-    if any(not inv.passed for inv in invariants):
-        verdict = "fail"
-    elif reasons:
-        verdict = "inconclusive"
-    else:
-        verdict = "pass"
-    return ProbeCheck(invariants=invariants, counts=counts, verdict=verdict, inconclusive_reasons=reasons)
+    return ProbeCheck(invariants=invariants, counts=counts, verdict=verdict_of(invariants, reasons),
+                      inconclusive_reasons=reasons)
 
 
 def _check_missing_key(op: Mapping[str, Any], endpoint: Endpoint, results: dict[str, InvariantResult]) -> None:

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote
 
-from harness.probe.checker import InvariantResult, ProbeCheck
+from harness.probe.checker import InvariantResult, ProbeCheck, verdict_of
 from harness.probe.config import ProbeConfig
 from harness.probe.provider.spec import ProviderSpec
 from harness.provider.records import ChargeRecord, LedgerRecord, RequestRecord, charges_per_business_key, to_dict
@@ -198,10 +198,9 @@ def combine_ledger(check: ProbeCheck, ledger: LedgerCheck) -> ProbeCheck:
     """The run's check with the ledger's invariants, counts and reasons, and the verdict again."""
     invariants = [*check.invariants, *ledger.invariants]
     reasons = [*check.inconclusive_reasons, *ledger.reasons]
-    verdict = ("fail" if any(not inv.passed for inv in invariants)
-               else "inconclusive" if reasons or not invariants else "pass")
-    return ProbeCheck(invariants=invariants, counts={**check.counts, **ledger.counts}, verdict=verdict,
-                      inconclusive_reasons=reasons)
+    return ProbeCheck(invariants=invariants, counts={**check.counts, **ledger.counts},
+                      verdict=verdict_of(invariants, reasons), inconclusive_reasons=reasons,
+                      advice=list(check.advice))
 
 
 def rows_to_dicts(rows: Sequence[LedgerRow]) -> list[dict[str, Any]]:

@@ -30,7 +30,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from harness.probe.checker import InvariantResult, ProbeCheck
+from harness.probe.checker import InvariantResult, ProbeCheck, verdict_of
 from harness.probe.messages.play import MessageOutcome
 
 MESSAGE_INVARIANTS: dict[str, str] = {
@@ -128,11 +128,6 @@ def combine(check: ProbeCheck, messages: MessageCheck, *, endpoints: bool = True
     verdict again; without endpoints, only the messages' (no request was made)."""
     invariants = [*(check.invariants if endpoints else []), *messages.invariants]
     reasons = [*(check.inconclusive_reasons if endpoints else []), *messages.reasons]
-    if any(not inv.passed for inv in invariants):
-        verdict = "fail"
-    elif reasons or not invariants:
-        verdict = "inconclusive"
-    else:
-        verdict = "pass"
-    return ProbeCheck(invariants=invariants, counts={**check.counts, **messages.counts}, verdict=verdict,
-                      inconclusive_reasons=reasons)
+    return ProbeCheck(invariants=invariants, counts={**check.counts, **messages.counts},
+                      verdict=verdict_of(invariants, reasons), inconclusive_reasons=reasons,
+                      advice=list(check.advice) if endpoints else [])

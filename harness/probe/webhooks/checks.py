@@ -34,7 +34,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.probe.checker import InvariantResult, ProbeCheck
+from harness.probe.checker import InvariantResult, ProbeCheck, verdict_of
 from harness.probe.config import WebhookEndpoint
 from harness.probe.webhooks.play import WebhookOutcome
 
@@ -181,15 +181,11 @@ def combine(check: ProbeCheck, webhooks: WebhookCheck, *, keep: bool) -> ProbeCh
     deliveries beside the requests (`statuses`)."""
     invariants = [*(check.invariants if keep else []), *webhooks.invariants]
     reasons = [*(check.inconclusive_reasons if keep else []), *webhooks.reasons]
-    if any(not inv.passed for inv in invariants):
-        verdict = "fail"
-    elif reasons or not invariants:
-        verdict = "inconclusive"
-    else:
-        verdict = "pass"
+    verdict = verdict_of(invariants, reasons)
     counts = {**check.counts, **{k: v for k, v in webhooks.counts.items() if k != "statuses"},
               "statuses": {**(check.counts.get("statuses") or {}), **webhooks.counts["statuses"]}}
     if not keep:
         counts.update(operations=webhooks.counts["deliveries"], acknowledged=webhooks.counts["deliveries_acknowledged"],
                       duplicated_keys=sum(1 for fact in webhooks.facts if len(fact.kinds) > 1 and not fact.must_refuse))
-    return ProbeCheck(invariants=invariants, counts=counts, verdict=verdict, inconclusive_reasons=reasons)
+    return ProbeCheck(invariants=invariants, counts=counts, verdict=verdict, inconclusive_reasons=reasons,
+                      advice=list(check.advice) if keep else [])
