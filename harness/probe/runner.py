@@ -177,7 +177,8 @@ def run_probe(spec: ProbeSpec) -> ProbeResult:
     # effects: the rig is left only after them.
     with (ProbeRig(config, run_dir, upstream=upstream, toxiproxy_url=spec.toxiproxy_url) as rig,
           MessagePlay(config.messages, run_dir, seed=config.load.seed, duration=config.load.duration) as play,
-          WebhookPlay(config.webhooks, run_dir, seed=config.load.seed, duration=config.load.duration) as hooks):
+          WebhookPlay(config.webhooks, run_dir, seed=config.load.seed, duration=config.load.duration,
+                      on_event=rig.provider.adopt_event if rig.provider is not None else None) as hooks):
         windows = probe_windows(plan, config.load.duration, rig.targets) if plan is not None else []
         windows = bind_provider_faults(windows, rig.provider.control() if rig.provider is not None else None)
         _load(spec, run_dir, rig, windows, play, hooks)

@@ -30,6 +30,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from harness.provider.calls import Call
 from harness.provider.errors import ApiError, ProviderError, invalid
 from harness.provider.faults import FaultRule, Faults
 from harness.provider.forms import FormError, canonical, decode
@@ -45,7 +46,7 @@ from harness.provider.idempotency import (
 from harness.provider.ledger import Ledger
 from harness.provider.objects import API_VERSION
 from harness.provider.records import RequestInfo, RequestRecord, to_dict
-from harness.provider.routes import OPERATIONS, Call, find_route
+from harness.provider.routes import OPERATIONS, find_route
 
 CONTROL_PREFIX = "/_harness/"
 _KEY = re.compile(r"^(sk|rk)_test_[A-Za-z0-9_]{1,240}$")

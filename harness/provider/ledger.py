@@ -31,6 +31,7 @@ from harness.provider.errors import ApiError, invalid, missing
 from harness.provider.objects import API_VERSION, Charge, PaymentIntent, Refund
 from harness.provider.params import unexpected_state
 from harness.provider.records import DeliveryRecord, LedgerRecord, RequestInfo, RequestRecord
+from harness.provider.store import ObjectStore
 from harness.webhooks.events import Event, EventMaker, EventTemplate
 from harness.webhooks.schemes.stripe import SCHEME
 
@@ -60,6 +61,11 @@ class Ledger:
         self.requests: list[RequestRecord] = []
         self.deliveries: list[DeliveryRecord] = []
         self.listeners: list[Callable[[Event], None]] = []
+        # Customers, checkout sessions, balance transactions, the account and the objects
+        # adopted from webhook events (harness.provider.store); its own seed, so the ids of
+        # the money-moving objects per seed are what they were before it existed.
+        self.store = ObjectStore()
+        self.account_id = "acct_" + "".join(random.Random(seed + 2).choice(_ALPHABET) for _ in range(16))
 
     # --- ids and time -----------------------------------------------------------------
 
@@ -100,25 +106,71 @@ class Ledger:
             raise missing("event", ident)
         return found
 
+    def stored_object(self, object_type: str, ident: str, param: str = "id") -> dict[str, Any]:
+        """A JSON object of the store (a customer, an adopted object, ...); 404 when unknown."""
+        with self.lock:
+            found = self.store.get(object_type, ident)
+        if found is None:
+            raise missing(object_type, ident, param)
+        return found
+
+    def find_json(self, ident: str) -> dict[str, Any] | None:
+        """Any object by id, as the API answers it (what `expand` puts in place of an id)."""
+        with self.lock:
+            if ident in self.intents:
+                return self.intents[ident].to_api()
+            if ident in self.charges:
+                return self.charges[ident].to_api()
+            if ident in self.refunds:
+                return self.refunds[ident].to_api()
+            return self.store.find(ident)
+
+    def adopt_event_objects(self, body: Any) -> int:
+        """Keep what a webhook event made elsewhere names (the event itself and its
+        `data.object`), so a receiver that fetches them gets them; how many were new.
+        Objects the ledger made itself are never replaced."""
+        with self.lock:
+            kept = 0
+            if isinstance(body, dict) and isinstance(body.get("id"), str) and body["id"] not in self._events_by_id:
+                kept += self.store.adopt(body)
+            data = body.get("data") if isinstance(body, dict) else None
+            obj = data.get("object") if isinstance(data, dict) else None
+            if isinstance(obj, dict) and self.find_json(str(obj.get("id"))) is None:
+                kept += self.store.adopt(obj)
+            return kept
+
     # --- rendering ----------------------------------------------------------------------
 
     def intent_json(self, intent: PaymentIntent, expand: frozenset[str] = frozenset()) -> dict[str, Any]:
         with self.lock:
-            charge = None
-            if "latest_charge" in expand and intent.latest_charge:
-                charge = self.charges[intent.latest_charge].to_api()
-            return intent.to_api(latest_charge=charge)
+            return self.expanded(intent.to_api(), expand)
 
     def charge_json(self, charge: Charge, expand: frozenset[str] = frozenset()) -> dict[str, Any]:
         with self.lock:
-            intent = self.intents[charge.payment_intent].to_api() if "payment_intent" in expand else None
-            return charge.to_api(payment_intent=intent)
+            return self.expanded(charge.to_api(), expand)
 
     def refund_json(self, refund: Refund, expand: frozenset[str] = frozenset()) -> dict[str, Any]:
         with self.lock:
-            charge = self.charges[refund.charge].to_api() if "charge" in expand else None
-            intent = self.intents[refund.payment_intent].to_api() if "payment_intent" in expand else None
-            return refund.to_api(charge=charge, payment_intent=intent)
+            return self.expanded(refund.to_api(), expand)
+
+    def expanded(self, obj: dict[str, Any], expand: frozenset[str] | tuple[str, ...]) -> dict[str, Any]:
+        """`obj` with each `expand` path (`latest_charge`, `latest_charge.balance_transaction`)
+        replaced by the object its id names, as Stripe's `expand[]` does; an id the provider
+        does not hold, or null, stays as it is. The paths were checked by the route."""
+        with self.lock:
+            for path in sorted(expand):
+                self._expand_path(obj, path.split("."))
+            return obj
+
+    def _expand_path(self, obj: dict[str, Any], names: list[str]) -> None:
+        value = obj.get(names[0])
+        if isinstance(value, str):
+            found = self.find_json(value)
+            if found is None:
+                return
+            obj[names[0]] = value = found
+        if isinstance(value, dict) and len(names) > 1:
+            self._expand_path(value, names[1:])
 
     # --- operations ---------------------------------------------------------------------
 
@@ -180,6 +232,8 @@ class Ledger:
             else:
                 charge.captured = True
                 charge.amount_captured = intent.amount
+                charge.balance_transaction = self._balance_transaction(charge.id, intent.amount, charge.currency,
+                                                                       "charge")
                 intent.status = "succeeded"
                 intent.amount_received = intent.amount
                 self._emit("charge.succeeded", charge.to_api(), charge.id, request)
@@ -221,6 +275,7 @@ class Ledger:
             charge = self.charges[intent.latest_charge]
             charge.captured = True
             charge.amount_captured = amount
+            charge.balance_transaction = self._balance_transaction(charge.id, amount, charge.currency, "charge")
             intent.amount_received = amount
             intent.amount_capturable = 0
             intent.status = "succeeded"
@@ -260,12 +315,23 @@ class Ledger:
             refund = Refund(id=self.new_id("re_"), charge=charge.id, payment_intent=charge.payment_intent,
                             amount=amount, currency=charge.currency, created=self.now(), metadata=metadata,
                             reason=reason, request=request)
+            refund.balance_transaction = self._balance_transaction(refund.id, -amount, refund.currency, "refund")
             self.refunds[refund.id] = refund
             charge.amount_refunded += amount
             charge.refunds.append(refund.id)
             self._emit("refund.created", refund.to_api(), refund.id, request)
             self._emit("charge.refunded", charge.to_api(), charge.id, request)
             return refund
+
+    def _balance_transaction(self, source: str, amount: int, currency: str, kind: str) -> str:
+        """The balance transaction of money that moved (a capture, a refund: negative); no fees."""
+        created = self.now()
+        ident = self.new_id("txn_")
+        self.store.put({"id": ident, "object": "balance_transaction", "amount": amount, "available_on": created,
+                        "created": created, "currency": currency, "description": None, "exchange_rate": None,
+                        "fee": 0, "fee_details": [], "net": amount, "reporting_category": kind, "source": source,
+                        "status": "available", "type": kind})
+        return ident
 
     # --- the record -----------------------------------------------------------------------
 

@@ -3,8 +3,8 @@
 Each is a mutable dataclass the ledger changes under its lock; `to_api()` renders the
 object as Stripe's API answers it (`id`, `object`, integer amounts in the currency's
 minor unit, `created` in Unix seconds, `livemode: false`, `metadata` as strings), with
-the fields a checkout integration reads. Related objects are ids unless expanded
-(`expand[]=latest_charge`, ...): the caller passes the expanded object's JSON in.
+the fields a checkout integration reads. Related objects are ids; the ledger puts the objects in
+place of the ids a request's `expand[]` names (`Ledger.expanded`).
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ class PaymentIntent:
     cancellation_reason: str | None = None
     charges: list[str] = field(default_factory=list)
 
-    def to_api(self, latest_charge: dict[str, Any] | None = None) -> dict[str, Any]:
+    def to_api(self) -> dict[str, Any]:
         return {
             "id": self.id, "object": "payment_intent", "amount": self.amount,
             "amount_capturable": self.amount_capturable, "amount_details": {"tip": {}},
@@ -58,7 +58,7 @@ class PaymentIntent:
             "client_secret": self.client_secret, "confirmation_method": "automatic", "created": self.created,
             "currency": self.currency, "customer": None, "description": self.description,
             "last_payment_error": self.last_payment_error,
-            "latest_charge": latest_charge if latest_charge is not None else self.latest_charge,
+            "latest_charge": self.latest_charge,
             "livemode": False, "metadata": dict(self.metadata), "next_action": self.next_action,
             "on_behalf_of": None, "payment_method": self.payment_method,
             "payment_method_options": {"card": {"request_three_d_secure": "automatic"}},
@@ -90,6 +90,8 @@ class Charge:
     failure_message: str | None = None
     decline_code: str | None = None
     refunds: list[str] = field(default_factory=list)
+    balance_transaction: str | None = None  # made when captured (harness.provider.ledger)
+    description: str | None = None
 
     @property
     def refunded(self) -> bool:
@@ -114,15 +116,15 @@ class Charge:
                             payment_method=self.payment_method, state=self.state, failure_code=self.failure_code,
                             created=self.created, request=self.request)
 
-    def to_api(self, payment_intent: dict[str, Any] | None = None) -> dict[str, Any]:
+    def to_api(self) -> dict[str, Any]:
         succeeded = self.status == "succeeded"
         return {
             "id": self.id, "object": "charge", "amount": self.amount, "amount_captured": self.amount_captured,
             "amount_refunded": self.amount_refunded + (self.amount if self.released else 0),
-            "application": None, "application_fee_amount": None, "balance_transaction": None,
-            "billing_details": {"address": None, "email": None, "name": None, "phone": None},
+            "application": None, "application_fee_amount": None,
+            "balance_transaction": self.balance_transaction, "billing_details": {"address": None, "email": None, "name": None, "phone": None},
             "captured": self.captured, "created": self.created, "currency": self.currency, "customer": None,
-            "description": None, "disputed": False, "failure_code": self.failure_code,
+            "description": self.description, "disputed": False, "failure_code": self.failure_code,
             "failure_message": self.failure_message, "livemode": False, "metadata": dict(self.metadata),
             "outcome": {
                 "network_status": "approved_by_network" if succeeded else "declined_by_network",
@@ -132,8 +134,7 @@ class Charge:
                 "type": "authorized" if succeeded else "issuer_declined",
             },
             "paid": succeeded,
-            "payment_intent": payment_intent if payment_intent is not None else self.payment_intent,
-            "payment_method": self.payment_method,
+            "payment_intent": self.payment_intent, "payment_method": self.payment_method,
             "payment_method_details": {"type": "card", "card": {"brand": self.brand, "last4": self.last4,
                                                                 "country": "US", "funding": "credit"}},
             "receipt_url": None, "refunded": self.refunded, "status": self.status,
@@ -151,19 +152,20 @@ class Refund:
     metadata: dict[str, str]
     reason: str | None
     request: RequestInfo
+    balance_transaction: str | None = None
 
     def record(self) -> RefundRecord:
         return RefundRecord(id=self.id, charge=self.charge, payment_intent=self.payment_intent, amount=self.amount,
                             currency=self.currency, metadata=dict(self.metadata), created=self.created,
                             request=self.request)
 
-    def to_api(self, charge: dict[str, Any] | None = None,
-               payment_intent: dict[str, Any] | None = None) -> dict[str, Any]:
+    def to_api(self) -> dict[str, Any]:
         return {
-            "id": self.id, "object": "refund", "amount": self.amount, "balance_transaction": None,
-            "charge": charge if charge is not None else self.charge, "created": self.created,
+            "id": self.id, "object": "refund", "amount": self.amount,
+            "balance_transaction": self.balance_transaction,
+            "charge": self.charge, "created": self.created,
             "currency": self.currency, "metadata": dict(self.metadata),
-            "payment_intent": payment_intent if payment_intent is not None else self.payment_intent,
+            "payment_intent": self.payment_intent,
             "reason": self.reason, "receipt_number": None, "source_transfer_reversal": None,
             "status": "succeeded", "transfer_reversal": None,
         }

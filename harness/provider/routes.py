@@ -7,8 +7,12 @@ and returns the `run` step, which changes the ledger and returns the answer's JS
 The split is what lets the idempotency layer store exactly the requests that began
 executing, as Stripe does.
 
-Endpoints: PaymentIntents (create, retrieve, list, search, confirm, capture, cancel),
-Charges (retrieve, list), Refunds (create, retrieve, list), Events (retrieve, list).
+Endpoints: PaymentIntents (create, retrieve, update, list, search, confirm, capture, cancel),
+Charges (retrieve, update, list), Refunds (create, retrieve, list), Events (retrieve, list),
+and those of harness.provider.resources (the account, Customers, Checkout Sessions,
+Balance Transactions, objects adopted from webhook events). A retrieve answers for an
+object a webhook event named (`Ledger.adopt_event_objects`) when the ledger has none of
+its own by that id; `expand[]` puts objects in place of ids (`Ledger.expanded`).
 Search takes the subset of Stripe's query language a payment flow needs (docs/provider.md):
 clauses `metadata['key']:'value'`, `status:'succeeded'`, `currency:'eur'`, `amount:1000`
 joined by `AND`.
@@ -17,17 +21,15 @@ joined by `AND`.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
+from harness.provider import resources
+from harness.provider.calls import Call, Run, list_answer, list_expand, paging
 from harness.provider.cards import card_named
 from harness.provider.errors import invalid
-from harness.provider.ledger import Ledger
 from harness.provider.params import Params
-from harness.provider.records import RequestInfo
-
-Run = Callable[[], dict[str, Any]]
 
 # Parameters Stripe takes that the provider accepts and ignores (documented in docs/provider.md).
 _IGNORED_INTENT = ("automatic_payment_methods", "customer", "receipt_email", "statement_descriptor",
@@ -40,14 +42,10 @@ _IGNORED_CONFIRM = ("return_url", "off_session", "error_on_requires_action", "us
                     "payment_method_types")
 _IGNORED_REFUND = ("refund_application_fee", "reverse_transfer", "instructions_email")
 CAPTURE_METHODS = ("automatic", "automatic_async", "manual")
-
-
-@dataclass(frozen=True)
-class Call:
-    ledger: Ledger
-    params: dict[str, Any]
-    path_args: tuple[str, ...]
-    request: RequestInfo
+# What `expand[]` may name on each object (dotted: through an expanded object).
+INTENT_EXPAND = ("latest_charge", "latest_charge.balance_transaction")
+CHARGE_EXPAND = ("balance_transaction", "payment_intent", "payment_intent.latest_charge", "refunds")
+REFUND_EXPAND = ("balance_transaction", "charge", "charge.balance_transaction", "payment_intent")
 
 
 @dataclass(frozen=True)
@@ -79,7 +77,7 @@ def create_intent(call: Call) -> Run:
     capture_method = params.string("capture_method", choices=CAPTURE_METHODS) or "automatic"
     metadata = params.metadata()
     description = params.string("description")
-    expand = params.expand(("latest_charge",))
+    expand = params.expand(INTENT_EXPAND)
     params.finish()
     if confirm and card is None:
         raise invalid("You cannot confirm this PaymentIntent because it's missing a payment method. "
@@ -97,17 +95,47 @@ def create_intent(call: Call) -> Run:
 
 def retrieve_intent(call: Call) -> Run:
     params = Params(call.params, ignored=("client_secret",))
-    expand = params.expand(("latest_charge",))
+    expand = params.expand(INTENT_EXPAND)
     params.finish()
+    adopted = _adopted(call, "payment_intent", call.ledger.intents)
+    if adopted is not None:
+        return lambda: call.ledger.expanded(adopted, expand)
     intent = call.ledger.intent(call.path_args[0])
     return lambda: call.ledger.intent_json(intent, expand)
+
+
+def update_intent(call: Call) -> Run:
+    params = Params(call.params, ignored=_IGNORED_INTENT)
+    description = params.string("description")
+    metadata = params.value("metadata")
+    params.metadata()  # the shape; merged below with Stripe's unset-by-empty rule
+    expand = params.expand(INTENT_EXPAND)
+    params.finish()
+    intent = call.ledger.intent(call.path_args[0])
+
+    def run() -> dict[str, Any]:
+        with call.ledger.lock:
+            intent.metadata = resources.merged_metadata(intent.metadata, metadata)
+            if description is not None:
+                intent.description = description
+            return call.ledger.intent_json(intent, expand)
+    return run
+
+
+def _adopted(call: Call, object_type: str, native: Mapping[str, object]) -> dict[str, Any] | None:
+    """The object a webhook event named (harness.provider.store), when the ledger has none of its own."""
+    ident = call.path_args[0]
+    with call.ledger.lock:
+        if ident in native:
+            return None
+        return call.ledger.store.get(object_type, ident)
 
 
 def confirm_intent(call: Call) -> Run:
     params = Params(call.params, ignored=_IGNORED_CONFIRM)
     card = _card(params)
     capture_method = params.string("capture_method", choices=CAPTURE_METHODS)
-    expand = params.expand(("latest_charge",))
+    expand = params.expand(INTENT_EXPAND)
     params.finish()
     intent = call.ledger.intent(call.path_args[0])
 
@@ -122,7 +150,7 @@ def capture_intent(call: Call) -> Run:
                                           "application_fee_amount", "final_capture"))
     amount = params.integer("amount_to_capture", minimum=1)
     metadata = params.metadata()
-    expand = params.expand(("latest_charge",))
+    expand = params.expand(INTENT_EXPAND)
     params.finish()
     intent = call.ledger.intent(call.path_args[0])
 
@@ -135,7 +163,7 @@ def cancel_intent(call: Call) -> Run:
     params = Params(call.params)
     reason = params.string("cancellation_reason",
                            choices=("duplicate", "fraudulent", "requested_by_customer", "abandoned"))
-    expand = params.expand(("latest_charge",))
+    expand = params.expand(INTENT_EXPAND)
     params.finish()
     intent = call.ledger.intent(call.path_args[0])
     return lambda: call.ledger.intent_json(call.ledger.cancel(intent, reason, call.request), expand)
@@ -143,15 +171,15 @@ def cancel_intent(call: Call) -> Run:
 
 def list_intents(call: Call) -> Run:
     params = Params(call.params, ignored=("customer", "created"))
-    page = _paging(params)
-    expand = _list_expand(params, ("latest_charge",))
+    page = paging(params)
+    expand = list_expand(params, INTENT_EXPAND)
     params.finish()
 
     def run() -> dict[str, Any]:
         with call.ledger.lock:
             intents = list(call.ledger.intents.values())[::-1]
             rows, more = page.cut(intents, [i.id for i in intents])
-            return _list("/v1/payment_intents", [call.ledger.intent_json(i, expand) for i in rows], more)
+            return list_answer("/v1/payment_intents", [call.ledger.intent_json(i, expand) for i in rows], more)
     return run
 
 
@@ -160,7 +188,7 @@ def search_intents(call: Call) -> Run:
     query = params.string("query", required=True)
     limit = params.limit()
     token = params.string("page")
-    expand = _list_expand(params, ("latest_charge",))
+    expand = list_expand(params, INTENT_EXPAND)
     params.finish()
     assert query is not None
     clauses = parse_query(query)
@@ -219,17 +247,39 @@ def parse_query(query: str) -> list[Clause]:
 
 def retrieve_charge(call: Call) -> Run:
     params = Params(call.params)
-    expand = params.expand(("payment_intent",))
+    expand = params.expand(CHARGE_EXPAND)
     params.finish()
+    adopted = _adopted(call, "charge", call.ledger.charges)
+    if adopted is not None:
+        return lambda: call.ledger.expanded(adopted, expand)
     charge = call.ledger.charge(call.path_args[0], "id")
     return lambda: call.ledger.charge_json(charge, expand)
+
+
+def update_charge(call: Call) -> Run:
+    params = Params(call.params, ignored=("fraud_details", "receipt_email", "shipping", "transfer_group",
+                                          "customer"))
+    description = params.string("description")
+    metadata = params.value("metadata")
+    params.metadata()
+    expand = params.expand(CHARGE_EXPAND)
+    params.finish()
+    charge = call.ledger.charge(call.path_args[0], "id")
+
+    def run() -> dict[str, Any]:
+        with call.ledger.lock:
+            charge.metadata = resources.merged_metadata(charge.metadata, metadata)
+            if description is not None:
+                charge.description = description
+            return call.ledger.charge_json(charge, expand)
+    return run
 
 
 def list_charges(call: Call) -> Run:
     params = Params(call.params, ignored=("customer", "created"))
     intent_id = params.string("payment_intent")
-    page = _paging(params)
-    expand = _list_expand(params, ("payment_intent",))
+    page = paging(params)
+    expand = list_expand(params, CHARGE_EXPAND)
     params.finish()
 
     def run() -> dict[str, Any]:
@@ -237,7 +287,7 @@ def list_charges(call: Call) -> Run:
             charges = [c for c in list(call.ledger.charges.values())[::-1]
                        if intent_id is None or c.payment_intent == intent_id]
             rows, more = page.cut(charges, [c.id for c in charges])
-            return _list("/v1/charges", [call.ledger.charge_json(c, expand) for c in rows], more)
+            return list_answer("/v1/charges", [call.ledger.charge_json(c, expand) for c in rows], more)
     return run
 
 
@@ -250,7 +300,7 @@ def create_refund(call: Call) -> Run:
     amount = params.integer("amount", minimum=1)
     reason = params.string("reason", choices=("duplicate", "fraudulent", "requested_by_customer"))
     metadata = params.metadata()
-    expand = params.expand(("charge", "payment_intent"))
+    expand = params.expand(REFUND_EXPAND)
     params.finish()
     if (intent_id is None) == (charge_id is None):
         raise invalid("One of the following params should be provided for this request: payment_intent or charge.",
@@ -273,8 +323,11 @@ def create_refund(call: Call) -> Run:
 
 def retrieve_refund(call: Call) -> Run:
     params = Params(call.params)
-    expand = params.expand(("charge", "payment_intent"))
+    expand = params.expand(REFUND_EXPAND)
     params.finish()
+    adopted = _adopted(call, "refund", call.ledger.refunds)
+    if adopted is not None:
+        return lambda: call.ledger.expanded(adopted, expand)
     refund = call.ledger.refund_named(call.path_args[0])
     return lambda: call.ledger.refund_json(refund, expand)
 
@@ -283,7 +336,7 @@ def list_refunds(call: Call) -> Run:
     params = Params(call.params, ignored=("created",))
     intent_id = params.string("payment_intent")
     charge_id = params.string("charge")
-    page = _paging(params)
+    page = paging(params)
     params.finish()
 
     def run() -> dict[str, Any]:
@@ -292,7 +345,7 @@ def list_refunds(call: Call) -> Run:
                        if (intent_id is None or r.payment_intent == intent_id)
                        and (charge_id is None or r.charge == charge_id)]
             rows, more = page.cut(refunds, [r.id for r in refunds])
-            return _list("/v1/refunds", [call.ledger.refund_json(r) for r in rows], more)
+            return list_answer("/v1/refunds", [call.ledger.refund_json(r) for r in rows], more)
     return run
 
 
@@ -300,6 +353,10 @@ def list_refunds(call: Call) -> Run:
 
 def retrieve_event(call: Call) -> Run:
     Params(call.params).finish()
+    with call.ledger.lock:
+        adopted = call.ledger.store.get("event", call.path_args[0])
+    if adopted is not None:  # an event the probe made (Ledger.adopt_event_objects)
+        return lambda: adopted
     stored = call.ledger.event(call.path_args[0])
     return lambda: dict(stored.event.data())
 
@@ -308,7 +365,7 @@ def list_events(call: Call) -> Run:
     params = Params(call.params, ignored=("created", "delivery_success"))
     single = params.string("type")
     many = params.value("types")
-    page = _paging(params)
+    page = paging(params)
     params.finish()
     wanted: set[str] | None = None
     if single is not None:
@@ -323,7 +380,7 @@ def list_events(call: Call) -> Run:
             events = [e for e in call.ledger.events[::-1]
                       if wanted is None or any(_type_matches(e.event.type, t) for t in wanted)]
             rows, more = page.cut(events, [e.event.id for e in events])
-            return _list("/v1/events", [e.event.data() for e in rows], more)
+            return list_answer("/v1/events", [e.event.data() for e in rows], more)
     return run
 
 
@@ -332,48 +389,10 @@ def _type_matches(event_type: str, wanted: str) -> bool:
     return re.fullmatch(re.escape(wanted).replace(r"\*", ".*"), event_type) is not None
 
 
-# --- lists ----------------------------------------------------------------------------------
-
-T = TypeVar("T")
-
-
-@dataclass(frozen=True)
-class Page:
-    limit: int
-    starting_after: str | None
-    ending_before: str | None
-
-    def cut(self, rows: Sequence[T], ids: Sequence[str]) -> tuple[list[T], bool]:
-        """Newest first (the order given); Stripe's cursor paging by object id (`ids`, one per row)."""
-        if self.starting_after is not None:
-            if self.starting_after not in ids:
-                raise invalid(f"No such object: '{self.starting_after}'", param="starting_after",
-                              code="resource_missing")
-            start = ids.index(self.starting_after) + 1
-            return list(rows[start:start + self.limit]), len(rows) > start + self.limit
-        if self.ending_before is not None:
-            if self.ending_before not in ids:
-                raise invalid(f"No such object: '{self.ending_before}'", param="ending_before",
-                              code="resource_missing")
-            end = ids.index(self.ending_before)
-            return list(rows[max(0, end - self.limit):end]), end - self.limit > 0
-        return list(rows[:self.limit]), len(rows) > self.limit
-
-
-def _paging(params: Params) -> Page:
-    return Page(params.limit(), params.string("starting_after"), params.string("ending_before"))
-
-
-def _list_expand(params: Params, allowed: Iterable[str]) -> frozenset[str]:
-    expanded = params.expand(tuple(f"data.{name}" for name in allowed))
-    return frozenset(name.removeprefix("data.") for name in expanded)
-
-
-def _list(url: str, data: list[dict[str, Any]], more: bool) -> dict[str, Any]:
-    return {"object": "list", "url": url, "has_more": more, "data": data}
-
-
-_ID = r"([A-Za-z0-9_]{1,255})"
+# An object id: Stripe's own are letters, digits and `_`; `-` is what `{uuid}` makes in a
+# probe's webhook events, so such an id is an unknown object (404 resource_missing), not an
+# unknown URL.
+_ID = r"([A-Za-z0-9_\-]{1,255})"
 
 
 def _route(method: str, path: str, operation: str, prepare: Callable[[Call], Run]) -> Route:
@@ -395,8 +414,27 @@ ROUTES: tuple[Route, ...] = (
     _route("GET", "/v1/refunds/{id}", "refunds.retrieve", retrieve_refund),
     _route("GET", "/v1/events", "events.list", list_events),
     _route("GET", "/v1/events/{id}", "events.retrieve", retrieve_event),
+    _route("POST", "/v1/payment_intents/{id}", "payment_intents.update", update_intent),
+    _route("POST", "/v1/charges/{id}", "charges.update", update_charge),
+    _route("GET", "/v1/account", "account.retrieve", resources.retrieve_account),
+    _route("GET", "/v1/accounts/{id}", "account.retrieve", resources.retrieve_account),
+    _route("POST", "/v1/customers", "customers.create", resources.create_customer),
+    _route("GET", "/v1/customers", "customers.list", resources.list_customers),
+    _route("GET", "/v1/customers/{id}", "customers.retrieve", resources.retrieve_customer),
+    _route("POST", "/v1/customers/{id}", "customers.update", resources.update_customer),
+    _route("DELETE", "/v1/customers/{id}", "customers.delete", resources.delete_customer),
+    _route("POST", "/v1/checkout/sessions", "checkout.sessions.create", resources.create_session),
+    _route("GET", "/v1/checkout/sessions", "checkout.sessions.list", resources.list_sessions),
+    _route("GET", "/v1/checkout/sessions/{id}", "checkout.sessions.retrieve", resources.retrieve_session),
+    _route("POST", "/v1/checkout/sessions/{id}/expire", "checkout.sessions.expire", resources.expire_session),
+    _route("GET", "/v1/balance_transactions", "balance_transactions.list", resources.list_balance_transactions),
+    _route("GET", "/v1/balance_transactions/{id}", "balance_transactions.retrieve",
+           resources.retrieve_balance_transaction),
+    # Last: any other collection the store holds adopted objects of (/v1/invoices/in_...).
+    Route("GET", re.compile(r"^/v1/([a-z_]{1,60}(?:/[a-z_]{1,60})?)/" + _ID + "$"), "objects.retrieve",
+          resources.retrieve_adopted),
 )
-OPERATIONS = tuple(route.operation for route in ROUTES)
+OPERATIONS = tuple(dict.fromkeys(route.operation for route in ROUTES))
 
 
 def find_route(method: str, path: str) -> tuple[Route, tuple[str, ...]] | None:

@@ -13,6 +13,9 @@ event id (Stripe documents that it sometimes makes two events for one change);
 `wrap(data, type)` an event around content the caller made (a payment provider's
 ledger objects), so the provider's webhooks are signed and delivered the same way.
 Ids and values come from the caller's seeded `random.Random`, so a run is repeatable.
+`on_event`, when given, is told every event made (before it is sent): how a payment
+provider run beside the probe learns the objects the probe's events name
+(harness.provider's `Ledger.adopt_event_objects`), so a receiver that fetches one gets it.
 """
 
 from __future__ import annotations
@@ -56,15 +59,19 @@ class Event:
         return json.loads(self.body)
 
 
+EventListener = Callable[[Event], None]
+
+
 class EventMaker:
     """Makes the events of one template for one scheme."""
 
     def __init__(self, scheme: Scheme, template: EventTemplate, rng: random.Random, *,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time, on_event: EventListener | None = None) -> None:
         self.scheme = scheme
         self.template = template
         self.rng = rng
         self.clock = clock
+        self.on_event = on_event
 
     def event(self, event_type: str | None = None) -> Event:
         """A new event about a new object (fresh generated values)."""
@@ -96,7 +103,10 @@ class EventMaker:
             if value is _MISSING:
                 raise EventError(f"fact: {self.template.fact} is not in the {self.scheme.name} event body")
             fact = value if isinstance(value, str) else json.dumps(value)
-        return Event(id=event_id, type=event_type, created=created, body=body, fact=fact)
+        event = Event(id=event_id, type=event_type, created=created, body=body, fact=fact)
+        if self.on_event is not None:
+            self.on_event(event)
+        return event
 
 
 _MISSING: Any = object()

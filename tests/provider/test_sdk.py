@@ -150,8 +150,9 @@ def test_errors_in_stripes_envelope(raw: Raw) -> None:
     assert no_card.json()["error"]["code"] == "resource_missing"
     tangled = raw.post("/v1/payment_intents", "amount=100&currency=eur&metadata=x&metadata[a]=b")
     assert tangled.status_code == 400 and tangled.json()["error"]["param"] == "metadata[a]"
-    route = raw.get("/v1/customers")
+    route = raw.get("/v1/subscriptions")
     assert route.status_code == 404 and route.json()["error"]["type"] == "invalid_request_error"
+    assert "code" not in route.json()["error"]
 
 
 @pytest.mark.parametrize("authorization", [None, "Bearer sk_live_abcdefgh12345", "Bearer pk_test_abcdef123",

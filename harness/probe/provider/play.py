@@ -14,6 +14,9 @@ entry's delivery kinds say (retries, concurrent copies, late duplicates, disorde
 
 `export()` reads the ledger (typed records) and writes it to `ledger.ndjson` in the run
 directory, the ground truth the ledger invariants judge (harness.probe.ledger_checks).
+`adopt_event(event)` keeps the objects a webhook event the probe made names (the probe's
+`webhooks:` rounds, harness.probe.webhooks.play), so a receiver that fetches the object
+it was told about from `{provider.url}` gets it, not a 404.
 `stop()` stops the provider; safe twice.
 """
 
@@ -26,6 +29,7 @@ from harness.provider.control import ProviderControl
 from harness.provider.outbox import Endpoint
 from harness.provider.records import LedgerRecord, write_ledger
 from harness.provider.server import EmbeddedProvider, ProviderConfig
+from harness.webhooks.events import Event
 
 LEDGER_FILE = "ledger.ndjson"
 HOST = "127.0.0.1"
@@ -64,6 +68,11 @@ class ProbeProvider:
         if self.server is None:
             raise RuntimeError("the provider is not started")
         return ProviderControl(self.server.url, self.spec.api_key)
+
+    def adopt_event(self, event: Event) -> None:
+        """The event's objects served by the provider (harness.provider's `Ledger.adopt_event_objects`)."""
+        if self.server is not None:
+            self.server.ledger.adopt_event_objects(event.data())
 
     def export(self) -> list[LedgerRecord]:
         """The ledger now, also written to the run directory's ledger.ndjson."""

@@ -60,7 +60,7 @@ from harness.webhooks.deliveries import (
     Delivery,
     DeliveryPlanner,
 )
-from harness.webhooks.events import Event, EventMaker
+from harness.webhooks.events import Event, EventListener, EventMaker
 from harness.webhooks.sender import Outcome, RetrySchedule, Sender, WebhookProvider
 
 OUTCOMES_FILE = "webhooks.jsonl"
@@ -159,8 +159,10 @@ def round_kinds(kinds: Sequence[str], rounds: int, rng: random.Random) -> list[s
 class _EntryPlay:
     """One entry's rounds on a dispatcher thread and a pool of workers."""
 
-    def __init__(self, entry: WebhookEndpoint, history_dir: Path, *, seed: int, salt: str, duration: float) -> None:
+    def __init__(self, entry: WebhookEndpoint, history_dir: Path, *, seed: int, salt: str, duration: float,
+                 on_event: EventListener | None = None) -> None:
         self.entry = entry
+        self.on_event = on_event
         self.seed = seed
         self.salt = salt
         self.spread = duration * SPREAD_SHARE
@@ -182,7 +184,7 @@ class _EntryPlay:
         spec = self.entry.spec
         scheme = spec.signer()
         rng = random.Random(f"{self.seed}:{self.salt}:{spec.name}:{index}")
-        return WebhookProvider(EventMaker(scheme, spec.event, rng),
+        return WebhookProvider(EventMaker(scheme, spec.event, rng, on_event=self.on_event),
                                DeliveryPlanner(scheme, spec.secret, tolerance=spec.tolerance, rng=rng),
                                self.sender, schedule=SCHEDULE, late_after=LATE_AFTER)
 
@@ -252,11 +254,14 @@ class WebhookPlay:
     Without entries every step does nothing and `finish` returns None, so the runner calls
     the same steps whatever the config holds."""
 
-    def __init__(self, entries: Sequence[WebhookEndpoint], run_dir: Path, *, seed: int, duration: float) -> None:
+    def __init__(self, entries: Sequence[WebhookEndpoint], run_dir: Path, *, seed: int, duration: float,
+                 on_event: EventListener | None = None) -> None:
+        """`on_event` is told every event made (harness.webhooks.events): the run's payment
+        provider adopts their objects (harness.probe.provider.play.ProbeProvider.adopt_event)."""
         self.entries = tuple(entries)
         self.run_dir = Path(run_dir)
         self.plays = [_EntryPlay(entry, self.run_dir / "history", seed=seed, salt=str(self.run_dir.resolve()),
-                                  duration=duration)
+                                  duration=duration, on_event=on_event)
                       for entry in self.entries]
 
     def __enter__(self) -> WebhookPlay:
