@@ -16,6 +16,9 @@ from typing import Any
 
 from harness.report.html import badge, card_table, faults_table, key_value_table, page, violations_section
 
+SEED_NOTE = ("the users' choices (kinds of duplicates, bodies, keys, backoff) and, with the plan's own seed, "
+             "the fault schedule; not how requests interleave nor where a kill lands in a request, so under "
+             "process faults one seed can FAIL once and PASS the next: a PASS there means 'not found'")
 STATUS_BADGE = {"pass": "pass", "fail": "fail", "not observed": "warn", "not checkable": "muted"}
 
 
@@ -49,6 +52,8 @@ def render_report(document: Mapping[str, Any]) -> str:
             ("identities", document.get("identities") or "one"),
             ("effect queries", counts.get("effect_queries", "none (no effects:)")),
             *((f"load.{k}", v) for k, v in (document.get("load") or {}).items()),
+            ("what the seed fixes", SEED_NOTE),
+            ("strict", "yes: SHOULD rows fail the run" if document.get("strict") else "no: SHOULD rows are advice"),
         ], numeric=False),
     ]
     return page(f"probe {verdict}: {document.get('upstream')}", "".join(parts))

@@ -62,6 +62,7 @@ def test_a_missing_key_answered_422_passes_with_the_advice_named(example_service
     assert 'failures="0"' in junit and 'name="advice.missing-400"' in junit and "<system-out>" in junit
     html = (tmp_path / "run/report.html").read_text()
     assert "<h2>Advice</h2>" in html and "missing-400" in html
+    assert "what the seed fixes" in html and "where a kill lands" in html  # docs/probe.md, the seed
 
 
 @pytest.mark.slow
