@@ -17,6 +17,11 @@ within the provider call both miss the lookup, and both charge. Everything else
 (fingerprint check, replay, 400 without a key) is done right, so the only bug is
 the race, which is exactly what concurrency and faults expose.
 
+`--missing-key-status 422` answers a request without the key the way FastAPI's and
+DRF's validation does (a correct service that misses the draft's SHOULD of 400: the
+probe passes it with advice); `--mismatch-status 403` refuses a key reused with
+another payload with a code none of the draft's errors is (its MUST: the probe fails it).
+
 fixed: claim the key first with an INSERT that the primary key makes atomic (a
 second request sees the claim: 409 while in flight, 422 for another payload, the
 stored answer once done), charge, then write the payment and the stored answer in
@@ -53,11 +58,14 @@ def problem(status: int, title: str, detail: str) -> web.Response:
 
 
 class PaymentsService:
-    def __init__(self, *, mode: str, database: str, work_ms: int) -> None:
+    def __init__(self, *, mode: str, database: str, work_ms: int, missing_key_status: int = 400,
+                 mismatch_status: int = 422) -> None:
         if mode not in ("naive", "fixed"):
             raise ValueError(f"mode must be naive or fixed, not {mode!r}")
         self.mode = mode
         self.work = work_ms / 1000.0
+        self.missing_key_status = missing_key_status
+        self.mismatch_status = mismatch_status
         # One connection, used from the event loop only: SQLite serializes writes,
         # and no statement here awaits, so each statement runs whole.
         self.db = sqlite3.connect(database, isolation_level=None)
@@ -107,7 +115,8 @@ class PaymentsService:
     async def create(self, request: web.Request) -> web.Response:
         key, raw, parsed = await self._parse(request)
         if not key:
-            return problem(400, "Idempotency-Key required", "POST /payments needs an Idempotency-Key header")
+            return problem(self.missing_key_status, "Idempotency-Key required",
+                           "POST /payments needs an Idempotency-Key header")
         if isinstance(parsed, web.Response):
             return parsed
         fingerprint = hashlib.sha256(raw).hexdigest()
@@ -120,7 +129,7 @@ class PaymentsService:
         row = self.db.execute("SELECT fingerprint, status, body FROM idempotency WHERE key = ?", (key,)).fetchone()
         if row is not None:
             if row[0] != fingerprint:
-                return problem(422, "Idempotency-Key reused", "the key was used with another payload")
+                return problem(self.mismatch_status, "Idempotency-Key reused", "the key was used with another payload")
             return self._replay(row[1], row[2])
         await self._charge()
         payment = self._insert_payment(key, body)
@@ -138,7 +147,7 @@ class PaymentsService:
             if row is None:  # released between the insert and the read: ask for a retry
                 return problem(409, "Request in progress", "retry shortly")
             if row[0] != fingerprint:
-                return problem(422, "Idempotency-Key reused", "the key was used with another payload")
+                return problem(self.mismatch_status, "Idempotency-Key reused", "the key was used with another payload")
             if row[1] == "in_flight":
                 response = problem(409, "Request in progress", "a request with this key is still running")
                 response.headers["Retry-After"] = "1"
@@ -178,8 +187,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--port", type=int, default=8081)
     parser.add_argument("--db", default=":memory:", help="SQLite file (default: in memory)")
     parser.add_argument("--work-ms", type=int, default=30, help="how long the provider call takes")
+    parser.add_argument("--missing-key-status", type=int, default=400, help="the answer to a request without the key")
+    parser.add_argument("--mismatch-status", type=int, default=422,
+                        help="the answer to a key reused with another payload")
     args = parser.parse_args(argv)
-    service = PaymentsService(mode=args.mode, database=args.db, work_ms=args.work_ms)
+    service = PaymentsService(mode=args.mode, database=args.db, work_ms=args.work_ms,
+                              missing_key_status=args.missing_key_status, mismatch_status=args.mismatch_status)
     web.run_app(service.app(), host=args.host, port=args.port, print=lambda *_: print(
         f"payments service ({args.mode}) on http://{args.host}:{args.port}", flush=True))
 

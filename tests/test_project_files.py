@@ -24,6 +24,17 @@ def test_the_readme_starts_with_setup_and_run_then_the_tests() -> None:
     assert _readme_commands() == ["make demo", "make test"]
 
 
+def test_the_readmes_first_screen_has_the_exit_code_table() -> None:
+    """One row per exit code, each with its verdict, within the README's first 40 lines,
+    and the codes are the ones the CLI uses (harness.exit_codes)."""
+    from harness.exit_codes import EXIT_HARNESS, VERDICT_EXIT_CODES
+
+    first_screen = (ROOT / "README.md").read_text().splitlines()[:40]
+    rows = {int(m[1]): m[2] for line in first_screen if (m := re.match(r"\| (\d) \| `?([A-Za-z]+)`? \|", line))}
+    expected = {code: verdict.upper() for verdict, code in VERDICT_EXIT_CODES.items()} | {EXIT_HARNESS: "error"}
+    assert rows == expected, rows
+
+
 def test_ci_runs_exactly_the_readme_test_command() -> None:
     script = (ROOT / ".ci" / "run").read_text()
     commands = [line.strip() for line in script.splitlines()

@@ -4,8 +4,9 @@
     harness probe --upstream 127.0.0.1:8000 --path /payments \\
         --body '{"amount_cents": "{int:1-999}", "currency": "EUR"}' --id-pointer /id
 
-Exit code: 0 pass, 1 an invariant was violated, 2 the harness failed or the input
-was bad, 3 inconclusive.
+Exit code: 0 pass (the draft's SHOULDs a service misses are printed as advice), 1 an
+invariant was violated (with --strict, a SHOULD row too), 2 the harness failed or
+the input was bad, 3 inconclusive.
 """
 
 from __future__ import annotations
@@ -41,6 +42,9 @@ def add_probe(subparsers: Subparsers) -> None:
     parser.add_argument("--seed", type=int, metavar="N", help="seed of the users' choices (overrides load.seed)")
     parser.add_argument("--min-acknowledged", type=non_negative_int, default=DEFAULT_MIN_ACKNOWLEDGED, metavar="N",
                         help="fewer 2xx answers make the run inconclusive")
+    parser.add_argument("--strict", action="store_true",
+                        help="the draft's SHOULD rows (e.g. 400 for a missing key) fail the run instead of being "
+                             "advice (as `strict: true` in the config)")
     simple = parser.add_argument_group("one endpoint without a config file")
     simple.add_argument("--path", help="URL path of the endpoint, e.g. /payments")
     simple.add_argument("--method", default="POST", help="HTTP method")
@@ -70,7 +74,7 @@ def handle_probe(args: argparse.Namespace) -> int:
     load = config.load
     load = replace(load, users=args.users or load.users, duration=args.duration or load.duration,
                    seed=load.seed if args.seed is None else args.seed)
-    config = replace(config, load=load)
+    config = replace(config, load=load, strict=config.strict or args.strict)
     out = args.out or Path("runs") / f"probe-{time.strftime('%Y%m%d-%H%M%S')}"
     result = run_probe(ProbeSpec(config=config, out_dir=out, upstream=args.upstream,
                                  toxiproxy_url=args.toxiproxy_url, plan=args.plan,

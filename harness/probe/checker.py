@@ -20,8 +20,12 @@ Invariants (each with its evidence when violated):
   one, is refused.
 - `acknowledged_not_lost`: every resource a 2xx answer named is found by the final
   read (and a search by key finds it).
-- `expected_codes`: each misuse is refused with the status the config expects
-  (its profile's, or the endpoint's own `expect`).
+- `expected_codes`: each misuse is refused with the status the config's `expect:`
+  writes (the user's contract), and a key reused with another payload with one of
+  the draft's errors (400, 409, 422: its MUST). A status the config leaves to its
+  profile (the draft's SHOULD) is judged as advice: a misuse answered otherwise is
+  an `Advice` on the check (rule `missing-400` or `mismatch-422`, level SHOULD), and
+  a failure only in a strict run (harness.probe.levels).
 
 With `identities:` (harness.probe.identities), answers are grouped per key *and*
 identity (a key is the client's, not the service's), and:
@@ -48,7 +52,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from harness.probe.config import Endpoint, ProbeConfig
+from harness.probe.config import PROFILES, Endpoint, ProbeConfig
 from harness.probe.effect_checks import EffectRecord, check_effects
 from harness.probe.identities import check_isolation
 from harness.probe.replays import check_stuck_keys, check_unmarked_replays
@@ -70,6 +74,11 @@ INVARIANTS: dict[str, str] = {
 }
 IDENTITY_INVARIANTS = ("identities_isolated",)
 EFFECT_INVARIANTS = ("one_effect_per_key", "acknowledged_effect_present", "refused_no_effect")
+# A key reused with another payload is "failed" by the draft's MUST with one of its errors.
+DRAFT_MISMATCH_ERRORS = (400, 409, 422)
+# The conformance row that states each misuse's code, and the draft's code for it.
+CODE_ROWS = {"missing_key": "missing-400", "payload_mismatch": "mismatch-422"}
+DRAFT_CODES = PROFILES["ietf"]
 DUPLICATE_KINDS = ("double_click", "retry_after_timeout", "retry_after_inflight", "replay")
 
 
@@ -154,6 +163,8 @@ def check(operations: Iterable[Mapping[str, Any]], config: ProbeConfig, *,
                if name not in skipped}
     # Per key and identity: one key of two clients is two keys to a correct service.
     by_key: dict[tuple[str, str, Any], list[Mapping[str, Any]]] = defaultdict(list)
+    # (endpoint, misuse) -> the statuses a profile's code did not get: advice, not failures.
+    unexpected: dict[tuple[str, str], Counter[Any]] = defaultdict(Counter)
     judged: list[Mapping[str, Any]] = []
     kinds: Counter[str] = Counter()
     completions: Counter[str] = Counter()
@@ -177,7 +188,7 @@ def check(operations: Iterable[Mapping[str, Any]], config: ProbeConfig, *,
                 ok_without_id += 1
         key = op.get("idempotency_key")
         if key is None:
-            _check_missing_key(op, endpoint, results)
+            _check_missing_key(op, endpoint, results, unexpected)
             continue
         by_key[(endpoint.name, str(key), op.get("identity"))].append(op)
     duplicated_keys = 0
@@ -185,7 +196,7 @@ def check(operations: Iterable[Mapping[str, Any]], config: ProbeConfig, *,
         endpoint = endpoints[name]
         if len([op for op in ops if op.get("expect") != "payload_mismatch"]) > 1:
             duplicated_keys += 1
-        _check_key(key, ops, endpoint, results)
+        _check_key(key, ops, endpoint, results, unexpected)
     _check_reads(reads, by_key, endpoints, results)
     # A stored 5xx replayed without a mark (the fault log says when the service was well).
     check_unmarked_replays(judged, faults, results["replay_fidelity"], _evidence)
@@ -215,10 +226,37 @@ def check(operations: Iterable[Mapping[str, Any]], config: ProbeConfig, *,
         reasons.append("no 2xx answer carried a resource id where the config looks (endpoints[].id)")
     invariants = list(results.values())
     return ProbeCheck(invariants=invariants, counts=counts, verdict=verdict_of(invariants, reasons),
-                      inconclusive_reasons=reasons)
+                      inconclusive_reasons=reasons, advice=_code_advice(unexpected, endpoints, config.profile))
 
 
-def _check_missing_key(op: Mapping[str, Any], endpoint: Endpoint, results: dict[str, InvariantResult]) -> None:
+def _code_advice(unexpected: Mapping[tuple[str, str], Counter[Any]], endpoints: Mapping[str, Endpoint],
+                 profile: str) -> list[Advice]:
+    """One advice per endpoint and misuse whose profile's code some refusals did not use."""
+    advice = []
+    for (name, misuse), seen in unexpected.items():
+        expected = getattr(endpoints[name].expect, misuse)
+        source = "the draft's" if expected == DRAFT_CODES[misuse] else f"the {profile} profile's"
+        what = {"missing_key": "requests without the key", "payload_mismatch": "keys reused with another payload"}
+        answered = ", ".join(f"{status}×{count}" for status, count in sorted(seen.items(), key=lambda kv: str(kv[0])))
+        advice.append(Advice(CODE_ROWS[misuse], "SHOULD",
+                             f"{name}: {what[misuse]} refused with {answered}; {source} code is {expected} "
+                             f"(write `expect: {{{misuse}: ...}}` to make a code your contract)"))
+    return advice
+
+
+def _code_unexpected(op: Mapping[str, Any], endpoint: Endpoint, misuse: str, results: dict[str, InvariantResult],
+                     unexpected: dict[tuple[str, str], Counter[Any]], message: str, **evidence: Any) -> None:
+    """A refusal with another code than the endpoint's for `misuse`: the user's contract
+    broken when the config wrote that code, else advice (the profile's, a SHOULD)."""
+    if endpoint.expect.is_written(misuse):
+        results["expected_codes"].violate(f"{message}, expected {getattr(endpoint.expect, misuse)} "
+                                          f"(written in expect.{misuse})", operation=_evidence(op), **evidence)
+    else:
+        unexpected[(endpoint.name, misuse)][op.get("status")] += 1
+
+
+def _check_missing_key(op: Mapping[str, Any], endpoint: Endpoint, results: dict[str, InvariantResult],
+                       unexpected: dict[tuple[str, str], Counter[Any]]) -> None:
     if not endpoint.requires_key or op["type"] == "info":
         return
     results["missing_key_refused"].checked += 1
@@ -228,13 +266,12 @@ def _check_missing_key(op: Mapping[str, Any], endpoint: Endpoint, results: dict[
             f"{endpoint.name}: a request without {endpoint.name!r}'s required key was accepted "
             f"with {op.get('status')}", operation=_evidence(op))
     elif op.get("status") != endpoint.expect.missing_key:
-        results["expected_codes"].violate(
-            f"{endpoint.name}: a request without the key was refused with {op.get('status')}, "
-            f"expected {endpoint.expect.missing_key}", operation=_evidence(op))
+        _code_unexpected(op, endpoint, "missing_key", results, unexpected,
+                         f"{endpoint.name}: a request without the key was refused with {op.get('status')}")
 
 
 def _check_key(key: str, ops: list[Mapping[str, Any]], endpoint: Endpoint,
-               results: dict[str, InvariantResult]) -> None:
+               results: dict[str, InvariantResult], unexpected: dict[tuple[str, str], Counter[Any]]) -> None:
     one, fidelity = results["one_resource_per_key"], results["replay_fidelity"]
     mismatch, in_flight, codes = (results["payload_mismatch_refused"], results["in_flight_refused_or_waited"],
                                   results["expected_codes"])
@@ -280,10 +317,16 @@ def _check_key(key: str, ops: list[Mapping[str, Any]], endpoint: Endpoint,
                 key=key, mismatch=_evidence(op), original=[_evidence(o) for o in oks if o is not op][:3])
         elif op.get("status") == endpoint.expect.in_flight and _maybe_running(ops, op):
             continue  # the first payload's request may still be running: "in flight" is a fair answer
-        elif op.get("status") != endpoint.expect.payload_mismatch:
+        elif op.get("status") not in DRAFT_MISMATCH_ERRORS:
+            # The draft's MUST (refuse-uncorrected, harness.probe.conformance): failed with one
+            # of its errors, whatever the config writes.
             codes.violate(f"{endpoint.name}: key {key!r} reused with another payload was refused with "
-                          f"{op.get('status')}, expected {endpoint.expect.payload_mismatch}",
-                          key=key, operation=_evidence(op))
+                          f"{op.get('status')}, not one of the draft's errors "
+                          f"({', '.join(map(str, DRAFT_MISMATCH_ERRORS))}: a MUST)", key=key, operation=_evidence(op))
+        elif op.get("status") != endpoint.expect.payload_mismatch:
+            _code_unexpected(op, endpoint, "payload_mismatch", results, unexpected,
+                             f"{endpoint.name}: key {key!r} reused with another payload was refused with "
+                             f"{op.get('status')}", key=key)
     same_payload = [op for op in ops if op.get("expect") != "payload_mismatch"]
     succeeded = any(op["type"] == "ok" for op in same_payload)
     # Only the key's last late retry is judged stuck: an earlier one refused as in flight

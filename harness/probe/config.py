@@ -15,6 +15,7 @@
         read: {path: /api/v1/orders/{id}}                 # optional: final read by id
         search: {path: /orders?key={key}, items: /items}  # optional: resources of a key
         expect: {created: [201], missing_key: 400, payload_mismatch: 422, in_flight: 409}
+    strict: false          # true (or --strict): the draft's SHOULD rows fail the run too
     load: {users: 8, duration: 5s, seed: 7, client_timeout: 1s, max_attempts: 4,
            mix: {double_click: 0.35, replay: 0.3, payload_mismatch: 0.3, missing_key: 0.1,
                  impatient: 0.15}}
@@ -24,6 +25,10 @@
 
 `service:` and `dependencies:` (the probe runs the service itself, on a port it picked,
 behind proxies to its dependencies) are parsed by harness.probe.service_config.
+
+A code written in `expect:` is the user's contract: a misuse answered otherwise fails
+the run (`expected_codes`). A code left out comes from the profile, the draft's
+SHOULD: a misuse answered otherwise is advice, and fails the run only when strict.
 
 Generated fields in a body template: a string that is exactly `{uuid}`, `{int:A-B}`,
 `{key}` (this request's Idempotency-Key) or `{choice:a|b|c}` becomes a fresh value
@@ -63,6 +68,7 @@ PROFILES: dict[str, dict[str, int]] = {
     "ietf": {"missing_key": 400, "payload_mismatch": 422, "in_flight": 409},
     "conflict-409": {"missing_key": 400, "payload_mismatch": 409, "in_flight": 409},
 }
+MISUSES = ("missing_key", "payload_mismatch", "in_flight")  # the misuses `expect:` gives a code for
 MIX_KINDS = ("double_click", "replay", "payload_mismatch", "missing_key", "impatient", "cross_identity")
 DEFAULT_MIX = {"double_click": 0.35, "replay": 0.3, "payload_mismatch": 0.3, "missing_key": 0.1,
                "impatient": 0.15, "cross_identity": 0.35}  # cross_identity: only with `identities:`
@@ -98,6 +104,12 @@ class Expectations:
     missing_key: int = 400
     payload_mismatch: int = 422
     in_flight: int = 409
+    # The misuses whose code the config wrote (the user's contract, always checked);
+    # the others' codes are the profile's (a SHOULD of the draft: advice unless strict).
+    written: tuple[str, ...] = ()
+
+    def is_written(self, misuse: str) -> bool:
+        return misuse in self.written
 
 
 @dataclass(frozen=True)
@@ -191,6 +203,7 @@ class ProbeConfig:
     dependencies: Mapping[str, str] = field(default_factory=dict)  # NAME -> the real host:port
     messages: tuple[MessageEndpoint, ...] = ()  # what the probe publishes to a consumer (harness.probe.messages)
     provider: ProviderSpec | None = None  # the payment provider the probe runs (harness.probe.provider)
+    strict: bool = False  # the draft's SHOULD rows count as failures (`strict: true`, --strict)
 
     def to_dict(self) -> dict[str, Any]:
         """A plain form that `parse_config` reads back (the Locust processes get it)."""
@@ -199,7 +212,10 @@ class ProbeConfig:
         raw["endpoints"] = list(raw["endpoints"])
         for endpoint in raw["endpoints"]:
             endpoint["id"] = {k: v for k, v in endpoint["id"].items() if v is not None}
-            endpoint["expect"]["created"] = list(endpoint["expect"]["created"])
+            # Only the codes the config wrote: read back, the others are the profile's again.
+            expect = endpoint["expect"]
+            endpoint["expect"] = {"created": list(expect["created"]),
+                                  **{name: expect[name] for name in expect.pop("written")}}
             for name in ("read", "search"):
                 if endpoint[name] is None:
                     del endpoint[name]
@@ -272,8 +288,11 @@ def parse_config(raw: Any, *, source: str = "<config>") -> ProbeConfig:
     where = _Where(source)
     top = where.mapping(raw, "config", optional=("endpoints", "upstream", "profile", "key_header", "headers", "load",
                                                  "plan", "webhooks", "identities", "service", "dependencies",
-                                                 "messages", "provider"))
+                                                 "messages", "provider", "strict"))
     profile = top.get("profile", "ietf")
+    strict = top.get("strict", False)
+    if not isinstance(strict, bool):
+        raise where.error("strict", f"must be true or false, not {strict!r}")
     if profile not in PROFILES:
         raise where.error("profile", f"must be one of {', '.join(PROFILES)}, not {profile!r}")
     upstream = top.get("upstream")
@@ -310,7 +329,7 @@ def parse_config(raw: Any, *, source: str = "<config>") -> ProbeConfig:
     return ProbeConfig(provider=provider, endpoints=endpoints, upstream=upstream, profile=profile, key_header=key_header,
                        headers=headers, load=load, plan=Path(plan) if plan else None, source=source,
                        identities=identities, webhooks=webhooks, service=service, dependencies=dependencies,
-                       messages=messages)
+                       messages=messages, strict=strict)
 
 
 def _parse_service_section(where: _Where, top: Mapping[str, Any], upstream: str | None, *,
@@ -402,7 +421,7 @@ def _parse_endpoint(where: _Where, raw: Any, path: str, defaults: Mapping[str, i
 
 
 def _parse_expect(where: _Where, raw: Any, path: str, defaults: Mapping[str, int]) -> Expectations:
-    spec = where.mapping(raw or {}, path, optional=("created", "missing_key", "payload_mismatch", "in_flight"))
+    spec = where.mapping(raw or {}, path, optional=("created", *MISUSES))
     created = spec.get("created", [200, 201])
     if isinstance(created, int) and not isinstance(created, bool):
         created = [created]
@@ -410,11 +429,11 @@ def _parse_expect(where: _Where, raw: Any, path: str, defaults: Mapping[str, int
                                                                 for c in created):
         raise where.error(f"{path}.created", "must be a 2xx status or a list of them")
     codes = {name: where.status(spec.get(name, defaults[name]), f"{path}.{name}")
-             for name in ("missing_key", "payload_mismatch", "in_flight")}
+             for name in MISUSES}
     for name, code in codes.items():
         if code // 100 != 4:
             raise where.error(f"{path}.{name}", f"must be a 4xx status, not {code}")
-    return Expectations(created=tuple(created), **codes)
+    return Expectations(created=tuple(created), **codes, written=tuple(name for name in MISUSES if name in spec))
 
 
 def _parse_read(where: _Where, raw: Any, path: str, placeholder: str) -> ReadBack | None:
@@ -585,7 +604,7 @@ class _Where(FieldChecker):
 
     def status(self, raw: Any, path: str) -> int:
         if isinstance(raw, bool) or not isinstance(raw, int) or not 100 <= raw <= 599:
-            raise self.error(path, f"must be an HTTP status code, not {raw!r}")
+            raise self.error(path, f"must be an HTTP status code (100-599), not {raw!r}")
         return raw
 
     def url_path(self, raw: Any, path: str) -> str:

@@ -130,7 +130,8 @@ def idempotency_probe(request: pytest.FixtureRequest, toxiproxy: ToxiproxyHandle
     `messages=` the config's `messages:` (a list of entries, each with its `effects:`; alone,
     no endpoint is needed: give the consumer as `service=` and its broker link as `dependencies=`);
     `provider=` the config's `provider:` (a dict, or True for its defaults): the probe runs a
-    payment provider for the service (`{provider.url}`) and judges its ledger."""
+    payment provider for the service (`{provider.url}`) and judges its ledger. `strict=True` is
+    `harness probe --strict`: the draft's SHOULD rows fail the run too (harness.probe.levels)."""
     from harness.bundled import plan_path
     from harness.probe.checker import DEFAULT_MIN_ACKNOWLEDGED
     from harness.probe.config import load_config, parse_config, parse_upstream, simple_config
@@ -158,6 +159,7 @@ def idempotency_probe(request: pytest.FixtureRequest, toxiproxy: ToxiproxyHandle
         provider = merged.pop("provider", None)  # the config's `provider:` (True: its defaults)
         provider = {} if provider is True else provider
         plan = merged.pop("plan", None)
+        strict = merged.pop("strict", None)
         overrides = {name: merged.pop(name) for name in ("duration", "users", "seed") if name in merged}
         min_acknowledged = merged.pop("min_acknowledged", DEFAULT_MIN_ACKNOWLEDGED)
         if isinstance(config, (str, Path)):
@@ -190,6 +192,8 @@ def idempotency_probe(request: pytest.FixtureRequest, toxiproxy: ToxiproxyHandle
                 raw["identities"] = identities
             parsed = parse_config(with_effects(raw, effects), source="idempotency_probe")
         parsed = replace(parsed, load=replace(parsed.load, **overrides))
+        if strict is not None:
+            parsed = replace(parsed, strict=bool(strict))
         spec = ProbeSpec(config=parsed, out_dir=tmp_path / f"probe-{next(runs)}", upstream=address,
                          toxiproxy_url=toxiproxy.url, plan=plan_path(plan) if plan else None,  # a name or a file
                          min_acknowledged=min_acknowledged)

@@ -1,5 +1,6 @@
-"""report.html of a probe run: verdict, conformance table, invariants, what the load
-did, the fault windows and every violation with its evidence.
+"""report.html of a probe run: verdict, the advice (what a service may improve but did
+not break), conformance table, invariants, what the load did, the fault windows and
+every violation with its evidence.
 
 Built from result.json's document alone (so a saved run can be re-rendered), with
 the shared HTML helpers of harness.report.html; every string is escaped there or
@@ -15,6 +16,9 @@ from typing import Any
 
 from harness.report.html import badge, card_table, faults_table, key_value_table, page, violations_section
 
+SEED_NOTE = ("the users' choices (kinds of duplicates, bodies, keys, backoff) and, with the plan's own seed, "
+             "the fault schedule; not how requests interleave nor where a kill lands in a request, so under "
+             "process faults one seed can FAIL once and PASS the next: a PASS there means 'not found'")
 STATUS_BADGE = {"pass": "pass", "fail": "fail", "not observed": "warn", "not checkable": "muted"}
 
 
@@ -25,6 +29,7 @@ def render_report(document: Mapping[str, Any]) -> str:
     parts = [
         f"<h1>Idempotency probe · {escape(str(document.get('upstream')))} · {escape(str(document.get('run_id')))}</h1>",
         _verdict(document, verdict, counts),
+        *(("<h2>Advice</h2>", _advice(document["advice"])) if document.get("advice") else ()),
         "<h2>Conformance</h2>",
         f"<p class='note'>Each requirement of the IETF draft <i>The Idempotency-Key HTTP Header Field</i> "
         f"({escape(str(document.get('draft')))}), paraphrased, as a client can check it; "
@@ -47,6 +52,8 @@ def render_report(document: Mapping[str, Any]) -> str:
             ("identities", document.get("identities") or "one"),
             ("effect queries", counts.get("effect_queries", "none (no effects:)")),
             *((f"load.{k}", v) for k, v in (document.get("load") or {}).items()),
+            ("what the seed fixes", SEED_NOTE),
+            ("strict", "yes: SHOULD rows fail the run" if document.get("strict") else "no: SHOULD rows are advice"),
         ], numeric=False),
     ]
     return page(f"probe {verdict}: {document.get('upstream')}", "".join(parts))
@@ -61,7 +68,8 @@ def write_report(path: Path, document: Mapping[str, Any]) -> None:
 def _verdict(document: Mapping[str, Any], verdict: str, counts: Mapping[str, Any]) -> str:
     failed = [inv["name"] for inv in document.get("invariants") or [] if not inv.get("passed")]
     if verdict == "pass":
-        headline = "every invariant held"
+        advice = len(document.get("advice") or [])
+        headline = "every invariant held" + (f"; {advice} advice (not failures, see below)" if advice else "")
     elif verdict == "fail":
         headline = "violated: " + ", ".join(failed)
     else:
@@ -72,6 +80,15 @@ def _verdict(document: Mapping[str, Any], verdict: str, counts: Mapping[str, Any
         ("final reads", counts.get("final_reads", 0)), ("faults", len(document.get("faults") or []))))
     return (f"<section class='verdict {escape(verdict)}'><span class='word'>{escape(verdict.upper())}</span>"
             f"<span class='headline'>{escape(headline)}</span><dl>{stats}</dl></section>")
+
+
+def _advice(advice: list[Mapping[str, Any]]) -> str:
+    body = "".join(
+        f"<tr><td><code>{escape(str(item.get('rule')))}</code></td><td>{escape(str(item.get('level')))}</td>"
+        f"<td class='wrap'>{escape(str(item.get('message')))}</td></tr>" for item in advice)
+    return ("<p class='note'>What the service may improve but did not break: not failures "
+            "(<code>--strict</code> or <code>strict: true</code> makes the SHOULD rows fail the run).</p>"
+            + card_table("<th>rule</th><th>level</th><th>what was seen</th>", body))
 
 
 def _conformance(rows: list[Mapping[str, Any]]) -> str:

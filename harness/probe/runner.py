@@ -64,6 +64,7 @@ from harness.probe.identities import READ_AS_OTHER, other_identity, owners, requ
 from harness.probe.late_retries import late_retries
 from harness.probe.ledger_checks import check_ledger, combine_ledger
 from harness.probe.ledger_checks import rows_to_dicts as ledger_rows_to_dicts
+from harness.probe.levels import apply_levels, require_should_rows
 from harness.probe.messages.checks import check_messages, combine
 from harness.probe.messages.play import MessageOutcome, MessagePlay
 from harness.probe.plan_targets import ProbeTargets, load_probe_plan, probe_windows
@@ -127,7 +128,14 @@ class ProbeResult:
             head = f"FAIL: {', '.join(failed)} violated"
         else:
             head = "INCONCLUSIVE: " + "; ".join(self.check.inconclusive_reasons)
-        return f"{head} ({', '.join(self._played())}) — report: {self.run_dir / 'report.html'}"
+        return f"{head}{self._advice()} ({', '.join(self._played())}) — report: {self.run_dir / 'report.html'}"
+
+    def _advice(self) -> str:
+        """The advice by rule and level, e.g. '; advice: missing-400 (SHOULD)': what a
+        passing service may improve (its messages are in result.json and report.html)."""
+        if not self.check.advice:
+            return ""
+        return "; advice: " + ", ".join(f"{item.rule} ({item.level})" for item in self.check.advice)
 
     def _played(self) -> list[str]:
         """What the run played, by kind: the requests (when any were made, or nothing
@@ -159,6 +167,7 @@ def run_probe(spec: ProbeSpec) -> ProbeResult:
     upstream = spec.upstream or config.upstream
     if config.service is None and not upstream:
         raise ProbeError("no upstream: give --upstream host:port or `upstream:` in the config")
+    require_should_rows(config)
     plan_path = spec.plan or config.plan
     targets = ProbeTargets.plain((*config.dependencies, *(["provider"] if config.provider else [])),
                                  service=config.service is not None,
@@ -375,6 +384,8 @@ def judge(config: ProbeConfig, operations: Sequence[Mapping[str, Any]], reads: S
                    faults=faults)
     rows = conformance(result, operations, requires_key=any(e.requires_key for e in config.endpoints),
                        read_back=any(e.read or e.search for e in config.endpoints)) if config.endpoints else []
+    # The draft's levels: failed SHOULD rows are advice, or failures when the run is strict.
+    result = apply_levels(result, rows, strict=config.strict)
     if messages is not None:  # with `messages:` (harness.probe.messages.checks)
         result = combine(result, check_messages(operations, messages), endpoints=bool(config.endpoints))
     if webhooks is not None:  # with `webhooks:` (harness.probe.webhooks.checks)
@@ -392,6 +403,7 @@ def judge(config: ProbeConfig, operations: Sequence[Mapping[str, Any]], reads: S
         "upstream": upstream,
         "toxiproxy": toxiproxy,
         "profile": config.profile,
+        "strict": config.strict,
         "plan": str(plan_path) if plan_path else None,
         "started": started,
         "finished": time.time(),

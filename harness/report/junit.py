@@ -1,5 +1,9 @@
 """junit.xml: one test case per invariant, so CI shows which invariant broke.
 
+The probe's advice (what a service may improve but did not break: a SHOULD of the
+draft it misses) is a property `advice.<rule>` each and the suite's system-out, never
+a failure: CI stays green for a correct service.
+
 A run's typed check result (`write_check_junit`) and a result document read as
 JSON (`write_junit`, the probe's) become the same `Suite`, written one way.
 
@@ -52,6 +56,7 @@ class Suite:
     cases: tuple[Case, ...]
     inconclusive: bool = False
     inconclusive_reasons: tuple[str, ...] = ()
+    advice: tuple[tuple[str, str, str], ...] = ()  # (rule, level, message), the probe's
 
 
 def verdict_of(result: Mapping[str, Any]) -> str:
@@ -86,7 +91,9 @@ def suite_of_document(result: Mapping[str, Any]) -> Suite:
     return Suite(str(result.get("run_id") or ""), str(result.get("scenario") or ""),
                  tuple(map(str, result.get("unsafe_disable") or [])), tuple(cases),
                  verdict_of(result) == "inconclusive",
-                 tuple(str(reason) for reason in result.get("inconclusive_reasons") or []))
+                 tuple(str(reason) for reason in result.get("inconclusive_reasons") or []),
+                 tuple((str(item.get("rule")), str(item.get("level")), str(item.get("message")))
+                       for item in result.get("advice") or [] if isinstance(item, Mapping)))
 
 
 def junit_xml(result: CheckResult | Mapping[str, Any]) -> str:
@@ -110,6 +117,9 @@ def suite_xml(data: Suite) -> str:
     ET.SubElement(properties, "property", {"name": "run_id", "value": xml_safe(data.run_id)})
     ET.SubElement(properties, "property", {"name": "scenario", "value": xml_safe(data.scenario)})
     ET.SubElement(properties, "property", {"name": "unsafe_disable", "value": xml_safe(",".join(data.unsafe_disable))})
+    for rule, level, message in data.advice:
+        ET.SubElement(properties, "property", {"name": xml_safe(f"advice.{rule}"),
+                                               "value": xml_safe(f"{level}: {message}")})
     for item in data.cases:
         name = xml_safe(item.name or "unnamed")
         case = ET.SubElement(suite, "testcase", {"name": name, "classname": scenario, "time": "0"})
@@ -136,6 +146,9 @@ def suite_xml(data: Suite) -> str:
         ET.SubElement(case, "error", {"message": "the result lists no invariants"})
         suite.set("errors", "1")
         suite.set("tests", "1")
+    if data.advice:
+        out = ET.SubElement(suite, "system-out")
+        out.text = xml_safe("".join(f"advice: {rule} ({level}): {message}\n" for rule, level, message in data.advice))
     ET.indent(suite)
     return ET.tostring(suite, encoding="unicode", xml_declaration=False)
 

@@ -14,13 +14,14 @@ from tests.support.services import HttpService, target_app_gunicorn
 
 
 @pytest.fixture
-def example_service(http_services: Callable[..., HttpService]) -> Callable[[str], HttpService]:
-    """`example_service("naive" | "fixed")` → the aiohttp payments example, running."""
+def example_service(http_services: Callable[..., HttpService]) -> Callable[..., HttpService]:
+    """`example_service("naive" | "fixed", *flags)` → the aiohttp payments example, running;
+    `flags` are more of its options, e.g. "--missing-key-status", "422"."""
     script = str(ROOT / "examples/payments_service.py")
 
-    def start(mode: str) -> HttpService:
-        return http_services(f"example-{mode}",
-                             lambda port: [sys.executable, script, "--mode", mode, "--port", str(port)],
+    def start(mode: str, *flags: str) -> HttpService:
+        return http_services("-".join(("example", mode, *(flag.strip("-") for flag in flags))),
+                             lambda port: [sys.executable, script, "--mode", mode, "--port", str(port), *flags],
                              env=os.environ)
 
     return start

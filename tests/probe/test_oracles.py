@@ -285,3 +285,26 @@ def test_cli_refuses_bad_effects_in_one_line_without_a_run_directory(tmp_path: P
     err = capsys.readouterr().err.strip()
     assert err.startswith(f"harness: {path}: endpoints[0].effects.dsn: must be a postgresql://") and "\n" not in err
     assert not out.exists()
+
+
+def test_a_query_by_key_alone_counts_a_mismatch_with_its_key() -> None:
+    """docs/probe.md's two forms: by `:key` alone a reused key's requests are one binding,
+    so an executed mismatch is the key's second effect (`one_effect_per_key`) and
+    `refused_no_effect` judges nothing; by `:key` and the mutated field the mismatch has
+    a binding of its own and its effect breaks `refused_no_effect`."""
+    def ops(amounts: tuple[int, int]) -> list[dict[str, Any]]:
+        first = {**op("x", 0), "identity": None, "body": {"ref": "x", "amount": amounts[0]}}
+        mismatch = {**op("x", 0, "payload_mismatch", "fail", payload="f2"), "identity": None,
+                    "body": {"ref": "x", "amount": amounts[1]}}
+        return [first, {**first, "expect": "replay", "op_id": "replay"}, mismatch]
+
+    by_key = parse_config({"endpoints": [endpoint({"dsn": "sqlite:///x.db", "query": "q :key"})]})
+    record = EffectRecord(endpoint="pay", params={"key": "k1"}, identity=None, count=2)
+    found = {inv.name: inv for inv in check(ops((5, 6)), by_key, effects=[record], min_acknowledged=1).invariants}
+    assert not found["one_effect_per_key"].passed
+    assert found["refused_no_effect"].passed and found["refused_no_effect"].checked == 0
+    by_field = parse_config({"endpoints": [endpoint({"dsn": "sqlite:///x.db", "query": "q :key :amount"})]})
+    records = [EffectRecord(endpoint="pay", params={"key": "k1", "amount": 5}, identity=None, count=1),
+               EffectRecord(endpoint="pay", params={"key": "k1", "amount": 6}, identity=None, count=1)]
+    found = {inv.name: inv for inv in check(ops((5, 6)), by_field, effects=records, min_acknowledged=1).invariants}
+    assert found["one_effect_per_key"].passed and not found["refused_no_effect"].passed

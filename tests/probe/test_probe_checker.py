@@ -126,12 +126,44 @@ def test_an_accepted_payload_mismatch_is_caught(rid: str) -> None:
     assert "payload_mismatch_refused" in failed(history.check())
 
 
-def test_a_refused_mismatch_with_another_code_breaks_only_expected_codes() -> None:
+WRITTEN = parse_config({"endpoints": [{**CONFIG.to_dict()["endpoints"][0],
+                                       "expect": {"missing_key": 400, "payload_mismatch": 422}}]})
+
+
+def test_a_mismatch_refused_with_another_draft_error_than_the_profiles_is_advice() -> None:
     history = good_history()
     history.send("k1", "payload_mismatch", "fail", status=409, payload="p2")
     result = history.check()
+    assert failed(result) == set() and result.verdict == "pass"
+    (advice,) = result.advice
+    assert (advice.rule, advice.level) == ("mismatch-422", "SHOULD")
+    assert "409×1" in advice.message and "code is 422" in advice.message
+
+
+def test_a_missing_key_refused_with_422_is_advice_unless_the_config_writes_400() -> None:
+    history = good_history()
+    history.send(None, "missing_key", "fail", status=422)
+    result = history.check()
+    assert result.verdict == "pass" and [a.rule for a in result.advice] == ["missing-400"]
+    written = check(history.ops, WRITTEN, reads=history.reads, min_acknowledged=1)
+    assert failed(written) == {"expected_codes"} and written.advice == []
+    assert "expected 400 (written in expect.missing_key)" in written.violations[0]["message"]
+
+
+def test_a_code_the_config_writes_is_the_users_contract() -> None:
+    history = good_history()
+    history.send("k1", "payload_mismatch", "fail", status=409, payload="p2")
+    result = check(history.ops, WRITTEN, reads=history.reads, min_acknowledged=1)
     assert failed(result) == {"expected_codes"}
     assert "expected 422" in result.violations[0]["message"]
+
+
+def test_a_mismatch_refused_with_no_error_of_the_draft_breaks_its_must() -> None:
+    history = good_history()
+    history.send("k1", "payload_mismatch", "fail", status=403, payload="p2")
+    result = history.check()
+    assert failed(result) == {"expected_codes"} and result.advice == []
+    assert "not one of the draft's errors" in result.violations[0]["message"]
 
 
 def test_a_concurrent_duplicate_refused_with_another_4xx_is_caught() -> None:

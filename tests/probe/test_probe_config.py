@@ -174,3 +174,16 @@ def test_a_plan_named_in_the_config_is_a_bundled_plan_or_a_clear_error(tmp_path:
     path.write_text(endpoints + "plan: nowhere\n")
     with pytest.raises(ProbeConfigError, match=r"plan: no bundled plan 'nowhere': choose one of .*probe"):
         load_config(path)
+
+
+def test_written_codes_and_strict_survive_the_round_trip() -> None:
+    config = parse_config({**endpoint(expect={"missing_key": 400, "created": 201}), "strict": True})
+    (only,) = config.endpoints
+    assert only.expect.written == ("missing_key",) and config.strict
+    # The Locust processes and the plugin read the config back: a profile's code must not
+    # come back as one the user wrote.
+    again = parse_config(config.to_dict())
+    assert again.endpoints == config.endpoints and again.strict
+    assert parse_config(MINIMAL).endpoints[0].expect.written == () and not parse_config(MINIMAL).strict
+    with pytest.raises(ProbeConfigError, match="strict: must be true or false"):
+        parse_config({**MINIMAL, "strict": "yes"}, source="probe.yaml")
