@@ -63,6 +63,19 @@ if [ ! -f "$stamp" ]; then
     rm -f "$VENV"/.installed-*
     touch "$stamp"
 fi
+# stripe-python's own test suite, from the sdist of the pinned SDK on PyPI (wheels carry
+# no tests): tests/provider/test_stripe_python_suite.py runs it against `harness provider`
+# as stripe's developers run it against stripe-mock. Kept inside the venv, fetched once.
+stripe_version="$("$VENV/bin/python" -c 'import stripe; print(stripe.VERSION)')"
+stripe_suite="$VENV/share/stripe-python-$stripe_version"
+if [ ! -d "$stripe_suite/tests" ]; then
+    echo "setup: fetching stripe-python $stripe_version's test suite" >&2
+    rm -rf "$stripe_suite.part" && mkdir -p "$stripe_suite.part"
+    "$VENV/bin/pip" download -q --no-deps --no-binary :all: -d "$stripe_suite.part" "stripe==$stripe_version"
+    tar -xzf "$stripe_suite.part"/stripe-"$stripe_version".tar.gz -C "$stripe_suite.part" --strip-components=1
+    rm -f "$stripe_suite.part"/stripe-"$stripe_version".tar.gz
+    mv "$stripe_suite.part" "$stripe_suite"
+fi
 # The project's own bytecode, written now: a machine whose environment sets
 # PYTHONDONTWRITEBYTECODE (the development machine's does; CI's most likely too)
 # otherwise compiles the harness from source in every process it starts, and a smoke
