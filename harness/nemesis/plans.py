@@ -10,6 +10,7 @@ optionally a seeded random nemesis:
       - {at: 5s, for: 2s, process: {action: pause, service: consumer-1}}
       - {at: 4s, for: 2s, proxy_down: redis}
       - {at: 2s, for: 6s, crash_point: consumer.after_effect, action: crash, probability: 0.3}
+      - {at: 3s, for: 2s, clock: {target: app, jump: 2h}}       # or skew: -90s, strobe: {...}
     random: {seed: 11, start: 1s, every: 3s, duration: 1s-3s, faults: [...]}
     promises: [recovery_point, reclaim]
 
@@ -22,8 +23,10 @@ source=..., targets=...)` checks one already parsed. Every problem is a one-line
 `PlanError` naming the file and the field, and that includes a target the stack does
 not have: each proxy and service a plan names is checked against `targets`
 (`PlanTargets`), by default the proxies and services every stack has (`STACK_TARGETS`:
-proxies app and redis; services app, redis, toxiproxy and consumer-N) and the app's
-crash points (harness.catalog.CRASH_POINTS), so a typo fails before any stack starts.
+proxies app and redis; services app, redis, toxiproxy and consumer-N; clocks app,
+redis and consumer-N) and the app's crash points (harness.catalog.CRASH_POINTS), so a
+typo fails before any stack starts. A `clock:` window is a `ClockFault`
+(harness.nemesis.clock_faults; docs/clocks.md).
 A crash point's arming (`action`, `probability`, `count`, `delay_ms`) sits beside its
 name in the window and is checked with `check_arming`. `check_targets(plan, PlanTargets.of_stack(info))` checks a
 loaded plan again against one running stack (its exact consumers).
@@ -48,6 +51,7 @@ import yaml
 from harness.catalog import CRASH_POINTS, PATHS
 from harness.errors import HarnessError
 from harness.fieldcheck import FieldChecker
+from harness.nemesis.clock_faults import CLOCK_MODES, MIN_STROBE_EVERY, ClockFault
 from harness.nemesis.crash_points import check_arming
 from harness.nemesis.faults import (
     FAULT_ACTIONS,
@@ -67,10 +71,10 @@ from harness.nemesis.runner import FaultFailure, NemesisFailed, NemesisReport, N
 from harness.nemesis.toxiproxy_client import NemesisInvalid, validate_toxic
 
 __all__ = [
-    "FAULT_ACTIONS", "MIN_RANDOM_EVERY", "STACK_PROXIES", "STACK_TARGETS", "CrashPointFault", "Fault", "FaultFailure",
+    "FAULT_ACTIONS", "MIN_RANDOM_EVERY", "STACK_PROXIES", "STACK_TARGETS", "ClockFault", "CrashPointFault", "Fault", "FaultFailure",
     "FaultTargets", "FaultWindow", "NemesisFailed", "NemesisReport", "NemesisRunner", "NetworkFaults", "Plan",
     "PlanError", "PlanTargets", "ProcessAction", "ProcessFault", "ProcessFaults", "ProxyDownFault",
-    "RandomNemesis", "ToxicFault", "check_targets", "load_plan", "parse_plan", "schedule",
+    "RandomNemesis", "STACK_CLOCKS", "ToxicFault", "check_targets", "load_plan", "parse_plan", "schedule",
 ]
 
 _NAME = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
@@ -78,7 +82,7 @@ _CONSUMER = re.compile(r"^consumer-[1-9][0-9]*$")
 MIN_RANDOM_EVERY = 0.1
 # The plain names of a stack's proxies (a shared Toxiproxy prefixes the real ones).
 STACK_PROXIES = ("app", "redis")
-_FAULT_KEYS = (ToxicFault.kind, ProcessFault.kind, ProxyDownFault.kind, CrashPointFault.kind)
+_FAULT_KEYS = (ToxicFault.kind, ProcessFault.kind, ProxyDownFault.kind, CrashPointFault.kind, ClockFault.kind)
 # What a crash point is armed with sits beside its name: {crash_point: NAME, action: crash, ...}.
 _ARMING_KEYS = ("action", "probability", "count", "delay_ms")
 
@@ -101,18 +105,23 @@ class PlanTargets:
     services: tuple[str, ...]
     any_consumer: bool = False
     crash_points: tuple[str, ...] = tuple(CRASH_POINTS)  # the target app's (harness.catalog)
+    clocks: tuple[str, ...] = ()  # processes a clock fault may move (consumer-N too with any_consumer)
 
     @classmethod
     def of_stack(cls, proxies: Iterable[str], services: Iterable[str]) -> PlanTargets:
         """Exactly the proxies (plain names) and services of one stack (and the app's
-        crash points)."""
-        return cls(proxies=tuple(proxies), services=tuple(services))
+        crash points; the clocks of its app, Redis and consumers)."""
+        services = tuple(services)
+        return cls(proxies=tuple(proxies), services=services,
+                   clocks=tuple(name for name in services if name in STACK_CLOCKS or _CONSUMER.match(name)))
 
     def knows(self, target_type: TargetType, name: str) -> bool:
         if target_type == "proxy":
             return name in self.proxies
         if target_type == "crash_point":
             return name in self.crash_points
+        if target_type == "clock":
+            return name in self.clocks or (self.any_consumer and bool(_CONSUMER.match(name)))
         return name in self.services or (self.any_consumer and bool(_CONSUMER.match(name)))
 
     def known(self, target_type: TargetType) -> str:
@@ -121,11 +130,16 @@ class PlanTargets:
             return ", ".join(self.proxies) or "none"
         if target_type == "crash_point":
             return ", ".join(self.crash_points) or "none"
-        names = [*self.services, *(["consumer-N"] if self.any_consumer else [])]
+        names = [*(self.clocks if target_type == "clock" else self.services),
+                 *(["consumer-N"] if self.any_consumer else [])]
         return ", ".join(names) or "none"
 
 
-STACK_TARGETS = PlanTargets(proxies=STACK_PROXIES, services=("app", "redis", "toxiproxy"), any_consumer=True)
+# The stack's processes that run on a fake clock (harness.nemesis.clock_faults); the
+# Toxiproxy does not: a clock fault on it would test the harness, not the app.
+STACK_CLOCKS = ("app", "redis")
+STACK_TARGETS = PlanTargets(proxies=STACK_PROXIES, services=("app", "redis", "toxiproxy"), any_consumer=True,
+                            clocks=STACK_CLOCKS)
 
 
 @dataclass(frozen=True)
@@ -229,6 +243,8 @@ def _parse_fault(where: _Where, item: dict[str, Any], path: str) -> Fault:
         return _parse_crash_point(where, item, path)
     if extra:
         raise where.error(path, f"{', '.join(extra)} only go(es) with crash_point")
+    if key == ClockFault.kind:
+        return _parse_clock(where, item[key], f"{path}.clock")
     if key == ProxyDownFault.kind:
         return ProxyDownFault(proxy=where.name(item[key], f"{path}.proxy_down"))
     if key == ProcessFault.kind:
@@ -268,6 +284,30 @@ def _parse_crash_point(where: _Where, item: dict[str, Any], path: str) -> CrashP
     return CrashPointFault(point=name, arming=arming)
 
 
+def _parse_clock(where: _Where, raw: Any, path: str) -> ClockFault:
+    """`{target: NAME, jump: 2h}`, `{target: NAME, skew: -90s}` or `{target: NAME,
+    strobe: {delta: 30s, every: 1s}}` (harness.nemesis.clock_faults)."""
+    spec = where.mapping(raw, path, required=("target",), optional=CLOCK_MODES)
+    modes = [mode for mode in CLOCK_MODES if mode in spec]
+    if len(modes) != 1:
+        raise where.error(path, f"needs exactly one of {', '.join(CLOCK_MODES)}")
+    mode = modes[0]
+    target = where.name(spec["target"], f"{path}.target")
+    if mode == "strobe":
+        strobe = where.mapping(spec[mode], f"{path}.strobe", required=("delta", "every"))
+        delta = where.signed_duration(strobe["delta"], f"{path}.strobe.delta")
+        every = where.duration(strobe["every"], f"{path}.strobe.every")
+        if every < MIN_STROBE_EVERY:
+            raise where.error(f"{path}.strobe.every", f"must be at least {MIN_STROBE_EVERY:g}s")
+        if delta == 0:
+            raise where.error(f"{path}.strobe.delta", "must not be 0s: the clock would not move")
+        return ClockFault(process=target, mode=mode, delta=delta, every=every)
+    delta = where.signed_duration(spec[mode], f"{path}.{mode}")
+    if delta == 0:
+        raise where.error(f"{path}.{mode}", "must not be 0s: the clock would not move")
+    return ClockFault(process=target, mode=mode, delta=delta)
+
+
 def _parse_random(where: _Where, raw: Any, plan_seed: int) -> RandomNemesis:
     spec = where.mapping(raw, "random", required=("every", "duration", "faults"), optional=("seed", "start"))
     every = where.duration(spec["every"], "random.every")
@@ -300,6 +340,15 @@ class _Where(FieldChecker):
         # A plan's integers (seeds) are never bounded above zero; its messages have
         # always said "non-negative", which the plan tests and users' scripts match.
         return super().integer(raw, path, minimum=minimum, wording=wording or "a non-negative integer")
+
+    def signed_duration(self, raw: Any, path: str) -> float:
+        """A duration that may be negative: `-2h` moves a clock back."""
+        if isinstance(raw, str) and raw.strip().startswith(("-", "+")):
+            text = raw.strip()
+            return (-1.0 if text[0] == "-" else 1.0) * self.duration(text[1:], path)
+        if isinstance(raw, (int, float)) and not isinstance(raw, bool) and raw < 0:
+            return -self.duration(-raw, path)
+        return self.duration(raw, path)
 
     def duration_range(self, raw: Any, path: str) -> tuple[float, float]:
         if isinstance(raw, str) and "-" in raw.strip().lstrip("-"):

@@ -56,6 +56,7 @@ from harness.nemesis.plans import (
 )
 from harness.probe.answers import CONFIG_ENV, HISTORY_ENV, json_pointer
 from harness.probe.checker import DEFAULT_MIN_ACKNOWLEDGED, ProbeCheck, check
+from harness.probe.clocks import clock_targets
 from harness.probe.config import ProbeConfig
 from harness.probe.conformance import DRAFT, ConformanceRow, conformance, rows_to_dicts
 from harness.probe.effect_checks import EffectRecord
@@ -175,7 +176,8 @@ def run_probe(spec: ProbeSpec) -> ProbeResult:
     started = time.time()
     # The service and its dependency proxies stay up for the final reads and the
     # effects: the rig is left only after them.
-    with (ProbeRig(config, run_dir, upstream=upstream, toxiproxy_url=spec.toxiproxy_url) as rig,
+    with (ProbeRig(config, run_dir, upstream=upstream, toxiproxy_url=spec.toxiproxy_url,
+                   clocks=clock_targets(plan)) as rig,
           MessagePlay(config.messages, run_dir, seed=config.load.seed, duration=config.load.duration) as play,
           WebhookPlay(config.webhooks, run_dir, seed=config.load.seed, duration=config.load.duration) as hooks):
         windows = probe_windows(plan, config.load.duration, rig.targets) if plan is not None else []
@@ -211,7 +213,7 @@ def _load(spec: ProbeSpec, run_dir: Path, rig: ProbeRig, windows: list[FaultWind
         spawn_rate=load.spawn_rate, duration=load.duration, processes=1, output_dir=run_dir / "locust",
         env=env, stop_timeout=max(2.0, load.client_timeout * 2), guard=rig.guard)
     assert rig.nemesis is not None
-    runner = NemesisRunner(rig.nemesis, rig.processes, run_dir / FAULT_LOG)
+    runner = NemesisRunner(rig.nemesis, rig.processes, run_dir / FAULT_LOG, clocks=rig.clocks)
     play.setup()  # the queues exist before the first publish
     if spec.config.endpoints:
         locust.start()
