@@ -48,11 +48,12 @@ import orjson
 import requests
 
 from harness.errors import HarnessError
+from harness.nemesis.clock_readers import date_header_reader
 from harness.nemesis.fake_clock import FakeClock
 from harness.nemesis.toxiproxy_client import Nemesis, NemesisError
 from harness.ports import free_ports
 from harness.probe.brokers.process import OwnedBroker
-from harness.probe.clocks import ProbeClocks, control_file, date_header_reader
+from harness.probe.clocks import ProbeClocks, control_file
 from harness.probe.config import ProbeConfig
 from harness.probe.plan_targets import APP, SERVICE, ProbeTargets
 from harness.probe.provider.play import ProbeProvider

@@ -46,7 +46,7 @@ def _plan(fault: dict[str, object]) -> ClockFault:
 def test_jump_skew_and_strobe_are_read_with_their_signs() -> None:
     jump = _plan({"target": "app", "jump": "2h"})
     assert (jump.mode, jump.delta, jump.process) == ("jump", 7200.0, "app")
-    assert _plan({"target": "redis", "jump": "-2h"}).delta == -7200.0
+    assert _plan({"target": "app", "jump": "-2h"}).delta == -7200.0
     assert _plan({"target": "consumer-2", "skew": "-90s"}).delta == -90.0
     strobe = _plan({"target": "app", "strobe": {"delta": "30s", "every": "1s"}})
     assert (strobe.mode, strobe.delta, strobe.every) == ("strobe", 30.0, 1.0)
@@ -61,6 +61,7 @@ def test_jump_skew_and_strobe_are_read_with_their_signs() -> None:
     ({"target": "app", "strobe": {"delta": "30s", "every": "10ms"}}, "windows[0].clock.strobe.every",
      "at least 0.2s"),
     ({"target": "toxiproxy", "jump": "1h"}, "windows[0].clock.target", "unknown clock 'toxiproxy'"),
+    ({"target": "redis", "jump": "1h"}, "windows[0].clock.target", "links jemalloc"),
 ])
 def test_a_bad_clock_window_is_one_line_naming_the_field(fault: dict[str, object], field: str, words: str) -> None:
     with pytest.raises(PlanError) as caught:
