@@ -71,7 +71,7 @@ from harness.nemesis.runner import FaultFailure, NemesisFailed, NemesisReport, N
 from harness.nemesis.toxiproxy_client import NemesisInvalid, validate_toxic
 
 __all__ = [
-    "FAULT_ACTIONS", "MIN_RANDOM_EVERY", "STACK_PROXIES", "STACK_TARGETS", "ClockFault", "CrashPointFault", "Fault", "FaultFailure",
+    "AgedRetries", "FAULT_ACTIONS", "MIN_RANDOM_EVERY", "STACK_PROXIES", "STACK_TARGETS", "ClockFault", "CrashPointFault", "Fault", "FaultFailure",
     "FaultTargets", "FaultWindow", "NemesisFailed", "NemesisReport", "NemesisRunner", "NetworkFaults", "Plan",
     "PlanError", "PlanTargets", "ProcessAction", "ProcessFault", "ProcessFaults", "ProxyDownFault",
     "RandomNemesis", "STACK_CLOCKS", "ToxicFault", "check_targets", "clock_targets", "load_plan", "parse_plan", "schedule",
@@ -106,6 +106,7 @@ class PlanTargets:
     any_consumer: bool = False
     crash_points: tuple[str, ...] = tuple(CRASH_POINTS)  # the target app's (harness.catalog)
     clocks: tuple[str, ...] = ()  # processes a clock fault may move (consumer-N too with any_consumer)
+    aged_retries: bool = False  # may the plan have `aged_retries:` (a probe's)
 
     @classmethod
     def of_stack(cls, proxies: Iterable[str], services: Iterable[str]) -> PlanTargets:
@@ -159,12 +160,24 @@ class RandomNemesis:
 
 
 @dataclass(frozen=True)
+class AgedRetries:
+    """`aged_retries: {within: [50%, 99%], past: [101%]}`: after the load, the probed
+    service's clock is moved to each fraction of an endpoint's key lifetime and the keys
+    that already succeeded are sent again (harness.probe.aged_retries): judged within
+    the lifetime, reported past it."""
+
+    within: tuple[float, ...]
+    past: tuple[float, ...] = ()
+
+
+@dataclass(frozen=True)
 class Plan:
     seed: int
     windows: tuple[FaultWindow, ...] = ()
     random: RandomNemesis | None = None
     source: str = "<plan>"
     promises: tuple[str, ...] = ()
+    aged_retries: AgedRetries | None = None
 
 
 # --- parsing ----------------------------------------------------------------------
@@ -184,17 +197,18 @@ def load_plan(path: Path, targets: PlanTargets = STACK_TARGETS) -> Plan:
 def parse_plan(raw: Any, *, source: str = "<plan>", targets: PlanTargets = STACK_TARGETS) -> Plan:
     """Check a plan already parsed from YAML; `source` names it in messages."""
     where = _Where(source)
-    top = where.mapping(raw, "plan", required=("seed",), optional=("windows", "random", "promises"))
+    top = where.mapping(raw, "plan", required=("seed",), optional=("windows", "random", "promises", "aged_retries"))
     seed = where.integer(top["seed"], "seed")
     windows_raw = top.get("windows") or []
     if not isinstance(windows_raw, list):
         raise where.error("windows", "must be a list of windows")
     windows = tuple(_parse_window(where, item, f"windows[{i}]", i) for i, item in enumerate(windows_raw))
     random_nemesis = _parse_random(where, top["random"], seed) if top.get("random") is not None else None
-    if not windows and random_nemesis is None:
+    aged = _parse_aged(where, top["aged_retries"]) if top.get("aged_retries") is not None else None
+    if not windows and random_nemesis is None and aged is None:
         raise where.error("plan", "has neither windows nor random: nothing to do")
     plan = Plan(seed=seed, windows=windows, random=random_nemesis, source=source,
-                promises=_parse_promises(where, top.get("promises")))
+                promises=_parse_promises(where, top.get("promises")), aged_retries=aged)
     check_targets(plan, targets)
     return plan
 
@@ -203,6 +217,9 @@ def check_targets(plan: Plan, targets: PlanTargets) -> None:
     """PlanError naming the file, the field and the known names for the first proxy
     or service of `plan` that `targets` does not have."""
     where = _Where(plan.source)
+    if plan.aged_retries is not None and not targets.aged_retries:
+        raise where.error("aged_retries", "only `harness probe` re-sends aged keys (its service's clock is moved); "
+                          "not a stack's run")
     located: list[tuple[str, Fault]] = [(f"windows[{i}]", window.fault) for i, window in enumerate(plan.windows)]
     if plan.random is not None:
         located += [(f"random.faults[{i}]", fault) for i, fault in enumerate(plan.random.faults)]
@@ -223,7 +240,10 @@ def clock_targets(plan: Plan | None) -> tuple[str, ...]:
     faults = [window.fault for window in plan.windows]
     if plan.random is not None:
         faults.extend(plan.random.faults)
-    return tuple(dict.fromkeys(fault.target for fault in faults if isinstance(fault, ClockFault)))
+    targets = [fault.target for fault in faults if isinstance(fault, ClockFault)]
+    if plan.aged_retries is not None:
+        targets.append("service")  # the probe's service: its clock is moved to age the keys
+    return tuple(dict.fromkeys(targets))
 
 
 def _parse_promises(where: _Where, raw: Any) -> tuple[str, ...]:
@@ -325,6 +345,37 @@ def _parse_clock(where: _Where, raw: Any, path: str) -> ClockFault:
     if delta == 0:
         raise where.error(f"{path}.{mode}", "must not be 0s: the clock would not move")
     return ClockFault(process=target, mode=mode, delta=delta)
+
+
+def _parse_aged(where: _Where, raw: Any) -> AgedRetries:
+    spec = where.mapping(raw, "aged_retries", required=("within",), optional=("past",))
+    within = tuple(_fraction(where, item, f"aged_retries.within[{i}]") for i, item in
+                   enumerate(_list(where, spec["within"], "aged_retries.within")))
+    past = tuple(_fraction(where, item, f"aged_retries.past[{i}]") for i, item in
+                 enumerate(_list(where, spec.get("past") or [], "aged_retries.past")))
+    if not within or any(not 0 < value < 1 for value in within):
+        raise where.error("aged_retries.within", "must list fractions of the key lifetime between 0% and 100%")
+    if any(value <= 1 for value in past):
+        raise where.error("aged_retries.past", "must list fractions past the key lifetime (over 100%)")
+    return AgedRetries(within=tuple(sorted(within)), past=tuple(sorted(past)))
+
+
+def _list(where: _Where, raw: Any, path: str) -> list[Any]:
+    if not isinstance(raw, list):
+        raise where.error(path, "must be a list like [50%, 99%]")
+    return raw
+
+
+def _fraction(where: _Where, raw: Any, path: str) -> float:
+    """`50%` or 0.5."""
+    text = raw.strip() if isinstance(raw, str) else raw
+    try:
+        value = float(text[:-1]) / 100 if isinstance(text, str) and text.endswith("%") else float(text)
+    except (TypeError, ValueError):
+        raise where.error(path, f"must be a percentage like 50% or a fraction like 0.5, not {raw!r}") from None
+    if isinstance(raw, bool) or not value > 0 or value != value or value == float("inf"):
+        raise where.error(path, f"must be a positive percentage, not {raw!r}")
+    return value
 
 
 def _parse_random(where: _Where, raw: Any, plan_seed: int) -> RandomNemesis:

@@ -99,7 +99,7 @@ def parse_probe_plan(raw: Any, *, source: str, targets: ProbeTargets) -> Plan:
     if provider_windows and not raw.get("windows") and raw.get("random") is None:
         plan = Plan(seed=_seed(raw, source), windows=provider_windows, source=source)
     else:
-        plan = parse_plan(raw, source=source, targets=_AnyTarget(proxies=(), services=()))
+        plan = parse_plan(raw, source=source, targets=_AnyTarget(proxies=(), services=(), aged_retries=True))
         plan = replace(plan, windows=(*plan.windows, *provider_windows))
     check_probe_plan(plan, targets)
     return plan
@@ -116,6 +116,9 @@ def _seed(raw: Any, source: str) -> int:
 
 def check_probe_plan(plan: Plan, targets: ProbeTargets) -> None:
     """PlanError naming the file and the field for the first target the probe lacks."""
+    if plan.aged_retries is not None and not targets.service:
+        raise PlanError(f"{plan.source}: aged_retries: the probe moves the clock of the service it starts to age "
+                        "its keys; give `service:` in the probe config")
     located: list[tuple[str, Fault]] = [(f"windows[{i}]", window.fault) for i, window in enumerate(plan.windows)]
     if plan.random is not None:
         located += [(f"random.faults[{i}]", fault) for i, fault in enumerate(plan.random.faults)]
