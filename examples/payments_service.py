@@ -26,6 +26,11 @@ fixed: claim the key first with an INSERT that the primary key makes atomic (a
 second request sees the claim: 409 while in flight, 422 for another payload, the
 stored answer once done), charge, then write the payment and the stored answer in
 one transaction; a failed charge releases the claim so the retry runs again.
+
+--forget-keys-after SECONDS (either mode; default 0: never): a stored key older than
+that, by the service's own clock, is forgotten, and a retry with it charges again.
+With 3600 it is the store that keeps keys 1 h while its docs promise 24 h: the
+negative control of `key_lifetime` (harness probe's bundled plan `probe-clocks`).
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ import asyncio
 import hashlib
 import json
 import sqlite3
+import time
 import uuid
 from typing import Any
 
@@ -46,7 +52,7 @@ CREATE TABLE IF NOT EXISTS payments (
     currency TEXT NOT NULL, reference TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS idempotency (
     key TEXT PRIMARY KEY, fingerprint TEXT NOT NULL, state TEXT NOT NULL,
-    status INTEGER, body TEXT);
+    status INTEGER, body TEXT, created_at REAL NOT NULL DEFAULT 0);
 """
 PROBLEM = "application/problem+json"
 
@@ -59,10 +65,11 @@ def problem(status: int, title: str, detail: str) -> web.Response:
 
 class PaymentsService:
     def __init__(self, *, mode: str, database: str, work_ms: int, missing_key_status: int = 400,
-                 mismatch_status: int = 422) -> None:
+                 mismatch_status: int = 422, forget_keys_after: float = 0.0) -> None:
         if mode not in ("naive", "fixed"):
             raise ValueError(f"mode must be naive or fixed, not {mode!r}")
         self.mode = mode
+        self.forget_keys_after = forget_keys_after
         self.work = work_ms / 1000.0
         self.missing_key_status = missing_key_status
         self.mismatch_status = mismatch_status
@@ -120,6 +127,9 @@ class PaymentsService:
         if isinstance(parsed, web.Response):
             return parsed
         fingerprint = hashlib.sha256(raw).hexdigest()
+        if self.forget_keys_after > 0:  # the early-forgetting store (module docstring)
+            self.db.execute("DELETE FROM idempotency WHERE key = ? AND state = 'done' AND created_at < ?",
+                            (key, time.time() - self.forget_keys_after))
         if self.mode == "naive":
             return await self._create_naive(key, fingerprint, parsed)
         return await self._create_fixed(key, fingerprint, parsed)
@@ -134,13 +144,15 @@ class PaymentsService:
         await self._charge()
         payment = self._insert_payment(key, body)
         text = json.dumps(payment)
-        self.db.execute("INSERT OR REPLACE INTO idempotency VALUES (?, ?, 'done', 201, ?)", (key, fingerprint, text))
+        self.db.execute("INSERT OR REPLACE INTO idempotency (key, fingerprint, state, status, body, created_at) "
+                        "VALUES (?, ?, 'done', 201, ?, ?)", (key, fingerprint, text, time.time()))
         return web.Response(status=201, text=text, content_type="application/json")
 
     # --- fixed: claim, charge, commit effect and answer together -----------------------
     async def _create_fixed(self, key: str, fingerprint: str, body: dict[str, Any]) -> web.Response:
         try:
-            self.db.execute("INSERT INTO idempotency VALUES (?, ?, 'in_flight', NULL, NULL)", (key, fingerprint))
+            self.db.execute("INSERT INTO idempotency (key, fingerprint, state, created_at) "
+                            "VALUES (?, ?, 'in_flight', ?)", (key, fingerprint, time.time()))
         except sqlite3.IntegrityError:
             row = self.db.execute("SELECT fingerprint, state, status, body FROM idempotency WHERE key = ?",
                                   (key,)).fetchone()
@@ -190,9 +202,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--missing-key-status", type=int, default=400, help="the answer to a request without the key")
     parser.add_argument("--mismatch-status", type=int, default=422,
                         help="the answer to a key reused with another payload")
+    parser.add_argument("--forget-keys-after", type=float, default=0.0,
+                        help="seconds after which a stored key is forgotten (default 0: never)")
     args = parser.parse_args(argv)
     service = PaymentsService(mode=args.mode, database=args.db, work_ms=args.work_ms,
-                              missing_key_status=args.missing_key_status, mismatch_status=args.mismatch_status)
+                              missing_key_status=args.missing_key_status, mismatch_status=args.mismatch_status,
+                              forget_keys_after=args.forget_keys_after)
     web.run_app(service.app(), host=args.host, port=args.port, print=lambda *_: print(
         f"payments service ({args.mode}) on http://{args.host}:{args.port}", flush=True))
 

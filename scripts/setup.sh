@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Installs what the harness needs on a fresh Debian/Ubuntu machine, and nothing
 # that is already there: redis-server, chromium (for the web UI test), postgresql,
-# rabbitmq-server and nats-server (servers the probe's tests start on their own
-# ports) from the distribution's packages, and this project with its dev extra in
-# ./.venv.
+# rabbitmq-server, nats-server (servers the probe's tests start on their own
+# ports) and faketime (the clock fault's libfaketime) from the distribution's
+# packages, and this project with its dev extra in ./.venv.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -46,6 +46,9 @@ install_missing chromium chromium
 install_missing postgresql /usr/lib/postgresql/15/bin/initdb postgresql
 install_missing rabbitmq-server /usr/lib/rabbitmq/bin/rabbitmq-server rabbitmq-server
 install_missing nats-server nats-server
+# The clock fault (docs/clocks.md) starts a target under libfaketime's LD_PRELOAD
+# library; Debian's faketime package brings it (libfaketime) and its command.
+install_missing faketime faketime
 # RabbitMQ's package also leaves Erlang's port mapper running; the tests start their own.
 if [ -n "${APT_UPDATED:-}" ]; then
     as_root pkill -x epmd >/dev/null 2>&1 || true

@@ -99,6 +99,7 @@ ONE_WORKER_MODULES = (
     "tests/load/test_by_hand.py",         # workdir: `harness up` / `down`
     "tests/distributed/test_workers.py",  # stack_dir: `harness up` / `down`
     "tests/nemesis/test_crash_points_stack.py",  # stack
+    "tests/nemesis/test_clock_stack.py",  # stack (on fake clocks)
     "tests/stack/test_faults.py",         # shared_stack
     "tests/cli/test_completion.py",       # script: `harness completion bash`
 )

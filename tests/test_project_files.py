@@ -56,7 +56,7 @@ def test_make_targets_set_up_before_they_run() -> None:
     installs = {match.group(1): match.group(3)
                 for match in re.finditer(r"^install_missing (\S+) (\S+)(?: (\S+))?$", setup, re.M)}
     assert installs == {"redis-server": "redis-server", "chromium": None, "postgresql": "postgresql",
-                        "rabbitmq-server": "rabbitmq-server", "nats-server": None}
+                        "rabbitmq-server": "rabbitmq-server", "nats-server": None, "faketime": None}
     assert 'apt-get install -y -qq "$package"' in setup
     assert 'service "$service" stop' in setup
     assert "pip\" install -q -e '.[dev]'" in setup

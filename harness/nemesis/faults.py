@@ -28,7 +28,8 @@ log line counts the hits of its window). `ProcessAction` is the one list of what
 be done to a service (by a plan, `harness fault`, the Chaos tab); `FAULT_ACTIONS` are
 the ones a plan may name, each healed by its `heal_action` (a restart heals itself).
 `FaultTargets` bundles where faults go (`NetworkFaults`, `ProcessFaults`,
-`CrashPointFaults`), and `FaultWindow` is one fault in time (a plan's window, after
+`CrashPointFaults`, `ClockFaults` of harness.nemesis.fake_clock; the fifth type,
+`ClockFault`, is in harness.nemesis.clock_faults), and `FaultWindow` is one fault in time (a plan's window, after
 `schedule`).
 """
 
@@ -42,9 +43,10 @@ from enum import StrEnum
 from typing import ClassVar, Literal, NotRequired, Protocol, TypedDict
 
 from harness.nemesis.crash_points import Arming, CrashPointHit, CrashPointInfo, hits_between
+from harness.nemesis.fake_clock import ClockFaults
 from harness.nemesis.toxiproxy_client import NemesisError
 
-TargetType = Literal["proxy", "service", "crash_point"]
+TargetType = Literal["proxy", "service", "crash_point", "clock"]
 
 
 class ProcessAction(StrEnum):
@@ -132,12 +134,14 @@ class CrashPointFaults(Protocol):
 
 @dataclass(frozen=True)
 class FaultTargets:
-    """Where faults go: a Toxiproxy (network), a stack's services (processes) and the
-    app's crash points (None where there are none to arm: a crash-point fault fails)."""
+    """Where faults go: a Toxiproxy (network), a stack's services (processes), the
+    app's crash points and the fake clocks of the processes the harness started
+    (harness.nemesis.clock_faults); None where there are none: such a fault fails."""
 
     network: NetworkFaults
     processes: ProcessFaults
     crash_points: CrashPointFaults | None = None
+    clocks: ClockFaults | None = None
 
 
 class FaultRecord(TypedDict):
@@ -146,7 +150,8 @@ class FaultRecord(TypedDict):
     A crash-point window's line also has `crash_point` (its name, also `target`),
     `probability`, `count` and `delay_ms` (`action` is the armed action), and, once
     healed, `hits` (times the action fired during the window) and `hit_times` (when
-    each fired, unix seconds); both are null when the window never got that far."""
+    each fired, unix seconds); both are null when the window never got that far.
+    A clock window's line has the fields below `hit_times`."""
 
     name: str
     kind: str
@@ -162,12 +167,21 @@ class FaultRecord(TypedDict):
     delay_ms: NotRequired[int]
     hits: NotRequired[int | None]
     hit_times: NotRequired[list[float] | None]
+    # A clock window's (harness.nemesis.clock_faults): its mode, delta and period, the
+    # target's offset before and after it (seconds), the offset its own clock showed.
+    clock: NotRequired[str]
+    delta: NotRequired[float]
+    every: NotRequired[float | None]
+    offset_before: NotRequired[float | None]
+    offset_after: NotRequired[float | None]
+    observed_offset: NotRequired[float | None]
+    flips: NotRequired[int | None]
 
 
 class Fault(Protocol):
     """A fault that applies, heals, describes and records itself (module docstring)."""
 
-    kind: ClassVar[str]  # toxic | proxy_down | process | crash_point: a plan's key and the log's `kind`
+    kind: ClassVar[str]  # toxic | proxy_down | process | crash_point | clock: a plan's key and the log's `kind`
     target_type: ClassVar[TargetType]
     target_field: ClassVar[str]  # where a plan's window names the target, e.g. `toxic.proxy`
 

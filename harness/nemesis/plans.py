@@ -10,6 +10,7 @@ optionally a seeded random nemesis:
       - {at: 5s, for: 2s, process: {action: pause, service: consumer-1}}
       - {at: 4s, for: 2s, proxy_down: redis}
       - {at: 2s, for: 6s, crash_point: consumer.after_effect, action: crash, probability: 0.3}
+      - {at: 3s, for: 2s, clock: {target: app, jump: 2h}}       # or skew: -90s, strobe: {...}
     random: {seed: 11, start: 1s, every: 3s, duration: 1s-3s, faults: [...]}
     promises: [recovery_point, reclaim]
 
@@ -22,8 +23,10 @@ source=..., targets=...)` checks one already parsed. Every problem is a one-line
 `PlanError` naming the file and the field, and that includes a target the stack does
 not have: each proxy and service a plan names is checked against `targets`
 (`PlanTargets`), by default the proxies and services every stack has (`STACK_TARGETS`:
-proxies app and redis; services app, redis, toxiproxy and consumer-N) and the app's
-crash points (harness.catalog.CRASH_POINTS), so a typo fails before any stack starts.
+proxies app and redis; services app, redis, toxiproxy and consumer-N; clocks app
+and consumer-N, never redis: STACK_CLOCKS) and the app's crash points (harness.catalog.CRASH_POINTS), so a
+typo fails before any stack starts. A `clock:` window is a `ClockFault`
+(harness.nemesis.clock_faults; docs/clocks.md).
 A crash point's arming (`action`, `probability`, `count`, `delay_ms`) sits beside its
 name in the window and is checked with `check_arming`. `check_targets(plan, PlanTargets.of_stack(info))` checks a
 loaded plan again against one running stack (its exact consumers).
@@ -48,6 +51,7 @@ import yaml
 from harness.catalog import CRASH_POINTS, PATHS
 from harness.errors import HarnessError
 from harness.fieldcheck import FieldChecker
+from harness.nemesis.clock_faults import CLOCK_MODES, MIN_STROBE_EVERY, ClockFault
 from harness.nemesis.crash_points import check_arming
 from harness.nemesis.faults import (
     FAULT_ACTIONS,
@@ -67,10 +71,10 @@ from harness.nemesis.runner import FaultFailure, NemesisFailed, NemesisReport, N
 from harness.nemesis.toxiproxy_client import NemesisInvalid, validate_toxic
 
 __all__ = [
-    "FAULT_ACTIONS", "MIN_RANDOM_EVERY", "STACK_PROXIES", "STACK_TARGETS", "CrashPointFault", "Fault", "FaultFailure",
+    "AgedRetries", "FAULT_ACTIONS", "MIN_RANDOM_EVERY", "STACK_PROXIES", "STACK_TARGETS", "ClockFault", "CrashPointFault", "Fault", "FaultFailure",
     "FaultTargets", "FaultWindow", "NemesisFailed", "NemesisReport", "NemesisRunner", "NetworkFaults", "Plan",
     "PlanError", "PlanTargets", "ProcessAction", "ProcessFault", "ProcessFaults", "ProxyDownFault",
-    "RandomNemesis", "ToxicFault", "check_targets", "load_plan", "parse_plan", "schedule",
+    "RandomNemesis", "STACK_CLOCKS", "ToxicFault", "check_targets", "clock_targets", "load_plan", "parse_plan", "schedule",
 ]
 
 _NAME = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
@@ -78,7 +82,7 @@ _CONSUMER = re.compile(r"^consumer-[1-9][0-9]*$")
 MIN_RANDOM_EVERY = 0.1
 # The plain names of a stack's proxies (a shared Toxiproxy prefixes the real ones).
 STACK_PROXIES = ("app", "redis")
-_FAULT_KEYS = (ToxicFault.kind, ProcessFault.kind, ProxyDownFault.kind, CrashPointFault.kind)
+_FAULT_KEYS = (ToxicFault.kind, ProcessFault.kind, ProxyDownFault.kind, CrashPointFault.kind, ClockFault.kind)
 # What a crash point is armed with sits beside its name: {crash_point: NAME, action: crash, ...}.
 _ARMING_KEYS = ("action", "probability", "count", "delay_ms")
 
@@ -101,18 +105,24 @@ class PlanTargets:
     services: tuple[str, ...]
     any_consumer: bool = False
     crash_points: tuple[str, ...] = tuple(CRASH_POINTS)  # the target app's (harness.catalog)
+    clocks: tuple[str, ...] = ()  # processes a clock fault may move (consumer-N too with any_consumer)
+    aged_retries: bool = False  # may the plan have `aged_retries:` (a probe's)
 
     @classmethod
     def of_stack(cls, proxies: Iterable[str], services: Iterable[str]) -> PlanTargets:
         """Exactly the proxies (plain names) and services of one stack (and the app's
-        crash points)."""
-        return cls(proxies=tuple(proxies), services=tuple(services))
+        crash points; the clocks of its app, Redis and consumers)."""
+        services = tuple(services)
+        return cls(proxies=tuple(proxies), services=services,
+                   clocks=tuple(name for name in services if name in STACK_CLOCKS or _CONSUMER.match(name)))
 
     def knows(self, target_type: TargetType, name: str) -> bool:
         if target_type == "proxy":
             return name in self.proxies
         if target_type == "crash_point":
             return name in self.crash_points
+        if target_type == "clock":
+            return name in self.clocks or (self.any_consumer and bool(_CONSUMER.match(name)))
         return name in self.services or (self.any_consumer and bool(_CONSUMER.match(name)))
 
     def known(self, target_type: TargetType) -> str:
@@ -121,11 +131,22 @@ class PlanTargets:
             return ", ".join(self.proxies) or "none"
         if target_type == "crash_point":
             return ", ".join(self.crash_points) or "none"
-        names = [*self.services, *(["consumer-N"] if self.any_consumer else [])]
+        names = [*(self.clocks if target_type == "clock" else self.services),
+                 *(["consumer-N"] if self.any_consumer else [])]
         return ", ".join(names) or "none"
 
 
-STACK_TARGETS = PlanTargets(proxies=STACK_PROXIES, services=("app", "redis", "toxiproxy"), any_consumer=True)
+# The stack's processes that run on a fake clock (harness.nemesis.clock_faults), with
+# consumer-N. Not the Toxiproxy (a fault on it would test the harness, not the app), and
+# not Redis: Debian's redis-server links jemalloc, beside which libfaketime 0.9.10
+# cannot initialise (measured: "Cannot recover from unexpected recursive calls to
+# clock_gettime()", and Redis never answers; upstream wolfcw/libfaketime#130, open).
+STACK_CLOCKS = ("app",)
+NO_FAKE_CLOCK = {"redis": "the stack's Redis cannot run under libfaketime: Debian's redis-server links jemalloc, "
+                          "which libfaketime 0.9.10 cannot initialise beside (wolfcw/libfaketime#130); move the "
+                          "app's or a consumer's clock (docs/clocks.md)"}
+STACK_TARGETS = PlanTargets(proxies=STACK_PROXIES, services=("app", "redis", "toxiproxy"), any_consumer=True,
+                            clocks=STACK_CLOCKS)
 
 
 @dataclass(frozen=True)
@@ -139,12 +160,24 @@ class RandomNemesis:
 
 
 @dataclass(frozen=True)
+class AgedRetries:
+    """`aged_retries: {within: [50%, 99%], past: [101%]}`: after the load, the probed
+    service's clock is moved to each fraction of an endpoint's key lifetime and the keys
+    that already succeeded are sent again (harness.probe.aged_retries): judged within
+    the lifetime, reported past it."""
+
+    within: tuple[float, ...]
+    past: tuple[float, ...] = ()
+
+
+@dataclass(frozen=True)
 class Plan:
     seed: int
     windows: tuple[FaultWindow, ...] = ()
     random: RandomNemesis | None = None
     source: str = "<plan>"
     promises: tuple[str, ...] = ()
+    aged_retries: AgedRetries | None = None
 
 
 # --- parsing ----------------------------------------------------------------------
@@ -164,17 +197,18 @@ def load_plan(path: Path, targets: PlanTargets = STACK_TARGETS) -> Plan:
 def parse_plan(raw: Any, *, source: str = "<plan>", targets: PlanTargets = STACK_TARGETS) -> Plan:
     """Check a plan already parsed from YAML; `source` names it in messages."""
     where = _Where(source)
-    top = where.mapping(raw, "plan", required=("seed",), optional=("windows", "random", "promises"))
+    top = where.mapping(raw, "plan", required=("seed",), optional=("windows", "random", "promises", "aged_retries"))
     seed = where.integer(top["seed"], "seed")
     windows_raw = top.get("windows") or []
     if not isinstance(windows_raw, list):
         raise where.error("windows", "must be a list of windows")
     windows = tuple(_parse_window(where, item, f"windows[{i}]", i) for i, item in enumerate(windows_raw))
     random_nemesis = _parse_random(where, top["random"], seed) if top.get("random") is not None else None
-    if not windows and random_nemesis is None:
+    aged = _parse_aged(where, top["aged_retries"]) if top.get("aged_retries") is not None else None
+    if not windows and random_nemesis is None and aged is None:
         raise where.error("plan", "has neither windows nor random: nothing to do")
     plan = Plan(seed=seed, windows=windows, random=random_nemesis, source=source,
-                promises=_parse_promises(where, top.get("promises")))
+                promises=_parse_promises(where, top.get("promises")), aged_retries=aged)
     check_targets(plan, targets)
     return plan
 
@@ -183,14 +217,33 @@ def check_targets(plan: Plan, targets: PlanTargets) -> None:
     """PlanError naming the file, the field and the known names for the first proxy
     or service of `plan` that `targets` does not have."""
     where = _Where(plan.source)
+    if plan.aged_retries is not None and not targets.aged_retries:
+        raise where.error("aged_retries", "only `harness probe` re-sends aged keys (its service's clock is moved); "
+                          "not a stack's run")
     located: list[tuple[str, Fault]] = [(f"windows[{i}]", window.fault) for i, window in enumerate(plan.windows)]
     if plan.random is not None:
         located += [(f"random.faults[{i}]", fault) for i, fault in enumerate(plan.random.faults)]
     for path, fault in located:
         if not targets.knows(fault.target_type, fault.target):
+            if fault.target_type == "clock" and fault.target in NO_FAKE_CLOCK:
+                raise where.error(f"{path}.{fault.target_field}", NO_FAKE_CLOCK[fault.target])
             raise where.error(f"{path}.{fault.target_field}",
                               f"unknown {fault.target_type.replace('_', ' ')} {fault.target!r} "
                               f"(known: {targets.known(fault.target_type)})")
+
+
+def clock_targets(plan: Plan | None) -> tuple[str, ...]:
+    """The processes a plan's clock faults move, in the plan's order: those must be
+    started under the fake clock (harness.nemesis.fake_clock)."""
+    if plan is None:
+        return ()
+    faults = [window.fault for window in plan.windows]
+    if plan.random is not None:
+        faults.extend(plan.random.faults)
+    targets = [fault.target for fault in faults if isinstance(fault, ClockFault)]
+    if plan.aged_retries is not None:
+        targets.append("service")  # the probe's service: its clock is moved to age the keys
+    return tuple(dict.fromkeys(targets))
 
 
 def _parse_promises(where: _Where, raw: Any) -> tuple[str, ...]:
@@ -229,6 +282,8 @@ def _parse_fault(where: _Where, item: dict[str, Any], path: str) -> Fault:
         return _parse_crash_point(where, item, path)
     if extra:
         raise where.error(path, f"{', '.join(extra)} only go(es) with crash_point")
+    if key == ClockFault.kind:
+        return _parse_clock(where, item[key], f"{path}.clock")
     if key == ProxyDownFault.kind:
         return ProxyDownFault(proxy=where.name(item[key], f"{path}.proxy_down"))
     if key == ProcessFault.kind:
@@ -268,6 +323,61 @@ def _parse_crash_point(where: _Where, item: dict[str, Any], path: str) -> CrashP
     return CrashPointFault(point=name, arming=arming)
 
 
+def _parse_clock(where: _Where, raw: Any, path: str) -> ClockFault:
+    """`{target: NAME, jump: 2h}`, `{target: NAME, skew: -90s}` or `{target: NAME,
+    strobe: {delta: 30s, every: 1s}}` (harness.nemesis.clock_faults)."""
+    spec = where.mapping(raw, path, required=("target",), optional=CLOCK_MODES)
+    modes = [mode for mode in CLOCK_MODES if mode in spec]
+    if len(modes) != 1:
+        raise where.error(path, f"needs exactly one of {', '.join(CLOCK_MODES)}")
+    mode = modes[0]
+    target = where.name(spec["target"], f"{path}.target")
+    if mode == "strobe":
+        strobe = where.mapping(spec[mode], f"{path}.strobe", required=("delta", "every"))
+        delta = where.signed_duration(strobe["delta"], f"{path}.strobe.delta")
+        every = where.duration(strobe["every"], f"{path}.strobe.every")
+        if every < MIN_STROBE_EVERY:
+            raise where.error(f"{path}.strobe.every", f"must be at least {MIN_STROBE_EVERY:g}s")
+        if delta == 0:
+            raise where.error(f"{path}.strobe.delta", "must not be 0s: the clock would not move")
+        return ClockFault(process=target, mode=mode, delta=delta, every=every)
+    delta = where.signed_duration(spec[mode], f"{path}.{mode}")
+    if delta == 0:
+        raise where.error(f"{path}.{mode}", "must not be 0s: the clock would not move")
+    return ClockFault(process=target, mode=mode, delta=delta)
+
+
+def _parse_aged(where: _Where, raw: Any) -> AgedRetries:
+    spec = where.mapping(raw, "aged_retries", required=("within",), optional=("past",))
+    within = tuple(_fraction(where, item, f"aged_retries.within[{i}]") for i, item in
+                   enumerate(_list(where, spec["within"], "aged_retries.within")))
+    past = tuple(_fraction(where, item, f"aged_retries.past[{i}]") for i, item in
+                 enumerate(_list(where, spec.get("past") or [], "aged_retries.past")))
+    if not within or any(not 0 < value < 1 for value in within):
+        raise where.error("aged_retries.within", "must list fractions of the key lifetime between 0% and 100%")
+    if any(value <= 1 for value in past):
+        raise where.error("aged_retries.past", "must list fractions past the key lifetime (over 100%)")
+    return AgedRetries(within=tuple(sorted(within)), past=tuple(sorted(past)))
+
+
+def _list(where: _Where, raw: Any, path: str) -> list[Any]:
+    if not isinstance(raw, list):
+        raise where.error(path, "must be a list like [50%, 99%]")
+    return raw
+
+
+def _fraction(where: _Where, raw: Any, path: str) -> float:
+    """`50%` or 0.5."""
+    text = raw.strip() if isinstance(raw, str) else raw
+    try:
+        value = float(text[:-1]) / 100 if isinstance(text, str) and text.endswith("%") else float(text)
+    except (TypeError, ValueError):
+        raise where.error(path, f"must be a percentage like 50% or a fraction like 0.5, not {raw!r}") from None
+    if isinstance(raw, bool) or not value > 0 or value != value or value == float("inf"):
+        raise where.error(path, f"must be a positive percentage, not {raw!r}")
+    return value
+
+
 def _parse_random(where: _Where, raw: Any, plan_seed: int) -> RandomNemesis:
     spec = where.mapping(raw, "random", required=("every", "duration", "faults"), optional=("seed", "start"))
     every = where.duration(spec["every"], "random.every")
@@ -300,6 +410,15 @@ class _Where(FieldChecker):
         # A plan's integers (seeds) are never bounded above zero; its messages have
         # always said "non-negative", which the plan tests and users' scripts match.
         return super().integer(raw, path, minimum=minimum, wording=wording or "a non-negative integer")
+
+    def signed_duration(self, raw: Any, path: str) -> float:
+        """A duration that may be negative: `-2h` moves a clock back."""
+        if isinstance(raw, str) and raw.strip().startswith(("-", "+")):
+            text = raw.strip()
+            return (-1.0 if text[0] == "-" else 1.0) * self.duration(text[1:], path)
+        if isinstance(raw, (int, float)) and not isinstance(raw, bool) and raw < 0:
+            return -self.duration(-raw, path)
+        return self.duration(raw, path)
 
     def duration_range(self, raw: Any, path: str) -> tuple[float, float]:
         if isinstance(raw, str) and "-" in raw.strip().lstrip("-"):

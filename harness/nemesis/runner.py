@@ -3,7 +3,7 @@
 `NemesisRunner(network, processes, fault_log_path, crash_points=None)` runs a
 schedule (a list of `FaultWindow`, from `harness.nemesis.plans.schedule`) against its
 targets (crash points: the `crash_points` given, or those of a `StackNemesis` given
-as `network`): `start(windows)` runs it in the background (`run(windows)` in the
+as `network`; fake clocks: the `clocks` given, harness.nemesis.clock_faults): `start(windows)` runs it in the background (`run(windows)` in the
 caller's thread), each window applied at its `at` and healed at its `end`: the
 network and process faults in one lane (a thread), each crash point in a lane of its
 own, so a slow arming call does not delay the other windows; `stop()` ends it early
@@ -40,6 +40,7 @@ from typing import Any, Literal
 import orjson
 
 from harness.errors import HarnessError
+from harness.nemesis.fake_clock import ClockFaults
 from harness.nemesis.faults import CrashPointFaults, FaultTargets, FaultWindow, NetworkFaults, ProcessFaults
 from harness.nemesis.stack_proxies import StackNemesis
 
@@ -94,10 +95,11 @@ class NemesisRunner:
 
     def __init__(self, nemesis: NetworkFaults, processes: ProcessFaults, fault_log_path: Path,
                  clock: Callable[[], float] = time.monotonic, *,
-                 crash_points: CrashPointFaults | None = None) -> None:
+                 crash_points: CrashPointFaults | None = None, clocks: ClockFaults | None = None) -> None:
         if crash_points is None and isinstance(nemesis, StackNemesis):
             crash_points = nemesis.crash_points  # a stack's nemesis carries its app's crash points
-        self.targets = FaultTargets(network=nemesis, processes=processes, crash_points=crash_points)
+        self.targets = FaultTargets(network=nemesis, processes=processes, crash_points=crash_points,
+                                    clocks=clocks)
         self.fault_log_path = Path(fault_log_path)
         self.clock = clock
         self._stop = threading.Event()
@@ -230,10 +232,15 @@ class NemesisRunner:
 
 
 def _lane(window: FaultWindow) -> str:
-    """The lane a window runs in (NemesisRunner.run): its crash point's own, or the one
-    the network and process faults share."""
+    """The lane a window runs in (NemesisRunner.run): its crash point's own, its clock's
+    own (a clock's verification waits for the target to show it), or the one the
+    network and process faults share."""
     fault = window.fault
-    return f"crash-point-{fault.target}" if fault.target_type == "crash_point" else "network-and-processes"
+    if fault.target_type == "crash_point":
+        return f"crash-point-{fault.target}"
+    if fault.target_type == "clock":
+        return f"clock-{fault.target}"
+    return "network-and-processes"
 
 
 def log_fault(path: Path, record: Mapping[str, Any], *, start: float, end: float, error: str | None) -> None:

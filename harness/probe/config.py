@@ -15,6 +15,7 @@
         read: {path: /api/v1/orders/{id}}                 # optional: final read by id
         search: {path: /orders?key={key}, items: /items}  # optional: resources of a key
         expect: {created: [201], missing_key: 400, payload_mismatch: 422, in_flight: 409}
+        key_lifetime: 24h             # optional: how long the service keeps a key (plan probe-clocks)
     strict: false          # true (or --strict): the draft's SHOULD rows fail the run too
     load: {users: 8, duration: 5s, seed: 7, client_timeout: 1s, max_attempts: 4,
            mix: {double_click: 0.35, replay: 0.3, payload_mismatch: 0.3, missing_key: 0.1,
@@ -146,6 +147,7 @@ class Endpoint:
     read: ReadBack | None = None
     search: ReadBack | None = None
     effects: EffectsSpec | None = None
+    key_lifetime: float | None = None  # seconds the service promises to keep a key (docs/clocks.md)
 
 
 @dataclass(frozen=True)
@@ -223,6 +225,8 @@ class ProbeConfig:
                     endpoint[name]["expect"] = list(endpoint[name]["expect"])
             if endpoint["mutate"] is None:
                 del endpoint["mutate"]
+            if endpoint["key_lifetime"] is None:
+                del endpoint["key_lifetime"]
             if endpoint["effects"] is None:
                 del endpoint["effects"]
             else:
@@ -380,7 +384,7 @@ def simple_config(*, upstream: str | None, path: str, body: Any, method: str = "
 def _parse_endpoint(where: _Where, raw: Any, path: str, defaults: Mapping[str, int]) -> Endpoint:
     item = where.mapping(raw, path, required=("path", "body", "id"),
                          optional=("name", "method", "mutate", "requires_key", "headers", "read",
-                                   "search", "expect", "effects"))
+                                   "search", "expect", "effects", "key_lifetime"))
     name = item.get("name", f"endpoint-{path.split('[')[1].rstrip(']')}")
     if not isinstance(name, str) or not _NAME.match(name):
         raise where.error(f"{path}.name", f"must be letters, digits, '.', '_' or '-', not {name!r}")
@@ -412,12 +416,18 @@ def _parse_endpoint(where: _Where, raw: Any, path: str, defaults: Mapping[str, i
     else:
         id_location = IdLocation(header=where.header_name(id_raw["header"], f"{path}.id.header"))
     expect = _parse_expect(where, item.get("expect"), f"{path}.expect", defaults)
+    key_lifetime = None
+    if item.get("key_lifetime") is not None:
+        key_lifetime = where.duration(item["key_lifetime"], f"{path}.key_lifetime")
+        if key_lifetime <= 0:
+            raise where.error(f"{path}.key_lifetime", "must be longer than 0s (how long the service keeps a key)")
     read = _parse_read(where, item.get("read"), f"{path}.read", "{id}")
     search = _parse_read(where, item.get("search"), f"{path}.search", "{key}")
     return Endpoint(name=name, method=method, path=url_path, body=body, id=id_location, expect=expect,
                     mutate=mutate, requires_key=requires_key,
                     headers=where.headers(item.get("headers"), f"{path}.headers"), read=read, search=search,
-                    effects=_parse_effects(where, item.get("effects"), f"{path}.effects", body))
+                    effects=_parse_effects(where, item.get("effects"), f"{path}.effects", body),
+                    key_lifetime=key_lifetime)
 
 
 def _parse_expect(where: _Where, raw: Any, path: str, defaults: Mapping[str, int]) -> Expectations:

@@ -6,7 +6,7 @@ success is replayed), unless the service stored the 5xx and replays it, or left 
 key stuck in flight. For every key (per identity) whose requests got no 2xx and whose
 last answer was indeterminate (a 5xx, a timeout, a reset) or the in-flight status, the same request (same
 key, body and identity) is sent once more, straight to the service, as kind
-`late_retry`. First, one fresh request per endpoint (kind `first`, a new key) shows
+`late_retry` (`send_again`: one request sent again, recorded; harness.probe.aged_retries uses it too). First, one fresh request per endpoint (kind `first`, a new key) shows
 the service answering again: the evidence that a repeated 5xx is a replay
 (harness.probe.replays). A late retry refused as in flight with a `Retry-After` of at
 most MAX_RETRY_AFTER seconds is sent once more when that time has passed: a claim
@@ -71,15 +71,15 @@ def late_retries(config: ProbeConfig, upstream: str, operations: Sequence[Mappin
         for n, endpoint in enumerate(config.endpoints):
             if any(item[0] is endpoint for item in pending):
                 key = f"probe-late-{token}-{n}"
-                _send(client, config, upstream, endpoint, render_body(endpoint.body, rng, key=key), key=key,
-                      identity=0 if config.identities else None, kind="first")
+                send_again(client, config, upstream, endpoint, render_body(endpoint.body, rng, key=key), key=key,
+                           identity=0 if config.identities else None, kind="first")
         sent = 0
         waited: list[tuple[float, tuple[Endpoint, str, Any, Any, Any]]] = []
         for item in pending[:MAX_LATE_RETRIES]:
             if time.monotonic() > deadline:
                 break
             endpoint, key, identity, body, path = item
-            response = _send(client, config, upstream, endpoint, body, key=key, identity=identity,
+            response = send_again(client, config, upstream, endpoint, body, key=key, identity=identity,
                              kind=LATE_RETRY, path=path)
             sent += 1
             wait = _retry_after(response, endpoint)
@@ -88,7 +88,7 @@ def late_retries(config: ProbeConfig, upstream: str, operations: Sequence[Mappin
         # Keys refused as in flight with a bounded Retry-After: asked once more when it has passed.
         for due, (endpoint, key, identity, body, path) in sorted(waited, key=lambda pair: pair[0]):
             time.sleep(max(0.0, due - time.monotonic()))
-            _send(client, config, upstream, endpoint, body, key=key, identity=identity, kind=LATE_RETRY,
+            send_again(client, config, upstream, endpoint, body, key=key, identity=identity, kind=LATE_RETRY,
                   path=path)
             sent += 1
     return sent
@@ -106,7 +106,7 @@ def _retry_after(response: requests.Response | None, endpoint: Endpoint) -> floa
     return seconds + 0.2 if 0 <= seconds <= MAX_RETRY_AFTER else None
 
 
-def _send(client: Client, config: ProbeConfig, upstream: str, endpoint: Endpoint, body: Any, *, key: str,
+def send_again(client: Client, config: ProbeConfig, upstream: str, endpoint: Endpoint, body: Any, *, key: str,
           identity: int | None, kind: str, path: str | None = None) -> requests.Response | None:
     raw = orjson.dumps(body)  # the bytes the load sent: orjson writes one dict one way
     path = path or render_path(endpoint.path, random.Random(key), key=key)  # the load's path, or a fresh one

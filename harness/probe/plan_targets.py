@@ -14,6 +14,8 @@ A probe plan is an ordinary plan (docs/nemesis.md) whose targets are the probe's
   by its `name`, harness.probe.brokers.process): `restart` stops it cleanly and starts
   it again, `kill`, `pause` as for the service. A process fault naming a broker the
   probe does not own is refused before the run;
+- `clock:` windows (harness.nemesis.clock_faults) on `service` or on a dependency the
+  probe starts itself (`command:`), never on an address-only dependency;
 - `provider_fault` windows (harness.probe.provider.plan): a provider-side fault armed on
   the run's payment provider, only when the config has `provider:`.
 
@@ -34,6 +36,7 @@ from typing import Any
 
 import yaml
 
+from harness.nemesis.clock_faults import ClockFault
 from harness.nemesis.faults import Fault, FaultWindow, ProcessFault, ProxyDownFault, TargetType, ToxicFault
 from harness.nemesis.plans import Plan, PlanError, PlanTargets, parse_plan, schedule
 from harness.probe.provider.plan import TARGET as PROVIDER
@@ -55,12 +58,14 @@ class ProbeTargets:
     proxies: Mapping[str, str]
     service: bool = False
     brokers: tuple[str, ...] = ()
+    started: tuple[str, ...] = ()  # the dependencies the probe starts itself (a clock fault may move theirs)
 
     @classmethod
     def plain(cls, dependencies: tuple[str, ...] = (), *, service: bool = False,
-              brokers: tuple[str, ...] = ()) -> ProbeTargets:
+              brokers: tuple[str, ...] = (), started: tuple[str, ...] = ()) -> ProbeTargets:
         """Real names equal to the plan names (an embedded Toxiproxy of the probe's own)."""
-        return cls(proxies={name: name for name in (APP, *dependencies)}, service=service, brokers=brokers)
+        return cls(proxies={name: name for name in (APP, *dependencies)}, service=service, brokers=brokers,
+                   started=started)
 
     @property
     def dependencies(self) -> tuple[str, ...]:
@@ -94,7 +99,7 @@ def parse_probe_plan(raw: Any, *, source: str, targets: ProbeTargets) -> Plan:
     if provider_windows and not raw.get("windows") and raw.get("random") is None:
         plan = Plan(seed=_seed(raw, source), windows=provider_windows, source=source)
     else:
-        plan = parse_plan(raw, source=source, targets=_AnyTarget(proxies=(), services=()))
+        plan = parse_plan(raw, source=source, targets=_AnyTarget(proxies=(), services=(), aged_retries=True))
         plan = replace(plan, windows=(*plan.windows, *provider_windows))
     check_probe_plan(plan, targets)
     return plan
@@ -111,6 +116,9 @@ def _seed(raw: Any, source: str) -> int:
 
 def check_probe_plan(plan: Plan, targets: ProbeTargets) -> None:
     """PlanError naming the file and the field for the first target the probe lacks."""
+    if plan.aged_retries is not None and not targets.service:
+        raise PlanError(f"{plan.source}: aged_retries: the probe moves the clock of the service it starts to age "
+                        "its keys; give `service:` in the probe config")
     located: list[tuple[str, Fault]] = [(f"windows[{i}]", window.fault) for i, window in enumerate(plan.windows)]
     if plan.random is not None:
         located += [(f"random.faults[{i}]", fault) for i, fault in enumerate(plan.random.faults)]
@@ -124,6 +132,8 @@ def _problem(fault: Fault, targets: ProbeTargets) -> str | None:
     if isinstance(fault, ProviderPlanFault):
         return None if PROVIDER in targets.proxies else \
             "a provider fault needs the probe's payment provider (`provider:` in the probe config)"
+    if isinstance(fault, ClockFault):
+        return _clock_problem(fault, targets)
     if isinstance(fault, ProcessFault):
         if fault.service in targets.brokers:
             return None
@@ -152,6 +162,23 @@ def _problem(fault: Fault, targets: ProbeTargets) -> str | None:
         known = ", ".join([*targets.proxies, *([DEPENDENCIES] if targets.dependencies else [])])
         return f"proxy {fault.proxy!r} does not exist in a probe (its proxies: {known})"
     return None
+
+
+def _clock_problem(fault: ClockFault, targets: ProbeTargets) -> str | None:
+    """A clock fault moves a process the probe starts itself: `service`, or a
+    dependency with `command:`; anything else has no fake clock to move."""
+    if fault.process == SERVICE:
+        return None if targets.service else (
+            "a clock fault on 'service' needs `service:` in the probe config (the probe starts it under "
+            "the fake clock)")
+    if fault.process in targets.started:
+        return None
+    if fault.process in targets.dependencies:
+        return (f"dependency {fault.process!r} is an address the probe does not start, so it has no fake clock; "
+                f"give it `command:` (dependencies: {{{fault.process}: {{command: [...], ready: ...}}}})")
+    known = ", ".join(repr(name) for name in ([SERVICE] if targets.service else []) + list(targets.started))
+    return (f"no process {fault.process!r} to move the clock of (the probe's fake clocks: {known or 'none'}; "
+            "give `service:` or a dependency's `command:`)")
 
 
 def probe_windows(plan: Plan, duration: float, targets: ProbeTargets, *,

@@ -14,7 +14,8 @@ Entering it, in this order:
    at `toxiproxy_url`, where every proxy is named `probe_<pid>_<token>[_NAME]`;
 3. one proxy per dependency (harness.probe.service.DependencyProxies); with `provider:`,
    the payment provider (harness.probe.provider.play) and its proxy `provider`;
-4. the service (`service:`), started with its placeholders filled and ready;
+4. the service (`service:`), started with its placeholders filled and ready; under a
+   fake clock (harness.probe.clocks) when the plan moves its clock (`clocks`);
 5. the proxy `app` in front of the upstream (the service's 127.0.0.1:{port}, or the
    address given), which must accept connections.
 
@@ -47,9 +48,12 @@ import orjson
 import requests
 
 from harness.errors import HarnessError
+from harness.nemesis.clock_readers import date_header_reader
+from harness.nemesis.fake_clock import FakeClock
 from harness.nemesis.toxiproxy_client import Nemesis, NemesisError
 from harness.ports import free_ports
 from harness.probe.brokers.process import OwnedBroker
+from harness.probe.clocks import ProbeClocks, control_file
 from harness.probe.config import ProbeConfig
 from harness.probe.plan_targets import APP, SERVICE, ProbeTargets
 from harness.probe.provider.play import ProbeProvider
@@ -152,7 +156,7 @@ class ProbeRig:
     """The Toxiproxy, the proxies, the service and the guard of one probe run."""
 
     def __init__(self, config: ProbeConfig, run_dir: Path, *, upstream: str | None,
-                 toxiproxy_url: str | None) -> None:
+                 toxiproxy_url: str | None, clocks: tuple[str, ...] = ()) -> None:
         if config.service is None and not upstream:
             raise RigError("no upstream: give --upstream host:port, `upstream:` or `service:` in the config")
         self.config = config
@@ -167,6 +171,8 @@ class ProbeRig:
         self.brokers: dict[str, OwnedBroker] = {}  # the brokers the probe owns, by plan name
         self.app_proxy = APP
         self.proxy_url = ""
+        self.clock_names = clocks  # the processes started under a fake clock (harness.probe.clocks)
+        self.clocks = ProbeClocks()
         self._stack = ExitStack()
 
     @property
@@ -244,8 +250,14 @@ class ProbeRig:
                                 else f"http://{self.upstream}")
             self.dependencies.create({PROVIDER: self.provider.address}, [ports[1 + len(config.dependencies)]])
         if config.service is not None:
+            base_env = dict(os.environ)
+            if SERVICE in self.clock_names:
+                clock = FakeClock(control_file(self.run_dir, SERVICE)).create()
+                base_env.update(clock.environment(base_env))
+                self.clocks.add(SERVICE, clock, date_header_reader(
+                    f"http://{HOST}:{ports[-1]}{config.service.ready.path or '/'}"))
             self.service = ProbedService(config.service, port=ports[-1], dependencies=self.dependencies.addresses,
-                                         log_path=self.run_dir / LOG_NAME, base_env=os.environ, guard=self.guard)
+                                         log_path=self.run_dir / LOG_NAME, base_env=base_env, guard=self.guard)
             self._stack.callback(self._record_service)
             self._stack.callback(self.service.stop)
             self.service.start()

@@ -15,7 +15,9 @@
    so the project's own network plans work unchanged; a service that ends on its own
    stops the run (exit 2, with its log's tail);
 3. after the load and the healing, retries once more every request (and webhook
-   delivery) that never got a 2xx (harness.probe.late_retries), reads back (directly from the upstream) every
+   delivery) that never got a 2xx (harness.probe.late_retries), with a plan's
+   `aged_retries:` sends the keys that succeeded again on the service's clock moved
+   through their lifetime (harness.probe.aged_retries), reads back (directly from the upstream) every
    acknowledged resource and searches every key, when the config gives the URLs
    (as the identity that sent it, and each resource also as another identity, with
    `identities:`), asks each endpoint's oracle about the effects (`effects:`) and,
@@ -32,6 +34,7 @@ Exit codes as everywhere in the harness: 0 pass, 1 violation, 2 the harness fail
 from __future__ import annotations
 
 import os
+import sys
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -54,8 +57,10 @@ from harness.nemesis.plans import (
     NemesisRunner,
     Plan,
 )
+from harness.probe.aged_retries import aged_retries
 from harness.probe.answers import CONFIG_ENV, HISTORY_ENV, json_pointer
 from harness.probe.checker import DEFAULT_MIN_ACKNOWLEDGED, ProbeCheck, check
+from harness.probe.clocks import clock_targets
 from harness.probe.config import ProbeConfig
 from harness.probe.conformance import DRAFT, ConformanceRow, conformance, rows_to_dicts
 from harness.probe.effect_checks import EffectRecord
@@ -184,7 +189,8 @@ def run_probe(spec: ProbeSpec) -> ProbeResult:
     started = time.time()
     # The service and its dependency proxies stay up for the final reads and the
     # effects: the rig is left only after them.
-    with (ProbeRig(config, run_dir, upstream=upstream, toxiproxy_url=spec.toxiproxy_url) as rig,
+    with (ProbeRig(config, run_dir, upstream=upstream, toxiproxy_url=spec.toxiproxy_url,
+                   clocks=clock_targets(plan)) as rig,
           MessagePlay(config.messages, run_dir, seed=config.load.seed, duration=config.load.duration) as play,
           WebhookPlay(config.webhooks, run_dir, seed=config.load.seed, duration=config.load.duration,
                       on_event=rig.provider.adopt_event if rig.provider is not None else None) as hooks):
@@ -197,6 +203,12 @@ def run_probe(spec: ProbeSpec) -> ProbeResult:
         # What never succeeded is retried once more, now that the service is well.
         late_retries(config, upstream, list(iter_operations(history_files(run_dir / "history"))),
                      run_dir / "history")
+        if plan is not None and plan.aged_retries is not None:
+            # Keys aged on the service's clock (harness.probe.aged_retries), sent again.
+            aged = aged_retries(config, upstream, list(iter_operations(history_files(run_dir / "history"))),
+                                plan.aged_retries, rig.clocks, run_dir, run_dir / FAULT_LOG)
+            for note in aged.notes():
+                print(f"harness probe: {note}", file=sys.stderr)
         # The provider's late retries (harness.probe.webhooks.play), then each fact's effects.
         webhooks = hooks.finish(upstream, config.headers)
         operations = list(iter_operations(history_files(run_dir / "history")))
@@ -221,7 +233,7 @@ def _load(spec: ProbeSpec, run_dir: Path, rig: ProbeRig, windows: list[FaultWind
         spawn_rate=load.spawn_rate, duration=load.duration, processes=1, output_dir=run_dir / "locust",
         env=env, stop_timeout=max(2.0, load.client_timeout * 2), guard=rig.guard)
     assert rig.nemesis is not None
-    runner = NemesisRunner(rig.nemesis, rig.processes, run_dir / FAULT_LOG)
+    runner = NemesisRunner(rig.nemesis, rig.processes, run_dir / FAULT_LOG, clocks=rig.clocks)
     play.setup()  # the queues exist before the first publish
     if spec.config.endpoints:
         locust.start()

@@ -45,7 +45,8 @@ from harness.history import LOAD_STARTED
 from harness.load.locust_process import DEFAULT_STOP_TIMEOUT, LocustProcess, locustfile_for, parse_master_address
 from harness.load.settings import format_think_time, load_environment
 from harness.names import DEFAULT_STACK_ROOT, ENV_APP_UNSAFE_DISABLE, ENV_THINK_TIME
-from harness.nemesis.plans import FaultWindow, NemesisRunner, Plan, load_plan, schedule
+from harness.nemesis.fake_clock import libfaketime_path
+from harness.nemesis.plans import FaultWindow, NemesisRunner, Plan, clock_targets, load_plan, schedule
 from harness.nemesis.toxiproxy_client import NemesisError
 from harness.report.run_facts import LoadWindow, RedisCapture
 from harness.report.run_report import summary_line, write_reports
@@ -54,6 +55,7 @@ from harness.run.drain import export_state, wait_for_drain
 from harness.run.progress import ProgressLine
 from harness.run.redis_capture import read_redis_settings
 from harness.run.rundir import RunDir, RunScope, RunSettings
+from harness.stack.clocks import StackClocks
 from harness.stack.info import StackInfo
 from harness.stack.lifeline import RunGuard
 from harness.stack.liveness import describe_down, not_back, require_services_back
@@ -226,7 +228,8 @@ def _run_in(spec: RunSpec, run_dir: RunDir, plan: Plan | None, guard: RunGuard, 
     cleanup = Cleanup(run_dir, out=out)
     with ExitStack() as held:
         # Registered first, so undone last: the stack outlives every other step.
-        stack, attached = held.enter_context(_stack_for(spec, run_dir, out=out, guard=guard, cleanup=cleanup))
+        stack, attached = held.enter_context(_stack_for(spec, run_dir, out=out, guard=guard, cleanup=cleanup,
+                                                        fake_clocks=clock_targets(plan)))
         info = stack.info
         token = info.internal_token or None
         if attached and not spec.compose:
@@ -257,7 +260,8 @@ def _run_in(spec: RunSpec, run_dir: RunDir, plan: Plan | None, guard: RunGuard, 
         capture = RedisCapture(before=read_redis_settings(info.redis_url))
         run_dir.write_redis_capture(capture)
         windows = schedule(plan, spec.duration, run_seed=spec.seed) if plan is not None else []
-        runner = NemesisRunner(nemesis, guard.processes_of(stack), run_dir.faults)
+        clocks = StackClocks(Path(info.root), info) if clock_targets(plan) else None
+        runner = NemesisRunner(nemesis, guard.processes_of(stack), run_dir.faults, clocks=clocks)
         locust = _load_process(spec, info, run_dir, guard)
         progress = ProgressLine(run_dir.histories, out=out, enabled=spec.progress)
 
@@ -448,9 +452,10 @@ def check_saved_run(run_dir: Path | RunDir) -> RunOutcome:
 
 @contextmanager
 def _stack_for(spec: RunSpec, run_dir: RunDir, *, out: TextIO, guard: RunGuard,
-               cleanup: Cleanup) -> Iterator[tuple[Stack, bool]]:
+               cleanup: Cleanup, fake_clocks: tuple[str, ...] = ()) -> Iterator[tuple[Stack, bool]]:
     """The stack `harness up` left running (kept running), or one of our own (stopped
-    after, as a cleanup step: a stack that would not stop is reported)."""
+    after, as a cleanup step: a stack that would not stop is reported), its
+    `fake_clocks` services under libfaketime (a running stack has none: refused)."""
     try:
         running = open_stack(Path(spec.stack_root)) if spec.attach else None
     except StackError as error:
@@ -463,10 +468,15 @@ def _stack_for(spec: RunSpec, run_dir: RunDir, *, out: TextIO, guard: RunGuard,
                 f"the running stack in {spec.stack_root} has unsafe_disable={sorted(actual)}, "
                 f"not {sorted(wanted)}; stop it with `harness down` or drop --unsafe-disable"
             )
+        if fake_clocks:
+            raise HarnessError(f"the plan moves the clock of {', '.join(fake_clocks)}, which the running stack in "
+                               f"{spec.stack_root} did not start under the fake clock; run without --attach "
+                               "(a run's own stack starts them under libfaketime, docs/clocks.md)")
         print(f"harness: using the running stack in {spec.stack_root}", file=out)
         yield running, True
         return
-    settings = own_stack_settings(spec, run_dir.stack_root, proxy_prefix=f"run-{guard.short_id}-")
+    settings = own_stack_settings(spec, run_dir.stack_root, proxy_prefix=f"run-{guard.short_id}-",
+                                  fake_clocks=fake_clocks)
     try:
         stack = start_stack(settings, lifeline=guard.lifeline)
     except StackError as error:
@@ -486,10 +496,14 @@ def app_environment(spec: RunSpec) -> dict[str, str]:
     return env
 
 
-def own_stack_settings(spec: RunSpec, root: Path, *, proxy_prefix: str) -> StackSettings:
+def own_stack_settings(spec: RunSpec, root: Path, *, proxy_prefix: str,
+                       fake_clocks: tuple[str, ...] = ()) -> StackSettings:
     """The settings of a stack the harness starts for `spec` in `root` (owned by a
     run: it needs its owner's lifeline). `proxy_prefix` names its proxies on a shared
-    Toxiproxy ($TOXIPROXY_URL) only."""
+    Toxiproxy ($TOXIPROXY_URL) only; `fake_clocks` are the services a plan's clock
+    faults move (libfaketime must be installed: ClockUnavailable otherwise)."""
+    if fake_clocks:
+        libfaketime_path()  # before any service starts: the one-line install hint
     shared = os.environ.get("TOXIPROXY_URL") or None
     return StackSettings(
         root=root,
@@ -501,6 +515,7 @@ def own_stack_settings(spec: RunSpec, root: Path, *, proxy_prefix: str) -> Stack
         # On a shared Toxiproxy the stack's proxies get names of their own.
         toxiproxy_url=shared,
         proxy_prefix=proxy_prefix if shared else "",
+        fake_clocks=fake_clocks,
     )
 
 

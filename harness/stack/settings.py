@@ -31,6 +31,8 @@ SECRET_ENV: Final = (ENV_APP_WEBHOOK_SECRET, ENV_APP_INTERNAL_TOKEN)  # never wr
 SECRETS_VAR: Final = "HARNESS_STACK_SECRETS"  # the supervisor's environment only: JSON of SECRET_ENV
 OWNERS: Final = ("up", "run", "foreground")
 _PREFIX = re.compile(r"^[A-Za-z0-9_.-]{0,40}$")
+_CONSUMER = re.compile(r"^consumer-[1-9][0-9]*$")
+CLOCKS_DIR: Final = "clocks"
 
 # What the harness gives the app unless the environment says otherwise: enough stock
 # that a run measures duplicates rather than an empty shelf, and one scarce SKU so
@@ -50,6 +52,9 @@ class StackSettings:
     compose_file: Path | None = None
     owner: str = "up"  # up (outlives the command) | run | foreground (die with their owner)
     proxy_prefix: str = ""  # e.g. "ci-42-": proxies ci-42-app, ci-42-redis on a shared Toxiproxy
+    # Services started under libfaketime (app, consumer-N): a plan moves their
+    # clocks through ROOT/clocks/NAME.offset (clock_control_file; docs/clocks.md).
+    fake_clocks: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.owner not in OWNERS:
@@ -63,6 +68,13 @@ class StackSettings:
             raise StackError(f"consumers must be >= 0, got {self.consumers}")
         if not self.health_timeout > 0:
             raise StackError(f"health timeout must be > 0, got {self.health_timeout}")
+        odd = [name for name in self.fake_clocks if name != "app" and not _CONSUMER.match(name)]
+        if odd:
+            raise StackError(f"fake clocks go to app and consumer-N only (harness.nemesis.plans.STACK_CLOCKS), "
+                             f"not {', '.join(odd)}")
+        if self.fake_clocks and self.compose:
+            raise StackError("fake clocks need a local stack: libfaketime is preloaded into processes the "
+                             "supervisor starts, not into containers")
         bad = [key for key in self.env if not key.startswith("TARGET_APP_")]
         if bad:
             raise StackError(f"only TARGET_APP_* variables go to the app, not {', '.join(sorted(bad))}")
@@ -71,6 +83,11 @@ class StackSettings:
     def unsafe_disable(self) -> tuple[str, ...]:
         """The layers this stack's app runs without, as state.json records them."""
         return unsafe_list(self.env.get(ENV_APP_UNSAFE_DISABLE, ""))
+
+
+def clock_control_file(root: Path, service: str) -> Path:
+    """The libfaketime control file of a stack's service on a fake clock."""
+    return Path(root) / CLOCKS_DIR / f"{service}.offset"
 
 
 def target_app_env(environ: Mapping[str, str]) -> dict[str, str]:
@@ -109,6 +126,7 @@ def read_settings(root: Path, environ: Mapping[str, str] | None = None) -> Stack
         data["env"] = {**data["env"], **{key: str(given[key]) for key in SECRET_ENV if key in given}}
         data["root"] = Path(data["root"])
         data["compose_file"] = Path(data["compose_file"]) if data.get("compose_file") else None
+        data["fake_clocks"] = tuple(data.get("fake_clocks") or ())
         return StackSettings(**data)
     except (OSError, ValueError, KeyError, TypeError) as error:
         raise StackError(f"unreadable stack settings {path}: {error}") from error

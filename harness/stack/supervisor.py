@@ -73,6 +73,7 @@ from harness.names import (
     ENV_APP_STREAM,
     ENV_APP_WEBHOOK_SECRET,
 )
+from harness.nemesis.fake_clock import FakeClock
 from harness.nemesis.toxiproxy_client import Nemesis, NemesisConflict, NemesisError
 from harness.ports import free_ports
 from harness.stack import registry
@@ -83,6 +84,7 @@ from harness.stack.settings import (
     DEFAULT_APP_ENV,
     SECRETS_VAR,
     StackSettings,
+    clock_control_file,
     read_settings,
     write_settings,
 )
@@ -241,6 +243,11 @@ class Supervisor:
                 check=lambda: True, min_uptime=CONSUMER_MIN_UPTIME))
 
     def _add(self, spec: svc.ServiceSpec) -> None:
+        if spec.name in self.settings.fake_clocks:
+            # On a fake clock whose offset a plan's clock fault changes (docs/clocks.md);
+            # the file outlives restarts of the service, so its clock does too.
+            clock = FakeClock(clock_control_file(self.root, spec.name)).create()
+            spec = replace(spec, env={**spec.env, **clock.environment(dict(spec.env))})
         self.services[spec.name] = svc.Service(spec)
 
     # --- lifecycle ---------------------------------------------------------------
