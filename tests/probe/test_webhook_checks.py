@@ -134,6 +134,21 @@ def test_fast_2xx_counts_slow_answers_outside_the_fault_windows_only() -> None:
     assert {row.id: row.status for row in outside}["webhook-fast-2xx"] == "fail"
 
 
+def test_fast_2xx_judges_the_whole_delivery_not_its_send_time() -> None:
+    # Sent 60 ms before a latency window opens, given up 0.5 s later inside it: slow by the fault.
+    before = op("first", "pi_1", event="evt_1", type="info", status=None, error="timeout", invoke_time=9.94,
+                complete_time=10.44)
+    # Sent and given up wholly between two windows: slow by the receiver.
+    between = op("first", "pi_2", event="evt_2", type="info", status=None, error="timeout", invoke_time=20.0,
+                 complete_time=20.5)
+    faults = [{"start": 10.0, "end": 11.0}, {"start": 30.0, "end": 31.0}]
+    rows = {row.id: row for row in receiver_rows(judge([*acknowledged(3), before], {}), faults)}
+    assert rows["webhook-fast-2xx"].status == "pass", rows["webhook-fast-2xx"].evidence
+    rows = {row.id: row for row in receiver_rows(judge([*acknowledged(3), before, between], {}), faults)}
+    assert rows["webhook-fast-2xx"].status == "fail"
+    assert rows["webhook-fast-2xx"].evidence.startswith("1 of 4 deliveries"), rows["webhook-fast-2xx"].evidence
+
+
 def test_github_has_no_tolerance_row_to_check() -> None:
     github = entries(scheme="github", secret="It's a Secret to Everybody",
                      event={"type": "push", "data": {"object": {"id": "pi_{uuid}"}}})

@@ -11,7 +11,7 @@ judged from the deliveries and the facts' effects (harness.probe.webhooks.checks
 | `webhook-dedupe-object` | a second event for the same object is deduplicated by the object | facts delivered as `same_object_new_event` took effect once |
 | `webhook-out-of-order` | events of one object arriving out of order are handled | facts delivered `out_of_order` took effect once, and did when acknowledged |
 | `webhook-duplicate-2xx` | a duplicate is acknowledged, never failed | `delivery_acknowledged` |
-| `webhook-fast-2xx` | the receiver answers within the provider's timeout | no delivery sent outside every fault window was answered slower than the timeout |
+| `webhook-fast-2xx` | the receiver answers within the provider's timeout | no delivery whose whole interval (sent to answered) lies outside every fault window was answered slower than the timeout |
 
 Statuses as in harness.probe.conformance: `pass`, `fail`, `not observed`, `not checkable`.
 """
@@ -115,15 +115,24 @@ def _fast(check: WebhookCheck, faults: Sequence[Mapping[str, Any]]) -> tuple[str
     windows = fault_windows(faults)
 
     def calm(op: Mapping[str, Any]) -> bool:
+        # The whole delivery, sent to answered (or given up), must miss every window: one
+        # sent just before a latency fault spends its wait inside it and is slow by the fault.
         sent = op.get("invoke_time")
-        return isinstance(sent, (int, float)) and not any(start <= sent <= end for start, end in windows)
+        if not isinstance(sent, (int, float)):
+            return False
+        done = op.get("complete_time")
+        if not isinstance(done, (int, float)):
+            elapsed = op.get("elapsed")
+            done = sent + (float(elapsed) if isinstance(elapsed, (int, float)) else 0.0)
+        return not any(sent <= end and done >= start for start, end in windows)
 
     answered = [op for op in check.deliveries if op.get("status") is not None or op.get("error") == "timeout"]
     slow = [op for op in answered if op.get("error") == "timeout"]
     outside = [op for op in answered if calm(op)]
     slow_outside = [op for op in slow if calm(op)]
     if not outside:
-        return "not observed", f"no delivery was sent outside every fault window ({len(slow)} answered late inside)"
-    evidence = (f"{len(slow_outside)} of {len(outside)} deliveries sent outside every fault window were answered "
+        return "not observed", (f"no delivery ran wholly outside every fault window ({len(slow)} answered late "
+                                "while a fault was on)")
+    evidence = (f"{len(slow_outside)} of {len(outside)} deliveries run wholly outside every fault window were answered "
                 f"slower than the timeout ({len(slow) - len(slow_outside)} more inside the plan's windows)")
     return ("fail" if slow_outside else "pass"), evidence
