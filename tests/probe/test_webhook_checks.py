@@ -114,14 +114,51 @@ def test_conformance_rows_say_which_dedupe_failed() -> None:
            op("stale_signature", "pi_s", event="evt_s", type="fail", status=400, must_refuse=True),
            op("future_timestamp", "pi_f", event="evt_f", must_refuse=True),
            op("tampered_body", "pi_t", event="evt_t", type="fail", status=400, must_refuse=True)]
-    check = judge(ops, {"pi_o": 2, "pi_c": 1, "pi_s": 0, "pi_f": 1, "pi_t": 0})
+    check = judge(ops, {"pi_o": 2, "pi_c": 1, "pi_s": 1, "pi_f": 1, "pi_t": 0})
     rows = {row.id: row for row in receiver_rows(check, faults=[])}
     assert rows["webhook-dedupe-object"].status == "fail"
     assert rows["webhook-dedupe-event"].status == "pass"
-    assert rows["webhook-tolerance"].status == "fail" and "future_timestamp" in rows["webhook-tolerance"].evidence
+    assert rows["webhook-tolerance"].status == "fail" and "stale_signature" in rows["webhook-tolerance"].evidence
     assert rows["webhook-raw-body"].status == "pass"
     assert rows["webhook-out-of-order"].status == "not observed"
     assert rows["webhook-fast-2xx"].status == "pass"
+
+
+def verdict(check: Any) -> ProbeCheck:
+    return combine(ProbeCheck(invariants=[], counts={"statuses": {}}, verdict="inconclusive",
+                              inconclusive_reasons=[]), check, keep=False)
+
+
+def test_a_stripe_receiver_taking_a_future_timestamp_passes_with_advice_a_stale_one_fails() -> None:
+    # stripe-python's construct_event accepts a timestamp ahead of the tolerance: a receiver
+    # that does what Stripe's own verifier does breaks nothing; refusing it is advice.
+    future = op("future_timestamp", "pi_f", event="evt_f", must_refuse=True)
+    stale = op("stale_signature", "pi_s", event="evt_s", type="fail", status=400, must_refuse=True)
+    check = judge([*acknowledged(3), stale, future], {"pi_s": 0, "pi_f": 1})
+    result = verdict(check)
+    assert result.verdict == "pass", result.violations
+    assert [(a.rule, a.level) for a in result.advice] == [("webhook-tolerance", "provider docs")]
+    assert "1 of 1 deliveries signed more than the tolerance (300s) in the future" in result.advice[0].message
+    assert result.to_dict()["advice"][0]["rule"] == "webhook-tolerance"
+    tolerance = {row.id: row for row in receiver_rows(check, faults=[])}["webhook-tolerance"]
+    assert tolerance.status == "pass" and "advice:" in tolerance.evidence, tolerance.evidence
+    # One that takes a stale timestamp fails, as Stripe's verifier refuses it.
+    taken = op("stale_signature", "pi_s", event="evt_s", must_refuse=True)
+    check = judge([*acknowledged(3), taken, future], {"pi_s": 1, "pi_f": 1})
+    assert verdict(check).verdict == "fail" and failed(check) == {"refused_not_applied"}
+    assert {row.id: row.status for row in receiver_rows(check, faults=[])}["webhook-tolerance"] == "fail"
+    # One that refuses the future timestamp gets no advice.
+    refused = dict(future, type="fail", status=400)
+    assert verdict(judge([*acknowledged(3), stale, refused], {"pi_s": 0, "pi_f": 0})).advice == []
+
+
+def test_a_standard_webhooks_receiver_taking_a_future_timestamp_fails() -> None:
+    # The Standard Webhooks reference library refuses a timestamp 5 min ahead: so must the receiver.
+    standard = entries(scheme="standard", secret="whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw")
+    future = op("future_timestamp", "pi_f", event="msg_f", must_refuse=True)
+    check = judge([*acknowledged(3), future], {"pi_f": 1}, hooks=standard)
+    assert failed(check) == {"refused_not_applied"} and check.advice == []
+    assert {row.id: row.status for row in receiver_rows(check, faults=[])}["webhook-tolerance"] == "fail"
 
 
 def test_fast_2xx_counts_slow_answers_outside_the_fault_windows_only() -> None:
