@@ -161,6 +161,21 @@ def test_a_standard_webhooks_receiver_taking_a_future_timestamp_fails() -> None:
     assert {row.id: row.status for row in receiver_rows(check, faults=[])}["webhook-tolerance"] == "fail"
 
 
+def test_dedupe_object_with_a_fact_that_changes_per_event_says_it_was_not_exercised() -> None:
+    # `fact: /id`: the second event for an object carries its own event id as its fact, so
+    # the receiver that applied it again shows one effect per fact: the row cannot fail.
+    by_event = entries(fact="/id")
+    ops = [*acknowledged(3), op("first", "evt_1"), op("same_object_new_event", "evt_2", event="evt_2")]
+    check = judge(ops, {"evt_1": 1, "evt_2": 1}, hooks=by_event)
+    row = {row.id: row for row in receiver_rows(check, faults=[])}["webhook-dedupe-object"]
+    assert row.status == "not observed" and row.evidence.startswith("not exercised"), row.evidence
+    assert "/data/object/id" in row.evidence
+    # With the object as the fact, the same deliveries are one fact under two event ids: judged.
+    ops = [*acknowledged(3), op("first", "pi_o"), op("same_object_new_event", "pi_o", event="evt_2")]
+    rows = {row.id: row for row in receiver_rows(judge(ops, {"pi_o": 1}), faults=[])}
+    assert rows["webhook-dedupe-object"].status == "pass", rows["webhook-dedupe-object"].evidence
+
+
 def test_fast_2xx_counts_slow_answers_outside_the_fault_windows_only() -> None:
     slow_in = op("first", "pi_1", event="evt_1", type="info", status=None, error="timeout", invoke_time=10.5)
     slow_out = op("first", "pi_2", event="evt_2", type="info", status=None, error="timeout", invoke_time=20.0)
