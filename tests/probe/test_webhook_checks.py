@@ -7,12 +7,14 @@ webhooks alone judged without the endpoints' invariants."""
 from __future__ import annotations
 
 import itertools
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from harness.probe.checker import ProbeCheck
 from harness.probe.config import WebhookEndpoint, parse_config
+from harness.probe.runner import ProbeResult
 from harness.probe.webhooks.checks import check_webhooks, combine
 from harness.probe.webhooks.conformance import receiver_rows
 from harness.probe.webhooks.play import WebhookOutcome
@@ -199,6 +201,33 @@ def test_fast_2xx_judges_the_whole_delivery_not_its_send_time() -> None:
     rows = {row.id: row for row in receiver_rows(judge([*acknowledged(3), before, between], {}), faults)}
     assert rows["webhook-fast-2xx"].status == "fail"
     assert rows["webhook-fast-2xx"].evidence.startswith("1 of 4 deliveries"), rows["webhook-fast-2xx"].evidence
+
+
+def summary(check: ProbeCheck) -> str:
+    return ProbeResult(verdict=check.verdict, exit_code=0, run_dir=Path("/tmp/run"), check=check, conformance=(),
+                       document={}).summary()
+
+
+def test_a_webhooks_only_summary_counts_deliveries_and_facts_not_keys() -> None:
+    ops = [*acknowledged(3), op("first", "pi_a", type="info", status=None, error="timeout"),
+           op("retry", "pi_a", retry_of="first", attempt=2), op("first", "pi_c", event="evt_c"),
+           op("concurrent_copy", "pi_c", event="evt_c"), op("concurrent_copy", "pi_c", event="evt_c")]
+    endpoints = ProbeCheck(invariants=[], counts={"operations": 0, "acknowledged": 0, "duplicated_keys": 0,
+                                                  "kinds": {}, "statuses": {}},
+                           verdict="inconclusive", inconclusive_reasons=[])
+    line = summary(combine(endpoints, judge(ops, {}), keep=False))
+    assert "(8 webhook deliveries, 7 acknowledged, 2 facts delivered more than once)" in line, line
+    assert "requests" not in line and "keys" not in line, line
+
+
+def test_a_fail_summary_also_names_what_was_inconclusive() -> None:
+    # Too few acknowledged (a reason) and a fact applied twice (a violation): FAIL, and both said.
+    ops = [op("first", "pi_a"), op("concurrent_copy", "pi_a")]
+    check = combine(ProbeCheck(invariants=[], counts={"statuses": {}}, verdict="inconclusive",
+                               inconclusive_reasons=[]), judge(ops, {"pi_a": 2}, min_acknowledged=5), keep=False)
+    line = summary(check)
+    assert check.verdict == "fail" and check.inconclusive_reasons, line
+    assert line.startswith("FAIL: fact_applied_once violated; also inconclusive: only 2 webhook deliveries"), line
 
 
 def test_github_has_no_tolerance_row_to_check() -> None:

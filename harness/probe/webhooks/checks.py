@@ -181,7 +181,9 @@ def check_webhooks(operations: Iterable[Mapping[str, Any]], outcomes: Sequence[W
             "answered_late": sum(1 for op in late if op["webhook"] == name),
             "kinds": dict(Counter(f"{op.get('kind')}:{op['type']}" for op in mine)),
         }
+    again = sum(1 for ops in by_fact.values() if len(ops) > 1 and not any(op.get("must_refuse") for op in ops))
     counts = {"webhooks": per_entry, "deliveries": len(deliveries), "deliveries_acknowledged": ok,
+              "facts_delivered_again": again,
               "statuses": {kind: dict(counter) for kind, counter in statuses.items()}}
     return WebhookCheck(invariants=list(results.values()), counts=counts, reasons=reasons, facts=facts,
                         deliveries=deliveries, advice=_future_advice(advisory, specs), advisory=advisory)
