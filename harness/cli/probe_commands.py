@@ -44,7 +44,7 @@ def add_probe(subparsers: Subparsers) -> None:
     simple = parser.add_argument_group("one endpoint without a config file")
     simple.add_argument("--path", help="URL path of the endpoint, e.g. /payments")
     simple.add_argument("--method", default="POST", help="HTTP method")
-    simple.add_argument("--body", help="JSON body template, with {uuid}, {int:A-B}, {choice:a|b}, {key}")
+    simple.add_argument("--body", help="JSON body template, with {uuid}, {int:A-B}, {choice:a|b}, {stripe_id:pi}, {key}")
     simple.add_argument("--id-pointer", default="/id", metavar="POINTER", help="JSON pointer of the created id")
     simple.add_argument("--id-header", metavar="HEADER", help="header naming the created resource instead, e.g. Location")
     simple.add_argument("--read-path", metavar="PATH", help="read-back path with {id}, e.g. /payments/{id}")

@@ -377,7 +377,7 @@ def _parse_endpoint(where: _Where, raw: Any, path: str, defaults: Mapping[str, i
         if not isinstance(body, dict) or mutate not in body:
             raise where.error(f"{path}.mutate", f"must name a top-level field of body, not {mutate!r}")
     elif not _mutable_field(body):
-        raise where.error(f"{path}.body", "needs a generated field ({uuid}, {int:A-B}, {choice:...}) or "
+        raise where.error(f"{path}.body", "needs a generated field ({uuid}, {int:A-B}, {choice:...}, {stripe_id:pi}) or "
                           "`mutate`: the payload-mismatch duplicate changes one field")
     requires_key = item.get("requires_key", True)
     if not isinstance(requires_key, bool):
