@@ -3,6 +3,7 @@
     harness probe --config probe.yaml [--upstream host:port] [--plan flaky-network]
     harness probe --upstream 127.0.0.1:8000 --path /payments \\
         --body '{"amount_cents": "{int:1-999}", "currency": "EUR"}' --id-pointer /id
+    harness probe init --openapi openapi.yaml [--config probe.yaml]   # a starter config
 
 Exit code: 0 pass (the draft's SHOULDs a service misses are printed as advice), 1 an
 invariant was violated (with --strict, a SHOULD row too), 2 the harness failed or
@@ -23,6 +24,7 @@ from harness.errors import HarnessError
 from harness.probe.checker import DEFAULT_MIN_ACKNOWLEDGED
 from harness.probe.config import PROFILES, ProbeConfig, ProbeConfigError, load_config, parse_upstream, simple_config
 from harness.probe.runner import ProbeSpec, run_probe
+from harness.probe.starter import starter_config
 
 
 def add_probe(subparsers: Subparsers) -> None:
@@ -30,7 +32,12 @@ def add_probe(subparsers: Subparsers) -> None:
         "probe", help="probe any HTTP API that takes an Idempotency-Key, under faults (black box)",
         description="Put a Toxiproxy in front of a service, swarm it with duplicating clients under a "
                     "fault plan, and judge from the answers alone. Docs: docs/probe.md")
+    parser.add_argument("action", nargs="?", choices=("init",),
+                        help="init: write a commented starter config (with --openapi) to --config FILE or stdout")
     parser.add_argument("--config", type=Path, metavar="FILE", help="probe config (YAML); see docs/probe.md")
+    parser.add_argument("--openapi", type=Path, metavar="FILE",
+                        help="with init: the service's OpenAPI 3 document; every POST/PUT/PATCH taking an "
+                             "Idempotency-Key header becomes an endpoint")
     parser.add_argument("--upstream", metavar="HOST:PORT", help="the service, host:port (overrides the config's)")
     parser.add_argument("--toxiproxy-url", metavar="URL", help="a running Toxiproxy to use instead of the embedded one")
     parser.add_argument("--plan", type=probe_plan, metavar="NAME|FILE",
@@ -48,7 +55,7 @@ def add_probe(subparsers: Subparsers) -> None:
     simple = parser.add_argument_group("one endpoint without a config file")
     simple.add_argument("--path", help="URL path of the endpoint, e.g. /payments")
     simple.add_argument("--method", default="POST", help="HTTP method")
-    simple.add_argument("--body", help="JSON body template, with {uuid}, {int:A-B}, {choice:a|b}, {key}")
+    simple.add_argument("--body", help="JSON body template, with {uuid}, {int:A-B}, {choice:a|b}, {stripe_id:pi}, {key}")
     simple.add_argument("--id-pointer", default="/id", metavar="POINTER", help="JSON pointer of the created id")
     simple.add_argument("--id-header", metavar="HEADER", help="header naming the created resource instead, e.g. Location")
     simple.add_argument("--read-path", metavar="PATH", help="read-back path with {id}, e.g. /payments/{id}")
@@ -70,6 +77,10 @@ def probe_plan(text: str) -> Path:
 
 
 def handle_probe(args: argparse.Namespace) -> int:
+    if args.action == "init":
+        return _init(args)
+    if args.openapi is not None:
+        raise ProbeConfigError("--openapi: only with `harness probe init`")
     config = _config(args)
     load = config.load
     load = replace(load, users=args.users or load.users, duration=args.duration or load.duration,
@@ -81,6 +92,21 @@ def handle_probe(args: argparse.Namespace) -> int:
                                  min_acknowledged=args.min_acknowledged))
     print(result.summary())
     return result.exit_code
+
+
+def _init(args: argparse.Namespace) -> int:
+    if args.openapi is None:
+        raise ProbeConfigError("harness probe init: --openapi FILE is required (the service's OpenAPI document)")
+    text = starter_config(args.openapi)
+    if args.config is None:
+        print(text, end="")
+        return 0
+    if args.config.exists():
+        raise ProbeConfigError(f"--config: {args.config} exists; init writes a new file only")
+    args.config.write_text(text, encoding="utf-8")
+    print(f"wrote {args.config}: check the lines marked CONFIRM, then "
+          f"`harness probe --config {args.config} --upstream HOST:PORT`")
+    return 0
 
 
 def _config(args: argparse.Namespace) -> ProbeConfig:

@@ -32,8 +32,9 @@ the run (`expected_codes`). A code left out comes from the profile, the draft's
 SHOULD: a misuse answered otherwise is advice, and fails the run only when strict.
 
 Generated fields in a body template: a string that is exactly `{uuid}`, `{int:A-B}`,
-`{key}` (this request's Idempotency-Key) or `{choice:a|b|c}` becomes a fresh value
-of that type per logical request; `{uuid}` and `{key}` also work inside longer text.
+`{stripe_id:PREFIX}`, `{key}` (this request's Idempotency-Key) or `{choice:a|b|c}`
+becomes a fresh value of that type per logical request; inside longer text every
+generator becomes text, each drawn afresh (`pi_{int:1-9}`).
 
 Every error is a `ProbeConfigError` (a HarnessError: exit 2) naming the file and the
 field, e.g. `probe.yaml: endpoints[0].id: needs exactly one of pointer, header`.
@@ -400,7 +401,7 @@ def _parse_endpoint(where: _Where, raw: Any, path: str, defaults: Mapping[str, i
         if not isinstance(body, dict) or mutate not in body:
             raise where.error(f"{path}.mutate", f"must name a top-level field of body, not {mutate!r}")
     elif not _mutable_field(body):
-        raise where.error(f"{path}.body", "needs a generated field ({uuid}, {int:A-B}, {choice:...}) or "
+        raise where.error(f"{path}.body", "needs a generated field ({uuid}, {int:A-B}, {choice:...}, {stripe_id:pi}) or "
                           "`mutate`: the payload-mismatch duplicate changes one field")
     requires_key = item.get("requires_key", True)
     if not isinstance(requires_key, bool):

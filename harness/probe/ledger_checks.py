@@ -20,7 +20,9 @@ with `requires_key: false`): one group, one business key. A declined card's char
 `failed` and moved nothing, so a refused decline passes.
 
 The run is inconclusive when no charge moved money (nothing was proven) or when no
-operation could be tied to a business key. `ledger_table` is the report's view: per
+operation could be tied to a business key. A `key_by` found in none of the charges the
+provider recorded is the config's mistake, not the service's: `ProbeConfigError`
+naming the field (exit 2), never a verdict. `ledger_table` is the report's view: per
 business key, its charges next to the service's answers.
 """
 
@@ -33,7 +35,7 @@ from typing import Any
 from urllib.parse import unquote
 
 from harness.probe.checker import InvariantResult, ProbeCheck, verdict_of
-from harness.probe.config import ProbeConfig
+from harness.probe.config import ProbeConfig, ProbeConfigError
 from harness.probe.provider.spec import ProviderSpec
 from harness.provider.records import ChargeRecord, LedgerRecord, RequestRecord, charges_per_business_key, to_dict
 from harness.webhooks.events import resolve_pointer
@@ -106,6 +108,22 @@ def _charge(charge: ChargeRecord) -> dict[str, Any]:
             "request_id": charge.request.request_id, "time": charge.request.time}
 
 
+def _check_key_by(config: ProbeConfig, spec: ProviderSpec, ledger: Sequence[LedgerRecord],
+                  every: Mapping[str, list[ChargeRecord]]) -> None:
+    """Charges were made, yet none has a value at `key_by`: every invariant would judge
+    nothing and the run would read as inconclusive for a reason the service did not give."""
+    charges = [record for record in ledger if isinstance(record, ChargeRecord)]
+    if not charges or every:
+        return
+    sample = to_dict(charges[0])
+    metadata = sample.get("metadata")
+    fields = ", ".join([*(f"/{name}" for name in sorted(sample) if name != "metadata"),
+                        *(f"/metadata/{name}" for name in sorted(metadata or {}))][:12])
+    raise ProbeConfigError(f"{config.source}: provider.key_by: {spec.key_by} is in none of the {len(charges)} "
+                           f"charges the provider recorded (a charge has: {fields or 'no fields'}); point it at "
+                           "the field that carries the business key, e.g. /metadata/order_id")
+
+
 def check_ledger(operations: Iterable[Mapping[str, Any]], config: ProbeConfig,
                  ledger: Sequence[LedgerRecord]) -> LedgerCheck:
     spec = config.provider or ProviderSpec()
@@ -119,6 +137,7 @@ def check_ledger(operations: Iterable[Mapping[str, Any]], config: ProbeConfig,
             key = business_key_of(record, spec.key_by)
             if key is not None:
                 every[key].append(record)
+    _check_key_by(config, spec, ledger, every)
     for key, charges in moving.items():
         once.checked += 1
         if len(charges) > 1:

@@ -130,7 +130,11 @@ class ProbeResult:
         if self.verdict == "pass":
             head = f"PASS: all {len(self.check.invariants)} probe invariants held"
         elif self.verdict == "fail":
-            head = f"FAIL: {', '.join(failed)} violated"
+            # A violation decides the verdict, but what the run could not judge is still said:
+            # result.json names the same reasons, and the line must not hide them.
+            head = f"FAIL: {', '.join(failed)} violated" + (
+                f"; also inconclusive: {'; '.join(self.check.inconclusive_reasons)}"
+                if self.check.inconclusive_reasons else "")
         else:
             head = "INCONCLUSIVE: " + "; ".join(self.check.inconclusive_reasons)
         return f"{head}{self._advice()} ({', '.join(self._played())}) — report: {self.run_dir / 'report.html'}"
@@ -144,16 +148,22 @@ class ProbeResult:
 
     def _played(self) -> list[str]:
         """What the run played, by kind: the requests (when any were made, or nothing
-        else was played) and the messages (published, confirmed, redelivered by the
-        broker's own count), so a messages-only run does not read as '0 requests'."""
+        else was played), the messages (published, confirmed, redelivered by the
+        broker's own count) and the webhook deliveries (acknowledged, facts delivered
+        more than once), so a messages- or webhooks-only run does not read as requests."""
         counts = self.check.counts
         played = []
-        if counts.get("operations") or "messages" not in counts:
+        # `kinds` counts the requests by kind; a webhooks-only run's `operations` are its deliveries.
+        requests = sum(counts["kinds"].values()) if isinstance(counts.get("kinds"), dict) else counts.get("operations")
+        if requests or not ({"messages", "webhooks"} & set(counts)):
             played.append(f"{counts['operations']} requests, {counts['acknowledged']} acknowledged, "
                           f"{counts['duplicated_keys']} keys duplicated")
         if "messages" in counts:
             played.append(f"{counts['publishes']} messages published, {counts.get('confirmed', 0)} confirmed, "
                           f"{counts['redeliveries']} redelivered")
+        if "webhooks" in counts:
+            played.append(f"{counts['deliveries']} webhook deliveries, {counts['deliveries_acknowledged']} "
+                          f"acknowledged, {counts.get('facts_delivered_again', 0)} facts delivered more than once")
         return played
 
 

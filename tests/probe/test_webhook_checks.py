@@ -7,12 +7,14 @@ webhooks alone judged without the endpoints' invariants."""
 from __future__ import annotations
 
 import itertools
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from harness.probe.checker import ProbeCheck
 from harness.probe.config import WebhookEndpoint, parse_config
+from harness.probe.runner import ProbeResult
 from harness.probe.webhooks.checks import check_webhooks, combine
 from harness.probe.webhooks.conformance import receiver_rows
 from harness.probe.webhooks.play import WebhookOutcome
@@ -114,14 +116,66 @@ def test_conformance_rows_say_which_dedupe_failed() -> None:
            op("stale_signature", "pi_s", event="evt_s", type="fail", status=400, must_refuse=True),
            op("future_timestamp", "pi_f", event="evt_f", must_refuse=True),
            op("tampered_body", "pi_t", event="evt_t", type="fail", status=400, must_refuse=True)]
-    check = judge(ops, {"pi_o": 2, "pi_c": 1, "pi_s": 0, "pi_f": 1, "pi_t": 0})
+    check = judge(ops, {"pi_o": 2, "pi_c": 1, "pi_s": 1, "pi_f": 1, "pi_t": 0})
     rows = {row.id: row for row in receiver_rows(check, faults=[])}
     assert rows["webhook-dedupe-object"].status == "fail"
     assert rows["webhook-dedupe-event"].status == "pass"
-    assert rows["webhook-tolerance"].status == "fail" and "future_timestamp" in rows["webhook-tolerance"].evidence
+    assert rows["webhook-tolerance"].status == "fail" and "stale_signature" in rows["webhook-tolerance"].evidence
     assert rows["webhook-raw-body"].status == "pass"
     assert rows["webhook-out-of-order"].status == "not observed"
     assert rows["webhook-fast-2xx"].status == "pass"
+
+
+def verdict(check: Any) -> ProbeCheck:
+    return combine(ProbeCheck(invariants=[], counts={"statuses": {}}, verdict="inconclusive",
+                              inconclusive_reasons=[]), check, keep=False)
+
+
+def test_a_stripe_receiver_taking_a_future_timestamp_passes_with_advice_a_stale_one_fails() -> None:
+    # stripe-python's construct_event accepts a timestamp ahead of the tolerance: a receiver
+    # that does what Stripe's own verifier does breaks nothing; refusing it is advice.
+    future = op("future_timestamp", "pi_f", event="evt_f", must_refuse=True)
+    stale = op("stale_signature", "pi_s", event="evt_s", type="fail", status=400, must_refuse=True)
+    check = judge([*acknowledged(3), stale, future], {"pi_s": 0, "pi_f": 1})
+    result = verdict(check)
+    assert result.verdict == "pass", result.violations
+    assert [(a.rule, a.level) for a in result.advice] == [("webhook-tolerance", "provider docs")]
+    assert "1 of 1 deliveries signed more than the tolerance (300s) in the future" in result.advice[0].message
+    assert result.to_dict()["advice"][0]["rule"] == "webhook-tolerance"
+    tolerance = {row.id: row for row in receiver_rows(check, faults=[])}["webhook-tolerance"]
+    assert tolerance.status == "pass" and "advice:" in tolerance.evidence, tolerance.evidence
+    # One that takes a stale timestamp fails, as Stripe's verifier refuses it.
+    taken = op("stale_signature", "pi_s", event="evt_s", must_refuse=True)
+    check = judge([*acknowledged(3), taken, future], {"pi_s": 1, "pi_f": 1})
+    assert verdict(check).verdict == "fail" and failed(check) == {"refused_not_applied"}
+    assert {row.id: row.status for row in receiver_rows(check, faults=[])}["webhook-tolerance"] == "fail"
+    # One that refuses the future timestamp gets no advice.
+    refused = dict(future, type="fail", status=400)
+    assert verdict(judge([*acknowledged(3), stale, refused], {"pi_s": 0, "pi_f": 0})).advice == []
+
+
+def test_a_standard_webhooks_receiver_taking_a_future_timestamp_fails() -> None:
+    # The Standard Webhooks reference library refuses a timestamp 5 min ahead: so must the receiver.
+    standard = entries(scheme="standard", secret="whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw")
+    future = op("future_timestamp", "pi_f", event="msg_f", must_refuse=True)
+    check = judge([*acknowledged(3), future], {"pi_f": 1}, hooks=standard)
+    assert failed(check) == {"refused_not_applied"} and check.advice == []
+    assert {row.id: row.status for row in receiver_rows(check, faults=[])}["webhook-tolerance"] == "fail"
+
+
+def test_dedupe_object_with_a_fact_that_changes_per_event_says_it_was_not_exercised() -> None:
+    # `fact: /id`: the second event for an object carries its own event id as its fact, so
+    # the receiver that applied it again shows one effect per fact: the row cannot fail.
+    by_event = entries(fact="/id")
+    ops = [*acknowledged(3), op("first", "evt_1"), op("same_object_new_event", "evt_2", event="evt_2")]
+    check = judge(ops, {"evt_1": 1, "evt_2": 1}, hooks=by_event)
+    row = {row.id: row for row in receiver_rows(check, faults=[])}["webhook-dedupe-object"]
+    assert row.status == "not observed" and row.evidence.startswith("not exercised"), row.evidence
+    assert "/data/object/id" in row.evidence
+    # With the object as the fact, the same deliveries are one fact under two event ids: judged.
+    ops = [*acknowledged(3), op("first", "pi_o"), op("same_object_new_event", "pi_o", event="evt_2")]
+    rows = {row.id: row for row in receiver_rows(judge(ops, {"pi_o": 1}), faults=[])}
+    assert rows["webhook-dedupe-object"].status == "pass", rows["webhook-dedupe-object"].evidence
 
 
 def test_fast_2xx_counts_slow_answers_outside_the_fault_windows_only() -> None:
@@ -132,6 +186,48 @@ def test_fast_2xx_counts_slow_answers_outside_the_fault_windows_only() -> None:
     assert {row.id: row.status for row in inside}["webhook-fast-2xx"] == "pass"
     outside = receiver_rows(judge([*acknowledged(3), slow_out], {}), faults)
     assert {row.id: row.status for row in outside}["webhook-fast-2xx"] == "fail"
+
+
+def test_fast_2xx_judges_the_whole_delivery_not_its_send_time() -> None:
+    # Sent 60 ms before a latency window opens, given up 0.5 s later inside it: slow by the fault.
+    before = op("first", "pi_1", event="evt_1", type="info", status=None, error="timeout", invoke_time=9.94,
+                complete_time=10.44)
+    # Sent and given up wholly between two windows: slow by the receiver.
+    between = op("first", "pi_2", event="evt_2", type="info", status=None, error="timeout", invoke_time=20.0,
+                 complete_time=20.5)
+    faults = [{"start": 10.0, "end": 11.0}, {"start": 30.0, "end": 31.0}]
+    rows = {row.id: row for row in receiver_rows(judge([*acknowledged(3), before], {}), faults)}
+    assert rows["webhook-fast-2xx"].status == "pass", rows["webhook-fast-2xx"].evidence
+    rows = {row.id: row for row in receiver_rows(judge([*acknowledged(3), before, between], {}), faults)}
+    assert rows["webhook-fast-2xx"].status == "fail"
+    assert rows["webhook-fast-2xx"].evidence.startswith("1 of 4 deliveries"), rows["webhook-fast-2xx"].evidence
+
+
+def summary(check: ProbeCheck) -> str:
+    return ProbeResult(verdict=check.verdict, exit_code=0, run_dir=Path("/tmp/run"), check=check, conformance=(),
+                       document={}).summary()
+
+
+def test_a_webhooks_only_summary_counts_deliveries_and_facts_not_keys() -> None:
+    ops = [*acknowledged(3), op("first", "pi_a", type="info", status=None, error="timeout"),
+           op("retry", "pi_a", retry_of="first", attempt=2), op("first", "pi_c", event="evt_c"),
+           op("concurrent_copy", "pi_c", event="evt_c"), op("concurrent_copy", "pi_c", event="evt_c")]
+    endpoints = ProbeCheck(invariants=[], counts={"operations": 0, "acknowledged": 0, "duplicated_keys": 0,
+                                                  "kinds": {}, "statuses": {}},
+                           verdict="inconclusive", inconclusive_reasons=[])
+    line = summary(combine(endpoints, judge(ops, {}), keep=False))
+    assert "(8 webhook deliveries, 7 acknowledged, 2 facts delivered more than once)" in line, line
+    assert "requests" not in line and "keys" not in line, line
+
+
+def test_a_fail_summary_also_names_what_was_inconclusive() -> None:
+    # Too few acknowledged (a reason) and a fact applied twice (a violation): FAIL, and both said.
+    ops = [op("first", "pi_a"), op("concurrent_copy", "pi_a")]
+    check = combine(ProbeCheck(invariants=[], counts={"statuses": {}}, verdict="inconclusive",
+                               inconclusive_reasons=[]), judge(ops, {"pi_a": 2}, min_acknowledged=5), keep=False)
+    line = summary(check)
+    assert check.verdict == "fail" and check.inconclusive_reasons, line
+    assert line.startswith("FAIL: fact_applied_once violated; also inconclusive: only 2 webhook deliveries"), line
 
 
 def test_github_has_no_tolerance_row_to_check() -> None:

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import json
 import random
+import re
 
 import pytest
 
 from harness.generators import is_generated, render_body
+from harness.probe.config import parse_config
 from harness.webhooks.events import EventError, EventMaker, EventTemplate, resolve_pointer
 from harness.webhooks.schemes import scheme_named
 
@@ -88,9 +90,33 @@ def test_json_pointers() -> None:
 
 def test_the_body_generators_leaf() -> None:
     assert is_generated({"a": ["{int:1-2}"]}) and is_generated("{choice:a|b}") and is_generated("{uuid}")
-    assert not is_generated({"a": "{key}", "b": "order-{uuid}", "c": 1})
+    assert not is_generated({"a": "{key}", "b": "order-{key}", "c": 1, "d": "{not_a_generator}"})
+    assert is_generated({"b": "order-{uuid}"}) and is_generated(["pi_{int:1-9}"])
     rendered = render_body({"n": "{int:9-3}", "k": "{key}", "r": "r-{key}"}, random.Random(0), key=None)
     assert 3 <= rendered["n"] <= 9 and rendered["k"] == "" and rendered["r"] == "r-"
+
+
+def test_generators_inside_a_string_and_stripe_ids() -> None:
+    rng = random.Random(3)
+    body = render_body({"pi": "pi_{int:1-9}", "two": "{choice:eur|usd}-{int:10-99}", "id": "{stripe_id:pi}",
+                        "in": "x/{stripe_id:cus}/{key}", "n": "{int:1-1}", "keep": "{id} and {}"}, rng, key="k1")
+    assert re.fullmatch(r"pi_[1-9]", body["pi"]), body
+    assert re.fullmatch(r"(eur|usd)-[1-9][0-9]", body["two"]), body
+    assert re.fullmatch(r"pi_[A-Za-z0-9]{24}", body["id"]), body
+    assert re.fullmatch(r"x/cus_[A-Za-z0-9]{24}/k1", body["in"]), body
+    assert body["n"] == 1 and body["keep"] == "{id} and {}"
+    # From the caller's rng: one seed, one body; two occurrences are drawn separately.
+    again = render_body({"id": "{stripe_id:pi}"}, random.Random(3), key=None)
+    assert again == render_body({"id": "{stripe_id:pi}"}, random.Random(3), key=None)
+    twice = render_body("{stripe_id:ch} {stripe_id:ch}", random.Random(4), key=None).split()
+    assert len(set(twice)) == 2
+    # A fact generated inside text makes events of their own, and a body whose only generator
+    # is inside text is a generated body (the payload-mismatch duplicate changes that field).
+    events = maker("stripe", {"data": {"object": {"id": "pi_{int:1-999999}"}}})
+    assert events.event().fact != events.event().fact
+    config = parse_config({"endpoints": [{"path": "/orders", "body": {"ref": "ord_{int:1-999999}"},
+                                          "id": {"pointer": "/id"}}]})
+    assert config.endpoints[0].body == {"ref": "ord_{int:1-999999}"}
 
 
 def test_wrap_puts_a_callers_own_object_in_the_envelope() -> None:

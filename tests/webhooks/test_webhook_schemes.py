@@ -109,6 +109,16 @@ def test_the_stripe_sdk_lets_a_future_timestamp_through_which_is_why_receivers_c
     assert stripe.Webhook.construct_event(BODY, future["Stripe-Signature"], SECRETS["stripe"])["id"] == "evt_1"
 
 
+@pytest.mark.parametrize("name", ["stripe", "standard"])
+def test_official_refuses_future_is_what_the_providers_own_verifier_does(name: str) -> None:
+    # The probe holds a receiver to its provider's official verifier (a stricter check is
+    # advice): each scheme's flag must say what that SDK does with a future timestamp.
+    scheme = scheme_named(name)
+    future = signed(scheme, timestamp=int(time.time()) + 900)
+    refused = independent_verify(name, SECRETS[name], BODY, future, future=False) is not None
+    assert scheme.official_refuses_future is refused
+
+
 @pytest.mark.parametrize("name", ["github", "shopify"])
 def test_untimestamped_schemes_verify_any_age(name: str) -> None:
     scheme = scheme_named(name)

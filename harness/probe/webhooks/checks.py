@@ -12,7 +12,10 @@ effects each fact has after the run (the entry's oracle, `WebhookOutcome.effects
 - `refused_not_applied`: every delivery that must be refused (stale or future
   timestamp, tampered body, wrong secret, missing or malformed header, unsupported
   scheme) was answered with a 4xx (not a 2xx, not a 5xx the provider would retry), and
-  its fact (each such delivery has a fresh one) took no effect;
+  its fact (each such delivery has a fresh one) took no effect. A receiver is held to
+  what its provider's official verifier refuses (`Scheme.official_refuses_future`):
+  for Stripe, whose `construct_event` accepts a future timestamp, a future delivery
+  accepted or applied is `Advice` (rule `webhook-tolerance`), never a violation;
 - `delivery_acknowledged`: every valid delivery chain that had no 2xx during the load
   got one from the provider's late retry, sent after the load with every fault healed.
   A receiver that answers a duplicate with a 5xx (a unique violation surfacing as an
@@ -34,9 +37,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.probe.checker import InvariantResult, ProbeCheck, verdict_of
+from harness.probe.checker import Advice, InvariantResult, ProbeCheck, verdict_of
 from harness.probe.config import WebhookEndpoint
 from harness.probe.webhooks.play import WebhookOutcome
+from harness.webhooks.deliveries import FUTURE_TIMESTAMP
 
 WEBHOOK_INVARIANTS: dict[str, str] = {
     "fact_applied_once": "no webhook fact took effect more than once, whatever copies arrived",
@@ -69,6 +73,10 @@ class WebhookCheck:
     reasons: list[str]
     facts: list[FactRecord]
     deliveries: list[Mapping[str, Any]]  # the `op: webhook` operations judged
+    advice: list[Advice] = field(default_factory=list)
+    # Deliveries to refuse that the provider's official verifier accepts (a future
+    # timestamp for Stripe): judged as advice only, never by `refused_not_applied`.
+    advisory: list[Mapping[str, Any]] = field(default_factory=list)
 
 
 def _shown(op: Mapping[str, Any]) -> dict[str, Any]:
@@ -84,6 +92,8 @@ def check_webhooks(operations: Iterable[Mapping[str, Any]], outcomes: Sequence[W
         results["fact_applied_once"], results["acknowledged_fact_applied"], results["refused_not_applied"],
         results["delivery_acknowledged"], results["answered_in_time"])
     specs = {entry.spec.name: entry.spec for entry in entries}
+    lenient = {name for name, spec in specs.items() if not spec.signer().official_refuses_future}
+    advisory: list[Mapping[str, Any]] = []
     deliveries = [op for op in operations if op.get("op") == "webhook" and op.get("webhook") in specs]
     effects = {outcome.name: dict(outcome.effects) for outcome in outcomes if outcome.counted}
     by_fact: dict[tuple[str, str], list[Mapping[str, Any]]] = defaultdict(list)
@@ -109,6 +119,9 @@ def check_webhooks(operations: Iterable[Mapping[str, Any]], outcomes: Sequence[W
                  "deliveries": [_shown(op) for op in ops][:MAX_SHOWN]}
         if record.must_refuse:
             for op in ops:
+                if op.get("kind") == FUTURE_TIMESTAMP and name in lenient:
+                    advisory.append({**op, "effects": record.effects})
+                    continue
                 refused.checked += 1
                 if op["type"] == "ok":
                     refused.violate(f"{name}: a {op.get('kind')} delivery was accepted with {op.get('status')} "
@@ -168,10 +181,33 @@ def check_webhooks(operations: Iterable[Mapping[str, Any]], outcomes: Sequence[W
             "answered_late": sum(1 for op in late if op["webhook"] == name),
             "kinds": dict(Counter(f"{op.get('kind')}:{op['type']}" for op in mine)),
         }
+    again = sum(1 for ops in by_fact.values() if len(ops) > 1 and not any(op.get("must_refuse") for op in ops))
     counts = {"webhooks": per_entry, "deliveries": len(deliveries), "deliveries_acknowledged": ok,
+              "facts_delivered_again": again,
               "statuses": {kind: dict(counter) for kind, counter in statuses.items()}}
     return WebhookCheck(invariants=list(results.values()), counts=counts, reasons=reasons, facts=facts,
-                        deliveries=deliveries)
+                        deliveries=deliveries, advice=_future_advice(advisory, specs), advisory=advisory)
+
+
+def _future_advice(advisory: Sequence[Mapping[str, Any]], specs: Mapping[str, Any]) -> list[Advice]:
+    """One `Advice` per entry whose receiver took a future-timestamped delivery its
+    provider's official verifier also takes: a check ahead (as stripe-php makes) would
+    close the replay window on that side too, but no provider's SDK requires it."""
+    advice = []
+    for name in sorted({str(op["webhook"]) for op in advisory}):
+        mine = [op for op in advisory if op["webhook"] == name]
+        taken = [op for op in mine if op["type"] == "ok" or (op.get("effects") or 0) > 0
+                 or (isinstance(op.get("status"), int) and not 400 <= op["status"] < 500)]
+        if taken:
+            spec = specs[name]
+            advice.append(Advice(
+                rule="webhook-tolerance", level="provider docs",
+                message=(f"{name}: {len(taken)} of {len(mine)} deliveries signed more than the tolerance "
+                         f"({spec.tolerance}s) in the future were not refused (answered "
+                         f"{', '.join(sorted({str(op.get('status')) for op in taken}))}); {spec.scheme}'s "
+                         "official verifier accepts them too, so this is no failure, but refusing them "
+                         "closes the replay window ahead as well")))
+    return advice
 
 
 def combine(check: ProbeCheck, webhooks: WebhookCheck, *, keep: bool) -> ProbeCheck:
@@ -188,4 +224,4 @@ def combine(check: ProbeCheck, webhooks: WebhookCheck, *, keep: bool) -> ProbeCh
         counts.update(operations=webhooks.counts["deliveries"], acknowledged=webhooks.counts["deliveries_acknowledged"],
                       duplicated_keys=sum(1 for fact in webhooks.facts if len(fact.kinds) > 1 and not fact.must_refuse))
     return ProbeCheck(invariants=invariants, counts=counts, verdict=verdict, inconclusive_reasons=reasons,
-                      advice=list(check.advice) if keep else [])
+                      advice=[*(check.advice if keep else []), *webhooks.advice])

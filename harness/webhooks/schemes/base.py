@@ -8,11 +8,13 @@ its event ids and secrets (`new_event_id`, `new_secret`), the envelope its event
 have and how they are encoded (`envelope`, `encode`), and the bad variants a receiver
 must refuse (`malformed`, `downgraded`). Which refusals a scheme can express is part
 of it: a scheme whose signature covers no timestamp (`timestamped = False`) has no
-stale or future signature to send.
+stale or future signature to send, and `official_refuses_future` says whether the
+provider's own verifier refuses a future one (what the probe holds a receiver to).
 
 `verify` is strict on purpose, stricter than some SDKs: it enforces the tolerance in
 both directions (a timestamp too far in the future is refused as well as one too old)
-and compares in constant time. It exists for the tests and for receivers written in
+and compares in constant time; the probe judges receivers by the official verifier
+instead (`official_refuses_future`). It exists for the tests and for receivers written in
 Python; the harness judges a team's receiver by its answers and effects, not by this.
 """
 
@@ -58,6 +60,11 @@ class Scheme(ABC):
     name: str = ""
     signature_header: str = ""  # the header a `missing_header` delivery leaves out
     timestamped: bool = False  # the signature covers a timestamp, so stale/future ones exist
+    # What the provider's official verifier does with a timestamp beyond the tolerance in
+    # the future: refuse it (Standard Webhooks' reference library) or accept it
+    # (stripe-python's Webhook.construct_event checks only the age). The probe judges a
+    # receiver by that verifier: a stricter check than it makes is advice, not a failure.
+    official_refuses_future: bool = True
     user_agent: str = "idempotency-chaos-harness-webhooks"
 
     @abstractmethod
