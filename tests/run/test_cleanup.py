@@ -146,7 +146,8 @@ def fake_stack(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Fake
 
     @contextmanager
     def stack_for(spec: RunSpec, run_dir: RunDir, *, out: object, guard: object,
-                  cleanup: Any) -> Iterator[tuple[FakeStack, bool]]:
+                  cleanup: Any, fake_clocks: tuple[str, ...] = ()) -> Iterator[tuple[FakeStack, bool]]:
+        assert fake_clocks == (), "no plan these tests use moves a clock"
         # a stack of the run's own: stopped as a cleanup step, like the real one
         with ExitStack() as owned:
             owned.callback(cleanup.step("stop the run's stack", stack.down))
@@ -242,7 +243,7 @@ def test_a_window_whose_heal_failed_during_the_run_is_reported_and_fails_the_run
     class HealFailingRunner:
         failure: str | None = None
 
-        def __init__(self, *args: object) -> None: ...
+        def __init__(self, *args: object, **options: object) -> None: ...
 
         def start(self, windows: object, **options: object) -> None: ...
 
