@@ -55,7 +55,7 @@ def one_round(broker: str, url: str, management: str | None, messages: int, numb
     spec = parse_config({"messages": [entry]}).messages[0].spec
     with tempfile.TemporaryDirectory(prefix="bench-brokers-") as folder:
         history = Path(folder) / "history"
-        producer = Producer(spec, history, seed=number, spread=0.0)
+        producer = Producer(spec, history, seed=number, nonce="bench", spread=0.0)
         producer.setup()
         started = time.perf_counter()
         producer.start()

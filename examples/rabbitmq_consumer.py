@@ -21,6 +21,9 @@ The buggy modes, each a classic way of losing or doubling a message:
 - `reject-redelivered`: a message flagged `redelivered` is taken for a poison message
   and rejected without requeue, so it goes to the dead-letter queue (`--dead-letter`):
   a valid payment whose first delivery died with a crashed consumer is never paid.
+- `discard`: every message is acknowledged and nothing is written: a consumer that
+  applies nothing, which no run may ever PASS (even against the rows and the broker
+  counters an earlier run left).
 
     python examples/rabbitmq_consumer.py --mode correct --port 8095 \\
         --amqp amqp://guest:guest@127.0.0.1:5672/%2F --queue payments \\
@@ -51,7 +54,7 @@ import pika.exceptions  # type: ignore[import-untyped]
 import psycopg
 
 MODES = ("correct", "auto-ack", "ack-before-commit", "inbox-outside-transaction", "no-domain-guard",
-         "reject-redelivered")
+         "reject-redelivered", "discard")
 PREFETCH = 5
 
 
@@ -99,6 +102,9 @@ class Consumer:
         messages = [(properties.message_id or json.loads(raw)["message_id"], json.loads(raw))
                     for _, properties, raw in batch]
         last = batch[-1][0].delivery_tag
+        if self.mode == "discard":
+            channel.basic_ack(last, multiple=True)
+            return
 
         def ack() -> None:
             if self.mode != "auto-ack":

@@ -34,6 +34,7 @@ Exit codes as everywhere in the harness: 0 pass, 1 violation, 2 the harness fail
 from __future__ import annotations
 
 import os
+import secrets
 import sys
 import threading
 import time
@@ -197,12 +198,16 @@ def run_probe(spec: ProbeSpec) -> ProbeResult:
     if plan_path is not None:
         (run_dir / "plan.yaml").write_bytes(Path(plan_path).read_bytes())
     started = time.time()
+    # The seed fixes what is played; the nonce makes its ids and values this run's own
+    # (a rerun with the seed against the same database must not find its facts taken).
+    nonce = secrets.token_hex(6)
     # The service and its dependency proxies stay up for the final reads and the
     # effects: the rig is left only after them.
     with (ProbeRig(config, run_dir, upstream=upstream, toxiproxy_url=spec.toxiproxy_url,
                    clocks=clock_targets(plan)) as rig,
-          MessagePlay(config.messages, run_dir, seed=config.load.seed, duration=config.load.duration) as play,
-          WebhookPlay(config.webhooks, run_dir, seed=config.load.seed, duration=config.load.duration,
+          MessagePlay(config.messages, run_dir, seed=config.load.seed, nonce=nonce,
+                      duration=config.load.duration) as play,
+          WebhookPlay(config.webhooks, run_dir, seed=config.load.seed, nonce=nonce, duration=config.load.duration,
                       on_event=rig.provider.adopt_event if rig.provider is not None else None) as hooks):
         windows = probe_windows(plan, config.load.duration, rig.targets) if plan is not None else []
         windows = bind_provider_faults(windows, rig.provider.control() if rig.provider is not None else None)
@@ -227,7 +232,7 @@ def run_probe(spec: ProbeSpec) -> ProbeResult:
                    if any(endpoint.effects for endpoint in config.endpoints) else [])
         messages = play.finish(upstream)  # the drain: the consumer still runs, every fault healed
         ledger = rig.provider.export() if rig.provider is not None else None  # ledger.ndjson
-    return judge(config, operations, reads, run_dir, upstream=upstream, plan_path=plan_path,
+    return judge(config, operations, reads, run_dir, upstream=upstream, plan_path=plan_path, nonce=nonce,
                  started=started, min_acknowledged=spec.min_acknowledged,
                  toxiproxy=rig.toxiproxy, effects=effects, messages=messages, webhooks=webhooks, ledger=ledger)
 
@@ -244,7 +249,7 @@ def _load(spec: ProbeSpec, run_dir: Path, rig: ProbeRig, windows: list[FaultWind
         env=env, stop_timeout=max(2.0, load.client_timeout * 2), guard=rig.guard)
     assert rig.nemesis is not None
     runner = NemesisRunner(rig.nemesis, rig.processes, run_dir / FAULT_LOG, clocks=rig.clocks)
-    play.setup()  # the queues exist before the first publish
+    play.setup(rig.upstream)  # the queues exist, and the facts have no effect yet, before the first publish
     if spec.config.endpoints:
         locust.start()
         # The plan's clock starts with the load (Locust's run time), not with the Locust
@@ -394,7 +399,7 @@ def _identity(item: Any) -> Any:
 
 
 def judge(config: ProbeConfig, operations: Sequence[Mapping[str, Any]], reads: Sequence[Mapping[str, Any]],
-          run_dir: Path, *, upstream: str, plan_path: Path | None, started: float,
+          run_dir: Path, *, upstream: str, plan_path: Path | None, started: float, nonce: str | None = None,
           min_acknowledged: int, toxiproxy: str, effects: Sequence[EffectRecord] = (),
           messages: Sequence[MessageOutcome] | None = None, webhooks: Sequence[WebhookOutcome] | None = None,
           ledger: Sequence[LedgerRecord] | None = None) -> ProbeResult:
@@ -430,7 +435,7 @@ def judge(config: ProbeConfig, operations: Sequence[Mapping[str, Any]], reads: S
         "started": started,
         "finished": time.time(),
         "load": {"users": config.load.users, "duration": config.load.duration, "seed": config.load.seed,
-                 "client_timeout": config.load.client_timeout},
+                 "client_timeout": config.load.client_timeout, **({"nonce": nonce} if nonce else {})},
         "endpoints": [{"name": e.name, "method": e.method, "path": e.path} for e in config.endpoints],
         **({"webhooks": [{"name": w.spec.name, "scheme": w.spec.scheme, "path": w.spec.path}
                          for w in config.webhooks]} if config.webhooks else {}),

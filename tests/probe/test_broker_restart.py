@@ -29,7 +29,7 @@ from test_messages_rabbitmq import consumer_config, consumer_processes, explain,
 from harness.bundled import plan_path
 from harness.cli.main import main
 from harness.ports import free_ports
-from harness.probe.brokers import BrokerStats
+from harness.probe.brokers import BrokerError, BrokerStats
 from harness.probe.brokers.process import BrokerProcessConfig, BrokerProcessFailed, OwnedBroker, accepts_connections
 from harness.probe.config import ProbeConfigError, parse_config
 from harness.probe.messages.play import _Watcher
@@ -268,6 +268,28 @@ def test_the_watcher_carries_counts_across_a_broker_restart() -> None:
     readings = [watcher.read() for _ in range(4)]
     assert [(s.redeliveries, s.stored) for s in readings] == [(3, 10), (5, 20), (6, 22), (7, 26)]
     assert watcher.highest == 7
+
+
+def test_the_watcher_counts_the_run_from_the_counters_it_found() -> None:
+    # The queue counted 30 redeliveries and 100 publishes before this run: none are the run's.
+    watcher = _Watcher(_CountingBroker([(30, 100), (30, 100), (32, 110), (1, 3), (2, 5)]))  # type: ignore[arg-type]
+    watcher.begin()
+    assert watcher.before == {"redeliveries": 30, "stored": 100, "dead_letters": None}
+    assert watcher.highest is None
+    readings = [watcher.read() for _ in range(4)]
+    # then a restart: the broker counts from 0 again; the run's counts carry on
+    assert [(s.redeliveries, s.stored) for s in readings] == [(0, 0), (2, 10), (3, 13), (4, 15)]
+    assert watcher.highest == 4
+
+
+def test_a_watcher_that_cannot_read_the_counters_before_the_run_says_so() -> None:
+    class Unreachable:
+        def stats(self) -> BrokerStats:
+            raise BrokerError("management: connection refused")
+
+    watcher = _Watcher(Unreachable())  # type: ignore[arg-type]
+    watcher.begin()
+    assert watcher.before is None and watcher.before_error and "connection refused" in watcher.before_error
 
 
 def test_a_config_with_an_owned_broker_reads_back_the_same(tmp_path: Path) -> None:

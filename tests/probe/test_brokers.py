@@ -21,6 +21,7 @@ import requests
 
 from harness.ports import free_ports
 from harness.probe.brokers import Broker, BrokerError, BrokerStats, BrokerTarget, Message, open_broker
+from harness.probe.messages.play import _Watcher
 from tests.support.nats import NatsServer
 from tests.support.rabbitmq import RabbitServer
 
@@ -101,6 +102,18 @@ def test_rabbitmq_unacked_message_is_redelivered_and_counted(rabbitmq_server: Ra
     consumer.ack(again)
     stats = wait_stats(producer, lambda s: s.redeliveries == 1 and s.unacknowledged == 0)
     assert (stats.redeliveries, stats.unacknowledged) == (1, 0)
+    assert_a_new_run_counts_from_zero(brokers(rabbit_target(rabbitmq_server, rabbitmq_queue)), redeliveries=1)
+
+
+def assert_a_new_run_counts_from_zero(broker: Broker, *, redeliveries: int) -> None:
+    """A probe run on a queue an earlier run used counts only its own redeliveries and
+    publishes: the queue's counters cover its whole life (the false PASS of a rerun)."""
+    watcher = _Watcher(broker)
+    watcher.begin()
+    assert watcher.before is not None and watcher.before["redeliveries"] == redeliveries, watcher.before
+    stats = watcher.read()
+    assert (stats.redeliveries, stats.stored) == (0, 0)
+    assert watcher.highest == 0
 
 
 @pytest.mark.slow
@@ -248,6 +261,8 @@ def test_nats_unacked_message_is_redelivered_after_ack_wait(nats_server: NatsSer
         consumer.close()
     stats = wait_stats(producer, lambda s: s.redeliveries == 1 and s.unacknowledged == 0)
     assert (stats.redeliveries, stats.unacknowledged) == (1, 0)
+    assert_a_new_run_counts_from_zero(brokers(BrokerTarget(broker="nats", url=nats_server.url, queue=nats_subject)),
+                                      redeliveries=1)
 
 
 # --- Redis Streams ----------------------------------------------------------------------
@@ -276,3 +291,17 @@ def test_redis_entry_carries_the_id_and_a_claim_counts(redis_url: str,
     assert stats.redeliveries == 1
     assert broker.stats().unacknowledged == 0 and broker.stats().redeliveries == 1
     client.close()
+
+
+def test_redis_a_new_run_counts_only_its_own_redeliveries(redis_url: str,
+                                                          brokers: Callable[[BrokerTarget], Broker]) -> None:
+    stream = f"probe-test-{time.monotonic_ns()}"
+    target = BrokerTarget(broker="redis-streams", url=redis_url, queue=stream)
+    earlier = brokers(target)
+    earlier.setup()
+    assert earlier.publish(Message("r-old", b"{}")).confirmed
+    assert earlier.receive(1) is not None
+    earlier.release()
+    assert earlier.receive(1) is not None  # claimed again: an earlier run's redelivery, still pending
+    assert earlier.stats().redeliveries == 1
+    assert_a_new_run_counts_from_zero(brokers(target), redeliveries=1)

@@ -90,7 +90,7 @@ def test_producer_plays_every_kind_and_records_each_publish(redis_url: str, tmp_
     stream = f"probe-producer-{time.monotonic_ns()}"
     spec = parse_config({"messages": [entry(broker="redis-streams", url=redis_url, queue=stream, count=30)]}
                         ).messages[0].spec
-    producer = Producer(spec, tmp_path / "history", seed=7, spread=0.5)
+    producer = Producer(spec, tmp_path / "history", seed=7, nonce="n1", spread=0.5)
     producer.setup()
     producer.start()
     assert producer.wait(30)
@@ -193,6 +193,43 @@ def test_dead_lettered_valid_messages_are_listed_and_judged() -> None:
     assert dead.checked == 2 and dead.violation_count == 1
     assert dead.violations[0]["evidence"]["fact"] == "b"
     assert check.counts["messages"]["payments"]["dead_letters"] == 2
+
+
+def test_facts_that_had_effects_before_the_run_are_not_judged_and_the_run_is_inconclusive() -> None:
+    # A rerun finds 'a' already paid twice by an earlier run's rows: not this run's doing, not a PASS either.
+    ops = [publish("a"), publish("b")]
+    result, failed, reasons = verdict(ops, [outcome([("a", 2), ("b", 1)], preexisting=[("a", 2)])])
+    assert (result, failed) == ("inconclusive", set())
+    assert any("1 facts already had effects before this run" in r and "'a'" in r for r in reasons), reasons
+
+
+def test_a_consumer_that_applied_nothing_never_passes_on_an_earlier_runs_rows() -> None:
+    # Every fact already had its row (an earlier run with the same facts); this run's consumer applied nothing.
+    ops = [publish("a"), publish("b")]
+    result, _, reasons = verdict(ops, [outcome([("a", 1), ("b", 1)], preexisting=[("a", 1), ("b", 1)])])
+    assert result == "inconclusive", reasons
+
+
+def test_an_earlier_runs_dead_letters_are_left_out() -> None:
+    ops = [publish("a")]
+    parked = [{"message_id": "id-old", "fact": "from-yesterday"}]
+    check = check_messages(ops, [outcome([("a", 1)], dead_letters=parked, dead_letter_count=0)])
+    dead = {inv.name: inv for inv in check.invariants}["no_valid_message_dead_lettered"]
+    assert (dead.checked, dead.violation_count) == (0, 0)
+
+
+def test_one_seed_plays_the_same_rounds_with_facts_of_each_runs_own(tmp_path: Path) -> None:
+    spec = parse_config({"messages": [entry(count=40)]}).messages[0].spec
+
+    def rounds(nonce: str) -> tuple[list[list[str]], list[Any]]:
+        producer = Producer(spec, tmp_path / nonce, seed=7, nonce=nonce, spread=0.0)
+        kinds = [[p[0].kind if isinstance(p, tuple) else p.kind for p in publishes] for publishes in producer.plan()]
+        return kinds, producer.planned_facts()
+
+    (kinds_1, facts_1), (kinds_2, facts_2), (kinds_again, facts_again) = rounds("r1"), rounds("r2"), rounds("r1")
+    assert kinds_1 == kinds_2 and len(facts_1) == len(facts_2) > 30
+    assert not {json.dumps(f) for f in facts_1} & {json.dumps(f) for f in facts_2}
+    assert (kinds_again, facts_again) == (kinds_1, facts_1)
 
 
 # --- the summary line ---------------------------------------------------------------------

@@ -145,3 +145,21 @@ def test_consumer_that_takes_nothing_is_inconclusive(rabbitmq_server: RabbitServ
     assert any("no fact took effect" in reason for reason in result.check.inconclusive_reasons)
     assert result.exit_code == 3
     assert os.path.exists(result.run_dir / "messages.jsonl")
+
+
+def test_a_rerun_with_the_seed_counts_only_its_own_facts_and_redeliveries(
+        rabbitmq_server: RabbitServer, rabbitmq_queue: str, postgres_db: PostgresDatabase, tmp_path: Path) -> None:
+    # The false PASS of a rerun: one seed, one queue, one database; the second consumer
+    # acknowledges every message and pays nothing. Counted over the queue's life and
+    # against the first run's rows it looked like a PASS with 'N redelivered'.
+    first = probe(consumer_config("correct", rabbitmq_server, rabbitmq_queue, postgres_db, count=20),
+                  tmp_path / "first")
+    assert first.verdict == "pass", explain(first)
+    second = probe(consumer_config("discard", rabbitmq_server, rabbitmq_queue, postgres_db, count=20),
+                   tmp_path / "second")
+    assert second.verdict != "pass", explain(second)
+    counts = second.check.counts["messages"]["payments"]
+    assert counts["counts_before"]["redeliveries"] >= first.check.counts["messages"]["payments"]["redeliveries"] > 0
+    assert counts["preexisting_facts"] == 0  # the nonce: this run's facts are its own
+    assert any("no fact took effect" in reason for reason in second.check.inconclusive_reasons), explain(second)
+    assert first.document["load"]["nonce"] != second.document["load"]["nonce"]

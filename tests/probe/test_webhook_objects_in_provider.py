@@ -70,7 +70,7 @@ def test_a_receiver_fetching_the_events_object_finds_it(tmp_path: Path, run_prov
     config = parse_config({"upstream": f"127.0.0.1:{server.server_port}", "webhooks": [ENTRY],
                            "load": {"duration": "1s"}}, source="test")
     try:
-        with WebhookPlay(config.webhooks, tmp_path, seed=1, duration=1.0,
+        with WebhookPlay(config.webhooks, tmp_path, seed=1, nonce="t", duration=1.0,
                          on_event=run_provider.adopt_event if adopt else None) as play:
             play.start(f"http://127.0.0.1:{server.server_port}")
             threading.Event().wait(1.0)

@@ -15,6 +15,12 @@ From the producer's history (`op: publish`) and the drain's outcomes
   a dead-lettered one is the consumer giving up on it: listed always, a violation
   when its fact has no effect (parked, never applied).
 
+Only this run's facts are judged: a fact that already had effects before its first
+publish (harness.probe.messages.play counts them) is set aside and makes the run
+inconclusive, naming it; a dead letter whose fact this run never published (an
+earlier run's) is left out. The broker's counts are the run's own (their difference
+over the run).
+
 A run is inconclusive (never PASS) when the broker made no redelivery by its own
 count (none was provoked, so the consumer's handling of one was not tested) or
 cannot tell, when nothing was confirmed, when the consumer took nothing (no fact has
@@ -70,7 +76,15 @@ def check_messages(operations: Iterable[Mapping[str, Any]], outcomes: Sequence[M
         confirmed_facts = {fact for (entry, fact), ops in publishes.items()
                            if entry == name and any(op["type"] == "ok" for op in ops)}
         missing = []
-        for fact, count in outcome.effects:
+        before = {_key(fact): count for fact, count in outcome.preexisting}
+        if before:
+            fact, count = outcome.preexisting[0]
+            reasons.append(f"{name}: {len(before)} facts already had effects before this run published them "
+                           f"(first: {fact!r} with {count}), so they cannot be judged: an earlier run's rows, or "
+                           "an effects query that counts more than one fact's rows")
+        judged = [(fact, count) for fact, count in outcome.effects if _key(fact) not in before]
+        confirmed_facts -= set(before)
+        for fact, count in judged:
             key = _key(fact)
             ops = publishes.get((name, key), [])
             shown = {"entry": name, "fact": fact, "effects": count,
@@ -85,7 +99,7 @@ def check_messages(operations: Iterable[Mapping[str, Any]], outcomes: Sequence[M
                 applied.checked += 1
                 if count == 0:
                     missing.append(shown)
-        none_applied = bool(confirmed_facts) and not any(count for _, count in outcome.effects)
+        none_applied = bool(confirmed_facts) and not any(count for _, count in judged)
         if none_applied:
             # A consumer down throughout proves nothing either way: inconclusive, never PASS.
             reasons.append(f"{name}: no fact took effect at all: the consumer took no message "
@@ -97,13 +111,15 @@ def check_messages(operations: Iterable[Mapping[str, Any]], outcomes: Sequence[M
             for shown in missing:
                 applied.violate(f"{name}: fact {shown['fact']!r} was confirmed by the broker and never took effect "
                                 "(a lost message)", **shown)
-        effects = dict((_key(fact), count) for fact, count in outcome.effects)
+        effects = dict((_key(fact), count) for fact, count in judged)
         for letter in outcome.dead_letters:
+            if _key(letter.get("fact")) not in effects:
+                continue  # not a fact this run published and can judge: an earlier run's dead letter
             parked.checked += 1
             if effects.get(_key(letter.get("fact")), 0) == 0:
                 parked.violate(f"{name}: valid message {letter.get('message_id')} was dead-lettered and its fact "
                                f"{letter.get('fact')!r} never took effect", entry=name, **letter)
-        if not confirmed_facts:
+        if not confirmed_facts and not before:
             reasons.append(f"{name}: the broker confirmed no publish")
         if outcome.redeliveries is None:
             reasons.append(f"{name}: the broker's redelivery count could not be read "
@@ -115,6 +131,7 @@ def check_messages(operations: Iterable[Mapping[str, Any]], outcomes: Sequence[M
                            len(confirmed_facts), "redeliveries": outcome.redeliveries, "drained": outcome.drained,
                            "drain_seconds": outcome.drain_seconds, "backlog": outcome.backlog,
                            "dead_letters": outcome.dead_letter_count, "stats_current": outcome.stats_current,
+                           "preexisting_facts": len(before), "counts_before": outcome.counts_before,
                            "publishes": dict(kinds[name])}
     counts = {"messages": per_entry,
               "publishes": sum(len(ops) for ops in publishes.values()),

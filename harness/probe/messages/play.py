@@ -2,10 +2,17 @@
 
 `MessagePlay(entries, run_dir, seed=..., duration=...)`, for the config's `messages:`:
 
-1. `setup()`: each entry's producer connects and makes sure its queue exists;
-2. `start()`: the producers publish (harness.probe.messages.producer) over the first
-   half of the load, while a watcher reads each broker's own counts
-   (`Broker.stats()`) every `WATCH_INTERVAL` and keeps the highest redelivery count;
+1. `setup(upstream)`: each entry's producer connects and makes sure its queue exists;
+   every fact its rounds will publish is counted by the entry's oracle first, and a
+   fact that already has effects (an earlier run's rows, a query that counts too
+   much) is set aside: it is not judged, and the run is inconclusive naming it;
+2. `start()`: each watcher reads the broker's counters as they are before the first
+   publish (a queue's counters cover its whole life: RabbitMQ's `redeliver` and
+   `publish`, a stream's length); then the producers publish
+   (harness.probe.messages.producer) over the first half of the load, while the
+   watcher reads the broker's own counts (`Broker.stats()`) every `WATCH_INTERVAL`,
+   each counter as its difference from that baseline, and keeps the highest
+   redelivery count;
 3. `stop()` after the load; then `finish(upstream)`, with the faults healed and the
    consumer still running: the drain. Until the entry's `drain_timeout`, it waits
    for every fact with a confirmed publish to have an effect (the entry's oracle,
@@ -62,11 +69,24 @@ class MessageOutcome:
     redeliveries: int | None = None  # the broker's own count (None: it cannot tell)
     stats_current: bool = False  # the broker had counted every confirmed publish when read
     dead_letters: list[dict[str, Any]] = field(default_factory=list)
-    dead_letter_count: int | None = None
+    dead_letter_count: int | None = None  # dead letters added during the run
+    preexisting: list[tuple[Any, int]] = field(default_factory=list)  # (fact, effects) before the first publish
+    counts_before: dict[str, int | None] | None = None  # the broker's counters at the start (None: unreadable)
+
+
+COUNTERS = ("redeliveries", "stored", "dead_letters")
 
 
 class _Watcher:
     """Reads a broker's counts on a thread of its own; keeps the highest redelivery count.
+
+    `begin()` reads the counters before the run's first publish: a queue used before
+    (an earlier run on the same queue) has counted that run's redeliveries and
+    publishes too, and a count of 30 redeliveries from yesterday is no evidence that
+    this run provoked one. `read()` returns each counter as its difference from that
+    baseline. A counter the broker does not report yet (a RabbitMQ queue that never
+    had a message has no `message_stats`) counts from zero. When the baseline cannot
+    be read at all, `before_error` says why and the run's redeliveries are unknown.
 
     A broker's counters start again from zero when it restarts (RabbitMQ's management
     statistics do: a plan may restart a broker the probe owns), so a count lower than
@@ -79,8 +99,11 @@ class _Watcher:
         self.highest: int | None = None
         self.last: BrokerStats | None = None
         self.error: str | None = None
+        self.before: dict[str, int | None] | None = None  # the counters at begin(), as read
+        self.before_error: str | None = None
         self._raw: dict[str, int] = {}  # the broker's own last reading of each counter
         self._carried: dict[str, int] = {}  # counted before the broker's restarts
+        self._baseline: dict[str, int] = {}  # subtracted from each counter (set by begin())
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, name="broker-watch", daemon=True)
@@ -95,13 +118,27 @@ class _Watcher:
         if last is not None and value < last:
             self._carried[counter] = self._carried.get(counter, 0) + last
         self._raw[counter] = value
-        return value + self._carried.get(counter, 0)
+        return max(0, value + self._carried.get(counter, 0) - self._baseline.get(counter, 0))
+
+    def begin(self) -> None:
+        """Take the counters as they are now as the run's zero."""
+        try:
+            stats = self.read()
+        except BrokerError as error:
+            self.before_error = f"{type(error).__name__}: {error}"
+            return
+        self.before = {counter: getattr(stats, counter) for counter in COUNTERS}
+        self._baseline = {counter: value or 0 for counter, value in self.before.items()}
+        self.highest = None
 
     def read(self) -> BrokerStats:
         with self._lock:
             raw = self.broker.stats()
             stats = replace(raw, redeliveries=self._across_restarts("redeliveries", raw.redeliveries),
-                            stored=self._across_restarts("stored", raw.stored))
+                            stored=self._across_restarts("stored", raw.stored),
+                            # a level, not a counter (a restart keeps a durable queue's messages)
+                            dead_letters=(max(0, raw.dead_letters - self._baseline.get("dead_letters", 0))
+                                          if raw.dead_letters is not None else None))
             if stats.redeliveries is not None:
                 self.highest = max(self.highest or 0, stats.redeliveries)
             self.last = stats
@@ -133,19 +170,30 @@ class MessagePlay:
     watchers' connections). Without entries every step does nothing and `finish`
     returns None, so the runner calls the same steps whatever the config holds."""
 
-    def __init__(self, entries: Sequence[MessageEndpoint], run_dir: Path, *, seed: int, duration: float) -> None:
+    def __init__(self, entries: Sequence[MessageEndpoint], run_dir: Path, *, seed: int, nonce: str,
+                 duration: float) -> None:
         self.entries = tuple(entries)
         self.run_dir = Path(run_dir)
         self.duration = duration
         self._started: float | None = None
         history = self.run_dir / "history"
-        self.producers = [Producer(entry.spec, history, seed=seed, spread=duration * SPREAD_SHARE)
+        self.producers = [Producer(entry.spec, history, seed=seed, nonce=nonce, spread=duration * SPREAD_SHARE)
                           for entry in self.entries]
         self.watchers = [_Watcher(open_broker(entry.spec.target)) for entry in self.entries]
+        self.preexisting: list[list[tuple[Any, int]]] = [[] for _ in self.entries]
 
-    def setup(self) -> None:
+    def setup(self, upstream: str) -> None:
+        """Connect, declare the queues, and count the effects every planned fact has
+        before the first publish (`preexisting`, one list per entry)."""
         for producer in self.producers:
             producer.setup()
+        for index, (entry, producer) in enumerate(zip(self.entries, self.producers, strict=True)):
+            oracle = open_oracle(entry.spec.name, entry.effects, upstream=upstream)
+            try:
+                counts = [(fact, oracle.count({"fact": fact}, {}).count) for fact in producer.planned_facts()]
+            finally:
+                oracle.close()
+            self.preexisting[index] = [(fact, count) for fact, count in counts if count]
 
     def __enter__(self) -> MessagePlay:
         return self
@@ -162,6 +210,8 @@ class MessagePlay:
         return time.monotonic() >= self._started + self.duration
 
     def start(self) -> None:
+        for watcher in self.watchers:
+            watcher.begin()  # before the first publish: the run's zero
         self._started = time.monotonic()
         for producer in self.producers:
             producer.start()
@@ -186,13 +236,18 @@ class MessagePlay:
         operations = [op for op in iter_operations(history_files(self.run_dir / "history"))
                       if op.get("op") == "publish"]
         outcomes = []
-        for entry, watcher in zip(self.entries, self.watchers, strict=True):
+        for entry, watcher, before in zip(self.entries, self.watchers, self.preexisting, strict=True):
             ops = [op for op in operations if op.get("message") == entry.spec.name]
             oracle = open_oracle(entry.spec.name, entry.effects, upstream=upstream)
             try:
-                outcomes.append(self._drain(entry, watcher, oracle, ops))
+                outcome = self._drain(entry, watcher, oracle, ops)
             finally:
                 oracle.close()
+            outcome.preexisting = list(before)
+            outcome.counts_before = watcher.before
+            if watcher.before_error is not None:
+                outcome.redeliveries = None  # counted over the queue's life, not this run: unknown
+            outcomes.append(outcome)
         with open(self.run_dir / OUTCOMES_FILE, "wb") as out:
             for outcome in outcomes:
                 out.write(orjson.dumps(asdict(outcome)) + b"\n")

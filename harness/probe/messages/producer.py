@@ -1,6 +1,6 @@
 """The probe's message producer: the duplicates a real producer and broker make, on purpose.
 
-`Producer(spec, history_dir, seed=...)` publishes `spec.count` logical messages (each
+`Producer(spec, history_dir, seed=..., nonce=...)` publishes `spec.count` logical messages (each
 with a fact of its own) through two broker connections (harness.probe.brokers), paced
 over `spread` seconds, each logical message played as one round:
 
@@ -11,6 +11,12 @@ over `spread` seconds, each logical message played as one round:
 | `concurrent_duplicate` | the same id and body twice at once, on the two connections |
 | `same_fact_new_id` | the same body (the same business fact) under a new message id: only the domain's own key stops it |
 | `burst` | several new messages back to back |
+
+The seed fixes the sequence of kinds; the message ids and generated values come from
+the seed and the run's nonce, so two runs with one seed play the same rounds with
+facts of their own (a rerun against the same database finds none of an earlier run's
+rows: they would be counted as this run's effects). `planned_facts()` lists every fact the
+rounds will publish, known before the first publish.
 
 Every publish is one operation of the probe's history (`op: publish`, `expect` and
 `kind` the kind, `message`, `message_id`, `fact`): `ok` once the broker confirmed it
@@ -106,11 +112,13 @@ class _Publisher:
 class Producer:
     """Plays `spec.count` logical messages on a thread of its own; `start()`, `stop()`."""
 
-    def __init__(self, spec: MessageSpec, history_dir: Path, *, seed: int, spread: float,
+    def __init__(self, spec: MessageSpec, history_dir: Path, *, seed: int, nonce: str, spread: float,
                  opener: Callable[[MessageSpec], Broker] = lambda spec: open_broker(spec.target)) -> None:
         self.spec = spec
         self.spread = spread
-        self.rng = random.Random(f"{seed}:{spec.name}")
+        self.kinds = random.Random(f"{seed}:{spec.name}")  # the rounds' kinds: the seed's alone
+        self.rng = random.Random(f"{seed}:{nonce}:{spec.name}")  # ids and values: this run's own
+        self._rounds: list[list[Planned | tuple[Planned, Planned]]] | None = None
         self._a = _Publisher(spec, history_dir, "a", opener)
         self._b = _Publisher(spec, history_dir, "b", opener)
         self._stop = threading.Event()
@@ -141,13 +149,28 @@ class Producer:
                        planned.fact)
 
     def plan(self) -> list[list[Planned | tuple[Planned, Planned]]]:
-        """The rounds: each a list of publishes (a pair is published concurrently)."""
+        """The rounds: each a list of publishes (a pair is published concurrently);
+        planned once, the same list on every call."""
+        if self._rounds is None:
+            self._rounds = self._plan()
+        return self._rounds
+
+    def planned_facts(self) -> list[Any]:
+        """Every distinct fact the rounds publish, in the order of their first publish."""
+        found: dict[str, Any] = {}
+        for publishes in self.plan():
+            for publish in publishes:
+                for planned in publish if isinstance(publish, tuple) else (publish,):
+                    found.setdefault(json.dumps(planned.fact, sort_keys=True), planned.fact)
+        return list(found.values())
+
+    def _plan(self) -> list[list[Planned | tuple[Planned, Planned]]]:
         rounds: list[list[Planned | tuple[Planned, Planned]]] = []
         later: dict[int, list[Planned]] = {}
         kinds = [kind for kind, _ in ROUNDS]
         weights = [weight for _, weight in ROUNDS]
         for index in range(self.spec.count):
-            kind = self.rng.choices(kinds, weights)[0] if index else "first"
+            kind = self.kinds.choices(kinds, weights)[0] if index else "first"
             publishes: list[Planned | tuple[Planned, Planned]] = list(later.pop(index, []))
             if kind == "burst":
                 publishes += [self._new("burst") for _ in range(BURST)]

@@ -28,8 +28,8 @@
    harness.probe.webhooks.checks judges them.
 
 The order of the kinds depends on the seed alone; ids and generated values on the seed
-and the run directory's path (a run probing the database of an earlier one must not
-find its event ids already taken). Bounded in count (`MAX_ROUNDS`, `MAX_LATE_RETRIES`, `MAX_FACTS`) and time (the load's
+and the run's nonce (a run probing the database of an earlier one must not find its
+event ids already taken). Bounded in count (`MAX_ROUNDS`, `MAX_LATE_RETRIES`, `MAX_FACTS`) and time (the load's
 duration, `LATE_BUDGET`, `EFFECTS_BUDGET`). An oracle that cannot answer is a
 HarnessError (exit 2): a run whose effects cannot be counted proves nothing.
 """
@@ -179,7 +179,7 @@ class _EntryPlay:
 
     def provider(self, index: int) -> WebhookProvider:
         """A provider of its own for round `index`: its ids and values come from a seed of their own,
-        salted with the run directory, so two runs against one database share no event id and no fact."""
+        salted with the run's nonce, so two runs against one database share no event id and no fact."""
         assert self.sender is not None
         spec = self.entry.spec
         scheme = spec.signer()
@@ -254,13 +254,13 @@ class WebhookPlay:
     Without entries every step does nothing and `finish` returns None, so the runner calls
     the same steps whatever the config holds."""
 
-    def __init__(self, entries: Sequence[WebhookEndpoint], run_dir: Path, *, seed: int, duration: float,
-                 on_event: EventListener | None = None) -> None:
+    def __init__(self, entries: Sequence[WebhookEndpoint], run_dir: Path, *, seed: int, nonce: str,
+                 duration: float, on_event: EventListener | None = None) -> None:
         """`on_event` is told every event made (harness.webhooks.events): the run's payment
         provider adopts their objects (harness.probe.provider.play.ProbeProvider.adopt_event)."""
         self.entries = tuple(entries)
         self.run_dir = Path(run_dir)
-        self.plays = [_EntryPlay(entry, self.run_dir / "history", seed=seed, salt=str(self.run_dir.resolve()),
+        self.plays = [_EntryPlay(entry, self.run_dir / "history", seed=seed, salt=nonce,
                                   duration=duration, on_event=on_event)
                       for entry in self.entries]
 
