@@ -7,7 +7,9 @@ taken effect, so it never counts as a success nor as a refusal.
 
 Invariants (each with its evidence when violated):
 - `one_resource_per_key`: every 2xx answer for one key names the same resource, and
-  a search by key (when configured) finds at most one resource.
+  a search by key (when configured) finds at most one resource (distinct ids: one
+  resource the search lists twice is one resource, reported as advice
+  `search-lists-once`, never as two).
 - `replay_fidelity`: every 2xx answer to one key and one payload has the same status
   and the same body (canonical JSON); a retry sent after the client saw the request
   succeed is not refused; an answer marked as a replay is never a 5xx, and neither
@@ -47,6 +49,7 @@ is inconclusive: nothing failed, but it proved too little.
 
 from __future__ import annotations
 
+import json
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -197,7 +200,7 @@ def check(operations: Iterable[Mapping[str, Any]], config: ProbeConfig, *,
         if len([op for op in ops if op.get("expect") != "payload_mismatch"]) > 1:
             duplicated_keys += 1
         _check_key(key, ops, endpoint, results, unexpected)
-    _check_reads(reads, by_key, endpoints, results)
+    listed_twice = _check_reads(reads, by_key, endpoints, results)
     # A stored 5xx replayed without a mark (the fault log says when the service was well).
     check_unmarked_replays(judged, faults, results["replay_fidelity"], _evidence)
     check_stuck_keys(judged, faults, results["in_flight_refused_or_waited"], _evidence)
@@ -215,6 +218,7 @@ def check(operations: Iterable[Mapping[str, Any]], config: ProbeConfig, *,
         "duplicated_keys": duplicated_keys,
         "final_reads": len(reads),
         "ok_without_id": ok_without_id,
+        **({"searches_listing_a_resource_twice": listed_twice[:10]} if listed_twice else {}),
         **({"effect_queries": len(effects)} if "one_effect_per_key" in results else {}),
     }
     reasons = []
@@ -226,7 +230,19 @@ def check(operations: Iterable[Mapping[str, Any]], config: ProbeConfig, *,
         reasons.append("no 2xx answer carried a resource id where the config looks (endpoints[].id)")
     invariants = list(results.values())
     return ProbeCheck(invariants=invariants, counts=counts, verdict=verdict_of(invariants, reasons),
-                      inconclusive_reasons=reasons, advice=_code_advice(unexpected, endpoints, config.profile))
+                      inconclusive_reasons=reasons,
+                      advice=[*_code_advice(unexpected, endpoints, config.profile), *_listing_advice(listed_twice)])
+
+
+def _listing_advice(listed_twice: Sequence[Mapping[str, Any]]) -> list[Advice]:
+    """One advice when searches listed a resource more than once (one resource each)."""
+    if not listed_twice:
+        return []
+    first = listed_twice[0]
+    return [Advice(rule="search-lists-once", level="practice",
+                   message=f"{len(listed_twice)} final searches listed one resource more than once (first: key "
+                           f"{first['key']!r} listed {first['resource']} {first['listed']} times): one resource, "
+                           "but the search's index holds it twice")]
 
 
 def _code_advice(unexpected: Mapping[tuple[str, str], Counter[Any]], endpoints: Mapping[str, Endpoint],
@@ -368,8 +384,12 @@ def _maybe_running(ops: list[Mapping[str, Any]], op: Mapping[str, Any]) -> bool:
 
 def _check_reads(reads: Sequence[Mapping[str, Any]],
                  by_key: Mapping[tuple[str, str, Any], list[Mapping[str, Any]]],
-                 endpoints: Mapping[str, Endpoint], results: dict[str, InvariantResult]) -> None:
+                 endpoints: Mapping[str, Endpoint], results: dict[str, InvariantResult]) -> list[dict[str, Any]]:
+    """Judge the final reads; return the searches that listed one resource more than
+    once (one charge whose id a store pushed twice is one resource, not two: reported
+    under its own name, not as a second resource)."""
     lost, one = results["acknowledged_not_lost"], results["one_resource_per_key"]
+    listed_twice: list[dict[str, Any]] = []
     for read in reads:
         if read.get("type") == "info":
             continue  # the read itself failed: no evidence either way
@@ -390,9 +410,14 @@ def _check_reads(reads: Sequence[Mapping[str, Any]],
             if not isinstance(found, list):
                 continue
             one.checked += 1
-            if len(found) > 1:
-                one.violate(f"{endpoint.name}: the final search for key {key!r} found {len(found)} resources",
+            distinct = list({json.dumps(item, sort_keys=True, default=str): item for item in found}.values())
+            if len(distinct) > 1:
+                one.violate(f"{endpoint.name}: the final search for key {key!r} found {len(distinct)} resources: "
+                            f"{', '.join(str(item) for item in distinct[:5])}",
                             key=key, found=found[:10], read=dict(read))
+            elif len(found) > len(distinct):
+                listed_twice.append({"endpoint": endpoint.name, "key": key, "resource": distinct[0],
+                                     "listed": len(found)})
             acknowledged = [op for op in by_key.get((endpoint.name, key, read.get("identity")), [])
                             if op["type"] == "ok"]
             if acknowledged:
@@ -400,3 +425,4 @@ def _check_reads(reads: Sequence[Mapping[str, Any]],
                 if not found:
                     lost.violate(f"{endpoint.name}: key {key!r} was acknowledged but the final search found nothing",
                                  key=key, read=dict(read), acknowledged=[_evidence(op) for op in acknowledged][:3])
+    return listed_twice

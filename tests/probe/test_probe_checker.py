@@ -101,6 +101,27 @@ def test_a_search_that_finds_two_resources_is_caught() -> None:
     assert failed(history.check()) == {"one_resource_per_key"}
 
 
+def test_a_search_that_lists_one_resource_twice_is_one_resource_reported_as_advice() -> None:
+    # A store whose client re-sent a transaction: one charge, its id pushed twice to the key's index.
+    history = good_history()
+    history.search("ki", ["ri", "ri"])
+    result = history.check()
+    assert result.verdict == "pass", result.violations
+    assert result.counts["searches_listing_a_resource_twice"] == [
+        {"endpoint": "pay", "key": "ki", "resource": "ri", "listed": 2}]
+    [advice] = [a for a in result.advice if a.rule == "search-lists-once"]
+    assert "listed ri 2 times" in advice.message
+
+
+def test_a_search_with_a_repeated_and_a_second_resource_names_each_once() -> None:
+    history = good_history()
+    history.search("ki", ["ri", "ri", "ri-2"])
+    result = history.check()
+    assert failed(result) == {"one_resource_per_key"}
+    violation = next(v for v in result.violations if v["invariant"] == "one_resource_per_key")
+    assert violation["message"].endswith("found 2 resources: ri, ri-2"), violation["message"]
+
+
 def test_an_unfaithful_replay_is_caught() -> None:
     history = good_history()
     history.send("k1", "replay", rid="r1", digest="another body")
