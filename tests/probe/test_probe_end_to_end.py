@@ -79,3 +79,34 @@ def test_target_app_negative_controls_fail(target_app, tmp_path: Path, control: 
     result = probe(ROOT / "examples/target_app_probe.yaml", service.address, tmp_path / control)
     assert result.verdict == "fail", result.summary()
     assert caught_by in {inv.name for inv in result.check.invariants if not inv.passed}
+
+
+def readme_probe_command() -> list[str]:
+    """The one-endpoint command of the README's "Test your own service", as argv."""
+    import re
+    import shlex
+
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("## Test your own service", 1)[1]
+    block = re.search(r"```sh\n(.*?)```", section, re.S)
+    assert block, "the README's 'Test your own service' section must show the one-endpoint command"
+    argv = shlex.split(block.group(1).replace("\\\n", " "))
+    assert argv[:2] == [".venv/bin/harness", "probe"], argv
+    return argv[1:]
+
+
+def test_the_readmes_one_endpoint_command_probes_the_example(example_service, tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    # The README's first screen shows the probe: its command must run as written, here
+    # against the example service in both modes (only the address and the length differ).
+    readme = (ROOT / "README.md").read_text()
+    assert readme.index("## Test your own service") < readme.index("## What it does")
+    argv = readme_probe_command()
+    argv[argv.index("--duration") + 1] = f"{PROBE_SECONDS}s"
+    for mode, expected in (("fixed", 0), ("naive", 1)):
+        service = example_service(mode)
+        args = list(argv)
+        args[args.index("--upstream") + 1] = service.address
+        code = main([*args, "--out", str(tmp_path / mode)])
+        out = capsys.readouterr().out
+        assert code == expected, out
