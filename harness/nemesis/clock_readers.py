@@ -2,7 +2,8 @@
 
 `date_header_reader(url)`: the `Date` header of an HTTP GET (1 s resolution);
 `redis_time_reader(host:port)`: a Redis server's `TIME` (RESP written by hand: one
-command needs no client). Each returns a `ClockReader`, a call that gives one
+command needs no client); `postgres_time_reader(dsn)`: PostgreSQL's `clock_timestamp()`
+(psycopg, imported when read). Each returns a `ClockReader`, a call that gives one
 `ClockReading` (harness.nemesis.fake_clock) or raises NemesisError saying why the
 clock could not be read.
 """
@@ -72,5 +73,26 @@ def redis_time_reader(address: str) -> ClockReader:
         except (IndexError, ValueError):
             raise NemesisError(f"TIME on Redis at {address} answered {data[:80]!r}") from None
         return ClockReading(clock=seconds + micros / 1e6, real=(before + after) / 2, resolution=0.01)
+
+    return read
+
+
+def postgres_time_reader(dsn: str) -> ClockReader:
+    """A PostgreSQL server's clock from `clock_timestamp()` (the backend's own clock,
+    not the transaction's start), over a connection of its own per reading."""
+
+    def read() -> ClockReading:
+        import psycopg
+
+        before = time.time()
+        try:
+            with psycopg.connect(dsn, connect_timeout=int(READ_TIMEOUT) + 1) as connection:
+                row = connection.execute("SELECT extract(epoch FROM clock_timestamp())::float8").fetchone()
+        except psycopg.Error as error:
+            raise NemesisError(f"clock_timestamp() on PostgreSQL at {dsn} failed: {error}") from None
+        after = time.time()
+        if row is None:
+            raise NemesisError(f"clock_timestamp() on PostgreSQL at {dsn} answered nothing")
+        return ClockReading(clock=float(row[0]), real=(before + after) / 2, resolution=0.01)
 
     return read

@@ -56,6 +56,7 @@ from harness.errors import HarnessError
 from harness.fieldcheck import FieldChecker
 from harness.generators import is_generated as _mutable_field
 from harness.generators import render_body as render_body  # moved to a leaf; users.py imports it from here
+from harness.probe.dependency_process import DependencyProcess, parse_dependency_process
 from harness.probe.messages.spec import MessageSpec, parse_message
 from harness.probe.provider.spec import ProviderSpec, parse_provider
 from harness.probe.service_config import ServiceConfig, parse_dependencies, parse_service
@@ -204,6 +205,8 @@ class ProbeConfig:
     webhooks: tuple[WebhookEndpoint, ...] = ()  # receivers the probe plays the provider for
     service: ServiceConfig | None = None  # the probe runs it (harness.probe.service_config)
     dependencies: Mapping[str, str] = field(default_factory=dict)  # NAME -> the real host:port
+    # the dependencies the probe starts itself (`command:`), by name (harness.probe.dependency_process)
+    dependency_processes: Mapping[str, DependencyProcess] = field(default_factory=dict)
     messages: tuple[MessageEndpoint, ...] = ()  # what the probe publishes to a consumer (harness.probe.messages)
     provider: ProviderSpec | None = None  # the payment provider the probe runs (harness.probe.provider)
     strict: bool = False  # the draft's SHOULD rows count as failures (`strict: true`, --strict)
@@ -239,6 +242,9 @@ class ProbeConfig:
         raw["webhooks"] = [webhook.to_raw() for webhook in self.webhooks]
         if not raw["webhooks"]:
             del raw["webhooks"]
+        raw.pop("dependency_processes")
+        raw["dependencies"] = {name: (self.dependency_processes[name].to_raw() if name in self.dependency_processes
+                                      else address) for name, address in self.dependencies.items()}
         raw["service"] = self.service.to_dict() if self.service is not None else None
         raw["messages"] = [message.to_raw() for message in self.messages]
         if not raw["messages"]:
@@ -265,6 +271,9 @@ def load_config(path: Path) -> ProbeConfig:
         config = replace(config, plan=_resolve_plan(config.plan, beside=path))
     if config.service is not None:
         config = replace(config, service=config.service.beside(path))
+    if config.dependency_processes:
+        config = replace(config, dependency_processes={name: process.beside(path) for name, process
+                                                       in config.dependency_processes.items()})
     if any(message.spec.process is not None for message in config.messages):
         config = replace(config, messages=tuple(_process_beside(message, path) for message in config.messages))
     return config
@@ -334,6 +343,7 @@ def parse_config(raw: Any, *, source: str = "<config>") -> ProbeConfig:
     return ProbeConfig(provider=provider, endpoints=endpoints, upstream=upstream, profile=profile, key_header=key_header,
                        headers=headers, load=load, plan=Path(plan) if plan else None, source=source,
                        identities=identities, webhooks=webhooks, service=service, dependencies=dependencies,
+                       dependency_processes=_dependency_processes(where, top.get("dependencies"), dependencies),
                        messages=messages, strict=strict)
 
 
@@ -350,6 +360,14 @@ def _parse_service_section(where: _Where, top: Mapping[str, Any], upstream: str 
         raise where.error("upstream", "not with `service:`: the probe runs the service on 127.0.0.1:{port} "
                           "and that is the upstream")
     return parse_service(where, top["service"], dependencies, provider=provider), dependencies
+
+
+def _dependency_processes(where: _Where, raw: Any, addresses: Mapping[str, str]) -> dict[str, DependencyProcess]:
+    """The `dependencies:` entries given with `command:` (already checked as addresses)."""
+    if not isinstance(raw, dict):
+        return {}
+    return {name: parse_dependency_process(where, value, name, addresses[name])
+            for name, value in raw.items() if isinstance(value, dict)}
 
 
 def parse_upstream(raw: Any, *, where: _Where | None = None, path: str = "upstream") -> str:

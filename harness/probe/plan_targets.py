@@ -53,7 +53,8 @@ NOT_OWNED = "; a broker is a process target only when its `messages:` entry has 
 class ProbeTargets:
     """A probe run's plan names: `proxies` maps each plan name (app and every
     dependency) to the proxy's name on the Toxiproxy; `service` says whether the probe
-    runs the service's process; `brokers` names the broker processes it owns."""
+    runs the service's process; `brokers` names the processes it owns besides the
+    service (the brokers of `messages:` entries, the dependencies with `command:`)."""
 
     proxies: Mapping[str, str]
     service: bool = False
@@ -173,9 +174,13 @@ def _clock_problem(fault: ClockFault, targets: ProbeTargets) -> str | None:
             "the fake clock)")
     if fault.process in targets.started:
         return None
+    if fault.process in targets.brokers and fault.process in targets.dependencies:
+        return (f"dependency {fault.process!r} is started by the probe but its clock cannot be read to verify "
+                f"the fault; give it `clock:` (dependencies.{fault.process}.clock: redis, or "
+                "{postgres: DSN})")
     if fault.process in targets.dependencies:
         return (f"dependency {fault.process!r} is an address the probe does not start, so it has no fake clock; "
-                f"give it `command:` (dependencies: {{{fault.process}: {{command: [...], ready: ...}}}})")
+                f"give it `command:` (dependencies: {{{fault.process}: {{address: ..., command: [...]}}}})")
     known = ", ".join(repr(name) for name in ([SERVICE] if targets.service else []) + list(targets.started))
     return (f"no process {fault.process!r} to move the clock of (the probe's fake clocks: {known or 'none'}; "
             "give `service:` or a dependency's `command:`)")

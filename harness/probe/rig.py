@@ -8,8 +8,9 @@ Entering it, in this order:
    owns, or proxies on a Toxiproxy it does not own. The janitor stops the process
    groups and deletes those proxies if the probe dies, however it dies;
 1b. the brokers the probe owns (a `messages:` entry's `process:`,
-   harness.probe.brokers.process), each started and accepting connections before
-   anything is pointed at it;
+   harness.probe.brokers.process) and the dependencies it starts itself (`command:`,
+   harness.probe.dependency_process; under a fake clock when the plan moves theirs),
+   each started and accepting connections before anything is pointed at it;
 2. the Toxiproxy: the embedded one, started here (its proxies die with it), or the one
    at `toxiproxy_url`, where every proxy is named `probe_<pid>_<token>[_NAME]`;
 3. one proxy per dependency (harness.probe.service.DependencyProxies); with `provider:`,
@@ -37,7 +38,9 @@ raises when the service ended on its own (harness.probe.service).
 from __future__ import annotations
 
 import os
+import shutil
 import socket
+import tempfile
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,13 +51,14 @@ import orjson
 import requests
 
 from harness.errors import HarnessError
-from harness.nemesis.clock_readers import date_header_reader
+from harness.nemesis.clock_readers import ClockReader, date_header_reader, postgres_time_reader, redis_time_reader
 from harness.nemesis.fake_clock import FakeClock
 from harness.nemesis.toxiproxy_client import Nemesis, NemesisError
 from harness.ports import free_ports
 from harness.probe.brokers.process import OwnedBroker
 from harness.probe.clocks import ProbeClocks, control_file
 from harness.probe.config import ProbeConfig
+from harness.probe.dependency_process import DependencyProcess
 from harness.probe.plan_targets import APP, SERVICE, ProbeTargets
 from harness.probe.provider.play import ProbeProvider
 from harness.probe.service import LOG_NAME, DependencyProxies, ProbedService
@@ -143,6 +147,16 @@ class ProbeProcesses:
         self._target(service).restart(service)
 
 
+def dependency_clock_reader(dependency: DependencyProcess) -> ClockReader:
+    """How a started dependency's clock is read (its `clock:`; refused before the run without one)."""
+    if dependency.clock == "postgres":
+        assert dependency.clock_dsn is not None
+        return postgres_time_reader(dependency.clock_dsn)
+    if dependency.clock == "redis":
+        return redis_time_reader(dependency.process.address)
+    raise RigError(f"dependency {dependency.name!r} has no `clock:` to read its clock by")
+
+
 def check_upstream(upstream: str, *, timeout: float = 3.0) -> None:
     host, _, port = upstream.rpartition(":")
     try:
@@ -169,6 +183,7 @@ class ProbeRig:
         self.dependencies: DependencyProxies | None = None
         self.provider: ProbeProvider | None = None  # with `provider:` (harness.probe.provider)
         self.brokers: dict[str, OwnedBroker] = {}  # the brokers the probe owns, by plan name
+        self.started: dict[str, OwnedBroker] = {}  # the dependencies it starts itself, by name
         self.app_proxy = APP
         self.proxy_url = ""
         self.clock_names = clocks  # the processes started under a fake clock (harness.probe.clocks)
@@ -189,11 +204,13 @@ class ProbeRig:
     def targets(self) -> ProbeTargets:
         names = self.dependencies.real_names if self.dependencies is not None else {}
         return ProbeTargets(proxies={APP: self.app_proxy, **names}, service=self.service is not None,
-                            brokers=tuple(self.brokers))
+                            brokers=(*self.brokers, *self.started),
+                            started=tuple(name for name, process in self.config.dependency_processes.items()
+                                          if process.clock is not None))
 
     @property
     def processes(self) -> ProbeProcesses:
-        return ProbeProcesses(self.service, self.brokers)
+        return ProbeProcesses(self.service, {**self.brokers, **self.started})
 
     def check(self) -> None:
         """Raise (ServiceFailed) when the service ended on its own."""
@@ -213,7 +230,7 @@ class ProbeRig:
     def _enter(self) -> None:
         config = self.config
         owned = [message.spec.process for message in config.messages if message.spec.process is not None]
-        if config.service is not None or self.shared or owned:
+        if config.service is not None or self.shared or owned or config.dependency_processes:
             self.guard = self._stack.enter_context(RunGuard(self.run_dir))
         if owned:
             self._stack.callback(self._record_brokers)
@@ -223,6 +240,17 @@ class ProbeRig:
             self._stack.callback(broker.stop)
             self.brokers[process.name] = broker
             broker.start()
+        for name, dependency in config.dependency_processes.items():
+            env = dict(os.environ)
+            if name in self.clock_names:
+                clock = FakeClock(self._shared_control_file(name)).create()
+                env.update(clock.environment(env))
+                self.clocks.add(name, clock, dependency_clock_reader(dependency))
+            started = OwnedBroker(dependency.process, log_path=self.run_dir / f"dependency-{name}.log",
+                                  base_env=env, guard=self.guard, role="dependency")
+            self._stack.callback(started.stop)
+            self.started[name] = started
+            started.start()
         if self.shared:
             assert self.toxiproxy_url is not None
             url = self.toxiproxy_url
@@ -268,6 +296,27 @@ class ProbeRig:
             self.guard.proxy_created(ProxyClaim(self.app_proxy, listen, self.upstream))
         nemesis.ensure_proxy(self.app_proxy, listen, self.upstream)
         self.proxy_url = f"http://{listen}"
+
+    def _shared_control_file(self, name: str) -> Path:
+        """A dependency's clock control file, in a folder every user can read: the
+        dependency may run as another user (PostgreSQL refuses root: `runuser -u
+        postgres`), for whom the run directory (under a 0700 home or pytest's 0700
+        temporary folder) is out of reach, and libfaketime then silently keeps the real
+        time. The folder is removed on leaving, the last offset copied to
+        `clocks/NAME.offset` of the run first."""
+        folder = Path(tempfile.mkdtemp(prefix=f"harness-clock-{name}-"))
+        folder.chmod(0o755)
+        path = folder / f"{name}.offset"
+
+        def keep() -> None:
+            record = control_file(self.run_dir, name)
+            record.parent.mkdir(parents=True, exist_ok=True)
+            if path.exists():
+                shutil.copyfile(path, record)
+            shutil.rmtree(folder, ignore_errors=True)
+
+        self._stack.callback(keep)
+        return path
 
     # --- leaving ----------------------------------------------------------------------
 

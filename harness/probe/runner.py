@@ -187,7 +187,10 @@ def run_probe(spec: ProbeSpec) -> ProbeResult:
     plan_path = spec.plan or config.plan
     targets = ProbeTargets.plain((*config.dependencies, *(["provider"] if config.provider else [])),
                                  service=config.service is not None,
-                                 brokers=tuple(m.spec.process.name for m in config.messages if m.spec.process))
+                                 brokers=(*(m.spec.process.name for m in config.messages if m.spec.process),
+                                          *config.dependency_processes),
+                                 started=tuple(name for name, process in config.dependency_processes.items()
+                                               if process.clock is not None))
     plan = load_probe_plan(plan_path, targets) if plan_path is not None else None
     run_dir = Path(spec.out_dir)
     if (run_dir / "history").exists() or (run_dir / "result.json").exists():

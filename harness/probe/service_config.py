@@ -8,6 +8,8 @@
     dependencies:
       db: 127.0.0.1:5432         # NAME: the real host:port; the service gets a proxy's
       cache: 127.0.0.1:6379
+      store: {address: 127.0.0.1:6380, command: [redis-server, --port, "6380"]}   # one the probe starts
+                                 # (harness.probe.dependency_process)
 
 Placeholders, in `command` and in `env` values: `{port}` (a free loopback port the probe
 picked; the service must listen on 127.0.0.1 there, and that is the probe's upstream,
@@ -126,7 +128,13 @@ def parse_dependencies(where: FieldChecker, raw: Any, address: Callable[[Any, st
     result: dict[str, str] = {}
     for name, value in spec.items():
         check_plan_target_name(where, name, f"dependencies.{name}", what="a dependency's name ")
-        result[name] = address(value, f"dependencies.{name}")
+        if isinstance(value, dict):  # one the probe starts (harness.probe.dependency_process)
+            if "address" not in value:
+                raise where.error(f"dependencies.{name}", "with `command:`, give `address:` too (the host:port "
+                                  "its command makes it listen on)")
+            result[name] = address(value["address"], f"dependencies.{name}.address")
+        else:
+            result[name] = address(value, f"dependencies.{name}")
     return result
 
 

@@ -158,8 +158,11 @@ class OwnedBroker:
     """One broker process of the probe's: `start()`, the plan's process faults, `stop()`."""
 
     def __init__(self, config: BrokerProcessConfig, *, log_path: Path, base_env: Mapping[str, str],
-                 guard: ProcessGuard | None = None) -> None:
+                 guard: ProcessGuard | None = None, role: str = "broker") -> None:
+        """`role` names it in errors: `broker`, or `dependency` for one of the config's
+        `dependencies:` the probe starts itself (harness.probe.dependency_process)."""
         self.config = config
+        self.role = role
         self.guard = guard
         port = int(config.address.rpartition(":")[2])
         self._service = svc.Service(svc.ServiceSpec(
@@ -191,16 +194,16 @@ class OwnedBroker:
         self._named(name)
         with self._lock:
             if self._stopped:
-                raise BrokerProcessFailed(f"broker {self.name}: stopped for good; the probe is ending")
+                raise BrokerProcessFailed(f"{self.role} {self.name}: stopped for good; the probe is ending")
             if self._service.running():
                 return  # a heal after a fault that found it running
             if accepts_connections(self.config.address):
-                raise BrokerProcessFailed(f"broker {self.name}: {self.config.address} is already taken: something "
+                raise BrokerProcessFailed(f"{self.role} {self.name}: {self.config.address} is already taken: something "
                                           "else listens there, and the probe must own the broker it restarts")
             try:
                 self._on_spawner(self._service.start)
             except (svc.ServiceError, OSError) as error:
-                raise BrokerProcessFailed(f"broker {self.name}: could not start {self.config.command[0]!r}: "
+                raise BrokerProcessFailed(f"{self.role} {self.name}: could not start {self.config.command[0]!r}: "
                                           f"{error}") from None
             pid = self._service.pid
             if self.guard is not None and pid is not None:
@@ -257,7 +260,7 @@ class OwnedBroker:
         try:
             self._on_spawner(lambda: self._service.stop(self.config.stop_timeout))
         except svc.ServiceError as error:
-            raise BrokerProcessFailed(f"broker {self.name}: could not be stopped: {error}") from None
+            raise BrokerProcessFailed(f"{self.role} {self.name}: could not be stopped: {error}") from None
         finally:
             self._forget()
 
@@ -269,12 +272,12 @@ class OwnedBroker:
                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                            timeout=AFTER_STOP_TIMEOUT, check=False)
         except (OSError, subprocess.TimeoutExpired) as error:
-            raise BrokerProcessFailed(f"broker {self.name}: after_stop {self.config.after_stop[0]!r} failed: "
+            raise BrokerProcessFailed(f"{self.role} {self.name}: after_stop {self.config.after_stop[0]!r} failed: "
                                       f"{error}") from None
 
     def _named(self, name: str | None) -> None:
         if name is not None and name != self.name:
-            raise BrokerProcessFailed(f"broker {self.name!r} is not {name!r}")
+            raise BrokerProcessFailed(f"{self.role} {self.name!r} is not {name!r}")
 
     def _forget(self) -> None:
         pid = self._service.pid
@@ -288,5 +291,5 @@ class OwnedBroker:
         except svc.ServiceError:
             pass  # the error below says what matters; the janitor has the group on record
         self._forget()
-        raise BrokerProcessFailed(f"broker {self.name} `{' '.join(self.config.command)}` {what}; "
+        raise BrokerProcessFailed(f"{self.role} {self.name} `{' '.join(self.config.command)}` {what}; "
                                   f"end of {self.log_path}:\n{tail or '(empty)'}")
