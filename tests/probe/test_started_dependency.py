@@ -135,3 +135,10 @@ def test_the_probe_starts_a_database_and_jumps_its_clock_verified_on_clock_times
     assert (result.run_dir / "dependency-db.log").exists()
     with pytest.raises(OSError):  # stopped with the run
         socket.create_connection(("127.0.0.1", port), timeout=1).close()
+
+
+def test_a_started_dependency_is_a_process_target_by_its_name() -> None:
+    raw = {"seed": 1, "windows": [{"at": "1s", "for": "1s", "process": {"action": "kill", "service": "db"}}]}
+    parse_probe_plan(raw, source="p.yaml", targets=ProbeTargets.plain(("db",), service=True, brokers=("db",)))
+    with pytest.raises(PlanError):  # an address-only dependency is no process of the probe's
+        parse_probe_plan(raw, source="p.yaml", targets=ProbeTargets.plain(("db",), service=True))
