@@ -6,7 +6,15 @@ Four pieces:
   raises `Interrupted` (a `KeyboardInterrupt`, so every `finally` that already heals
   faults and stops processes on Ctrl-C runs); later ones are ignored so the bounded
   cleanup is not cut short. The CLI exits with 128 + the signal number (143 for
-  SIGTERM, 130 for SIGINT, 129 for SIGHUP). Runs on other threads (the smoke job runs
+  SIGTERM, 130 for SIGINT, 129 for SIGHUP). An `Interrupted` raised while the main
+  thread runs a `__del__` or a weakref callback is swallowed by the interpreter
+  (reported as "unraisable"): during the block, `sys.unraisablehook` catches exactly
+  that case, puts a token in a `queue.SimpleQueue` (safe to call from anywhere, no
+  lock of threading's) and arms a one-shot SIGALRM (`setitimer`, REDELIVER_AFTER) whose
+  handler raises it anew once the finalizer is left (raised at once, it would land in
+  the finalizer again): no signal is lost, and no thread is started from inside a
+  finalizer. SIGALRM is the block's own while it lasts.
+  Runs on other threads (the smoke job runs
   two side by side) are interrupted too: a signal reaches only the main thread, so
   the handler raises `Interrupted` asynchronously in every thread inside a `RunGuard`.
 - `Lifeline`: a pipe whose write end only this process holds. A child given the read
@@ -29,6 +37,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import queue
 import signal
 import subprocess
 import sys
@@ -51,6 +60,7 @@ GUARD_ATTRIBUTE = "harness_run_guard"  # set on a thread while it runs inside a 
 # checked its job's stop flag just before) finds it in RunGuard and stops at once, as the
 # runs the signal found running do (interrupt_run_threads).
 FIRED_ATTRIBUTE = "harness_interrupt_fired"
+REDELIVER_AFTER = 0.001  # seconds from a swallowed Interrupted to its redelivery (SIGALRM)
 
 
 class Interrupted(KeyboardInterrupt):
@@ -84,8 +94,23 @@ def exit_code_for(interrupt: KeyboardInterrupt) -> int:
 def interrupt_signals(out: TextIO = sys.stderr) -> Iterator[None]:
     """SIGINT, SIGTERM and SIGHUP raise `Interrupted` once; the previous handlers come back after."""
     fired: list[int] = []  # local to this block: which signal started the shutdown
+    # Interrupted swallowed in a finalizer, to raise again (see the module docstring).
+    swallowed: queue.SimpleQueue[int] = queue.SimpleQueue()
 
     def handler(signum: int, frame: FrameType | None) -> None:
+        try:
+            again = swallowed.get_nowait()
+        except queue.Empty:
+            again = None
+        if again is not None:
+            if frame is not None and frame.f_code is unraisable.__code__:
+                # Still inside the hook that saw it swallowed: once more, after it.
+                swallowed.put(again)
+                signal.setitimer(signal.ITIMER_REAL, REDELIVER_AFTER)
+                return
+            raise Interrupted(again)  # the first one, lost in a finalizer: delivered again
+        if signum == signal.SIGALRM:
+            return  # a redelivery whose token an earlier one took: nothing left to raise
         if fired:
             print(f"harness: {signal.Signals(signum).name} while stopping after "
                   f"{signal.Signals(fired[0]).name}; still cleaning up", file=out, flush=True)
@@ -97,12 +122,27 @@ def interrupt_signals(out: TextIO = sys.stderr) -> Iterator[None]:
         interrupt_run_threads(signum)
         raise Interrupted(signum)
 
-    previous = {signum: signal.getsignal(signum) for signum in HANDLED_SIGNALS}
-    for signum in HANDLED_SIGNALS:
+    previous_hook = sys.unraisablehook
+
+    def unraisable(report: Any) -> None:
+        interrupt = report.exc_value
+        if isinstance(interrupt, Interrupted) and threading.current_thread() is threading.main_thread():
+            swallowed.put(interrupt.signum)
+            # The handler runs again on SIGALRM, a moment later: by then the finalizer
+            # (and this hook) are left. A handler run right away would raise inside them.
+            signal.setitimer(signal.ITIMER_REAL, REDELIVER_AFTER)
+            return
+        previous_hook(report)
+
+    previous = {signum: signal.getsignal(signum) for signum in (*HANDLED_SIGNALS, signal.SIGALRM)}
+    for signum in (*HANDLED_SIGNALS, signal.SIGALRM):
         signal.signal(signum, handler)
+    sys.unraisablehook = unraisable
     try:
         yield
     finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        sys.unraisablehook = previous_hook
         setattr(threading.main_thread(), FIRED_ATTRIBUTE, None)
         for signum, old in previous.items():
             signal.signal(signum, old if old is not None else signal.SIG_DFL)
