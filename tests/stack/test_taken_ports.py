@@ -16,11 +16,13 @@ from __future__ import annotations
 import socket
 from collections.abc import Iterator
 from contextlib import ExitStack
+from pathlib import Path
 
 import pytest
 import redis
 
 from harness.ports import bindable, hold_ports
+from harness.stack import redis_server
 from harness.stack import services as svc
 from harness.stack.info import read_info
 from harness.stack.settings import StackSettings, write_settings
@@ -126,3 +128,32 @@ def test_a_hold_keeps_pickers_off_and_lets_a_reuseaddr_server_in() -> None:
     finally:
         hold.close()
     assert picker_gets(hold.port)
+
+
+def test_a_redis_server_whose_picked_port_was_taken_starts_on_another(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """tests' own redis-server (conftest's redis_server): the picker's first port is
+    taken before redis-server binds it."""
+    with socket.socket() as probe:
+        probe.bind((svc.HOST, 0))
+        taken = int(probe.getsockname()[1])
+    picks = iter([taken])
+    real_free_port = redis_server.free_port
+    monkeypatch.setattr(redis_server, "free_port", lambda host: next(picks, None) or real_free_port(host))
+    with neighbour(taken):
+        server = redis_server.RedisServer(data_dir=tmp_path / "redis", appendonly=False)
+        server.start(timeout=5.0)
+        try:
+            assert server.port != taken
+            assert svc.redis_healthy(server.port)
+        finally:
+            server.stop()
+
+
+def test_a_redis_server_given_its_port_keeps_it_and_says_so(tmp_path: Path) -> None:
+    (taken,) = hold_ports(1)
+    taken.close()
+    with neighbour(taken.port):
+        server = redis_server.RedisServer(data_dir=tmp_path / "redis", port=taken.port, appendonly=False)
+        with pytest.raises(redis_server.RedisServerError, match=f"port {taken.port}"):
+            server.start(timeout=2.0)
