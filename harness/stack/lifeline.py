@@ -212,6 +212,17 @@ def _immune_start(self: threading.Thread) -> None:
         raise deferred()
 
 
+def _reset_after_fork() -> None:
+    """A forked child has one thread: the gate, which another thread may have held at
+    the fork, starts free (threading resets its own locks the same way)."""
+    global _GATE
+    _GATE = threading.RLock()
+    _starting.clear()
+    _deferred.clear()
+    _pending.clear()
+
+
+os.register_at_fork(after_in_child=_reset_after_fork)
 setattr(_immune_start, "harness_original_start", _original_start)  # noqa: B010 - a function's attribute
 threading.Thread.start = _immune_start  # type: ignore[method-assign]
 

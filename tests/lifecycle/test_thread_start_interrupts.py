@@ -137,3 +137,59 @@ def test_threads_that_start_threads_while_interrupts_arrive_end_interrupted_or_n
     assert escaped == [] and hung == 0
     assert len(endings) == 200 and set(endings) <= {"interrupted", "normally"}
     assert threading._limbo == {}  # type: ignore[attr-defined]
+
+
+def test_a_pending_exception_is_cancelled_and_raised_before_the_start() -> None:
+    # White-box: the record stands for one sent (and not fired yet) before the thread
+    # began its start, which CPython may fire late (after another thread took its own
+    # pending exception and cleared the interpreter's flag); cancelling it is the test
+    # below.
+    from harness.stack import lifeline
+
+    go = threading.Lock()
+    go.acquire()
+    helper = threading.Thread(target=lambda: None)
+    outcome: list[str] = []
+
+    def target() -> None:
+        with go:  # blocked in C: nothing fires until the lock is released
+            pass
+        try:
+            helper.start()
+            outcome.append("started")
+        except Stop:
+            outcome.append("raised")
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    with lifeline._GATE:
+        lifeline._pending[thread] = Stop
+    go.release()
+    thread.join(10)
+    assert outcome == ["raised"] and helper.ident is None  # raised once, and before the start
+    assert thread not in lifeline._pending
+
+
+def test_a_cancelled_exception_never_fires() -> None:
+    from harness.stack import lifeline
+
+    go = threading.Lock()
+    go.acquire()
+    outcome: list[str] = []
+
+    def target() -> None:
+        try:
+            with go:
+                pass
+            outcome.append("normally")
+        except Stop:
+            outcome.append("raised")
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    assert thread.ident is not None
+    assert lifeline._set_async_exc(thread.ident, Stop) == 1
+    assert lifeline._set_async_exc(thread.ident, None) == 1
+    go.release()
+    thread.join(10)
+    assert outcome == ["normally"]
