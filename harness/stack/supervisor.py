@@ -110,8 +110,9 @@ RESTART_STABLE_UPTIME = 10.0
 # Ports tried for one service on the first start (its own, then new ones) before it fails.
 PORT_ATTEMPTS = 3
 FIXED_PORT = ("a running stack's ports cannot move (state.json's URLs are known to the app, a run's "
-              "checker, nemesis and load); it was held for the service while it was down, so a process "
-              "bound it explicitly: stop that process, or restart the stack")
+              "checker, nemesis and load); the port is held for the service while it is down, so either "
+              "its own old processes still listen or a process bound it explicitly: stop that process, "
+              "or restart the stack")
 # The app's crash-point folder, shared by its workers and consumers (docs/target-app.md).
 CRASH_POINTS_DIR = "crash-points"
 ENV_CRASH_POINTS_DIR = "TARGET_APP_CRASH_POINTS_DIR"
