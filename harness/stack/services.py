@@ -3,7 +3,9 @@
 A `ServiceSpec` is a pure description (argv, environment, port, health check); a
 `Service` is one running incarnation of it. Every service runs in its own process
 group (so a signal reaches gunicorn's workers too) and carries a parent-death signal
-(so nothing outlives the supervisor that started it).
+(so nothing outlives the supervisor that started it). A service whose port another
+process holds (before its start, or by the time its process gave up) raises
+`PortInUse`, naming the port; what to do about it is the supervisor's call.
 """
 
 from __future__ import annotations
