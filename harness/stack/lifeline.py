@@ -16,7 +16,11 @@ Four pieces:
   finalizer. SIGALRM is the block's own while it lasts.
   Runs on other threads (the smoke job runs
   two side by side) are interrupted too: a signal reaches only the main thread, so
-  the handler raises `Interrupted` asynchronously in every thread inside a `RunGuard`.
+  the handler raises `Interrupted` asynchronously in every thread inside a `RunGuard`
+  (`raise_in_thread`), never inside a `threading.Thread.start` of that thread: this
+  module patches `Thread.start` so that a thread starting another one gets the
+  exception once its start() has returned (see "no exception into a thread that is
+  starting another one" below).
 - `Lifeline`: a pipe whose write end only this process holds. A child given the read
   end (the stack's supervisor) sees end-of-file the moment this process dies, however
   it dies, and shuts down.
@@ -42,7 +46,7 @@ import signal
 import subprocess
 import sys
 import threading
-import time
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_EXCEPTION, Future, wait
 from contextlib import contextmanager
@@ -164,40 +168,124 @@ def interrupt_run_threads(signum: int) -> list[str]:
     return names
 
 
-def _set_async_exc(ident: int, kind: type[BaseException]) -> None:
-    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(ident), ctypes.py_object(kind))
+def _set_async_exc(ident: int, kind: type[BaseException] | None) -> int:
+    """Make `kind` pending in the thread `ident` (None: cancel its pending one); how
+    many thread states were changed."""
+    exc = ctypes.py_object(kind) if kind is not None else ctypes.c_void_p(None)
+    return int(ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(ident), exc))
 
 
-def raise_in_thread(ident: int, kind: type[BaseException], *, wait: float = 2.0) -> None:
-    """Raise `kind` in the thread `ident`, never in a thread it is starting.
+# --- no exception into a thread that is starting another one ------------------------
+#
+# An exception raised by ident is not raised at once: it is made pending and fires at
+# the target's next check between bytecodes, wherever the target has got to by then.
+# Landing inside `threading.Thread.start` it breaks threading's bookkeeping: after
+# `_start_new_thread` returned, start()'s `except Exception` removes the new thread
+# from `threading._limbo` that the new thread removes too, and one of them ends in a
+# KeyError instead of the exception (issue 35); before it, the thread object stays in
+# limbo, never started; and CPython 3.11 gives the new thread a state carrying its
+# starter's ident until it runs, so an exception aimed at the starter then lands in
+# the new thread, which dies unstarted while its starter waits in start() for ever.
+#
+# So every `Thread.start` (patched once, process-wide, when this module is imported:
+# starts inside libraries and executors count too) runs behind `_GATE`, which
+# `raise_in_thread` takes as well:
+# - while a thread is starting one, an exception for it is deferred, and raised by
+#   the starter itself once start() has returned (the new thread runs normally);
+# - one already pending when it begins to start is cancelled and raised by the
+#   starter before the start. Which are pending: `raise_in_thread` records each one
+#   it sends, and the exception's own constructor (run in the target when the
+#   exception is caught, or reported) forgets it.
+# A reentrant lock: a signal handler (raise_in_thread) may run on the main thread
+# between two bytecodes of a start's critical section.
 
-    CPython 3.11 gives a thread being started a thread state that carries its
-    starter's ident until the new thread runs, and an exception raised by ident lands
-    in the first state found: the new one. It dies before it has said it started, and
-    its starter waits in `Thread.start()` for ever (seen: a smoke job hung after a
-    Ctrl-C). A `threading.Thread` is in `threading._limbo` for all of that time, and
-    enters it under `threading._active_limbo_lock`; so the exception is raised holding
-    that lock with nothing in limbo. The lock is taken with a timeout (the signal
-    handler that calls this may have interrupted its own thread holding it); after
-    `wait` seconds it is raised regardless, as before.
+_GATE = threading.RLock()
+_starting: weakref.WeakKeyDictionary[threading.Thread, int] = weakref.WeakKeyDictionary()
+_deferred: weakref.WeakKeyDictionary[threading.Thread, type[BaseException]] = weakref.WeakKeyDictionary()
+_pending: weakref.WeakKeyDictionary[threading.Thread, type[BaseException]] = weakref.WeakKeyDictionary()
+# The unpatched start, also when this module is imported again (importlib.reload).
+_original_start: Callable[[threading.Thread], None] = getattr(
+    threading.Thread.start, "harness_original_start", threading.Thread.start)
+
+
+def _thread_of(ident: int) -> threading.Thread | None:
+    # threading's own table, read without its lock: a signal handler that calls this
+    # may have interrupted its own thread holding that (non-reentrant) lock.
+    thread = threading._active.get(ident)  # type: ignore[attr-defined]
+    return thread if isinstance(thread, threading.Thread) else None
+
+
+def _tracked(kind: type[BaseException]) -> type[BaseException]:
+    """`kind` with a constructor that, in the target thread, forgets it is pending."""
+
+    def __init__(self: BaseException, *args: Any, **kwargs: Any) -> None:
+        with _GATE:
+            _pending.pop(threading.current_thread(), None)
+        kind.__init__(self, *args, **kwargs)
+
+    return type(kind.__name__, (kind,), {"__init__": __init__, "__module__": kind.__module__,
+                                         "__qualname__": kind.__qualname__})
+
+
+def _immune_start(self: threading.Thread) -> None:
+    """`threading.Thread.start`, never with an exception of `raise_in_thread` inside it."""
+    me = threading.current_thread()
+    pending: type[BaseException] | None = None
+    deferred: type[BaseException] | None = None
+    try:
+        with _GATE:
+            _starting[me] = _starting.get(me, 0) + 1
+            pending = _pending.pop(me, None)
+            if pending is not None and me.ident is not None:
+                _set_async_exc(me.ident, None)
+        if pending is not None:
+            raise pending()  # as if it had landed just before the start
+        _original_start(self)
+    finally:
+        with _GATE:
+            depth = _starting.pop(me, 1) - 1
+            if depth:
+                _starting[me] = depth
+            else:
+                deferred = _deferred.pop(me, None)
+    if deferred is not None:
+        raise deferred()
+
+
+def _reset_after_fork() -> None:
+    """A forked child has one thread: the gate, which another thread may have held at
+    the fork, starts free (threading resets its own locks the same way)."""
+    global _GATE
+    _GATE = threading.RLock()
+    _starting.clear()
+    _deferred.clear()
+    _pending.clear()
+
+
+os.register_at_fork(after_in_child=_reset_after_fork)
+setattr(_immune_start, "harness_original_start", _original_start)  # noqa: B010 - a function's attribute
+threading.Thread.start = _immune_start  # type: ignore[method-assign]
+
+
+def raise_in_thread(ident: int, kind: type[BaseException]) -> None:
+    """Raise `kind` in the thread `ident`, never inside a `Thread.start` of it (above):
+    a thread that is starting one gets it once its start() has returned.
 
     One loss remains, which no caller can see: an exception that lands while the
     thread runs a weakref callback or a `__del__` is reported as unraisable and
     dropped. A run thread so missed finishes its run; the next run it starts finds
     the main thread's fired flag (RunGuard.__enter__) and does not start.
     """
-    deadline = time.monotonic() + wait
-    lock = threading._active_limbo_lock  # type: ignore[attr-defined]
-    while True:
-        locked = lock.acquire(timeout=0.05)
-        try:
-            if (locked and not threading._limbo) or time.monotonic() >= deadline:  # type: ignore[attr-defined]
-                _set_async_exc(ident, kind)
-                return
-        finally:
-            if locked:
-                lock.release()
-        time.sleep(0.001)
+    with _GATE:
+        thread = _thread_of(ident)
+        if thread is None:  # not a threading thread: nothing of threading to protect
+            _set_async_exc(ident, kind)
+            return
+        if thread in _starting:
+            _deferred[thread] = kind
+            return
+        if _set_async_exc(ident, _tracked(kind)):
+            _pending[thread] = kind
 
 
 SIGNAL_CHECK_SECONDS = 0.25  # how often a main thread waiting for others runs its signal handlers

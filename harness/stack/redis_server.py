@@ -9,7 +9,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.ports import free_port
+from harness.ports import bindable, free_port
+
+PORT_ATTEMPTS = 3  # ports a server that picks its own tries before it fails
 
 INSTALL_HINT = (
     "redis-server is not on PATH; install it with "
@@ -59,8 +61,25 @@ class RedisServer:
         return args
 
     def start(self, *, timeout: float = 10.0, start_new_session: bool = True) -> None:
-        if self.port == 0:
-            self.port = free_port(self.host)
+        """Start and wait until it answers. A port it picked itself (port 0) and lost to
+        another process before redis-server bound it is given up for another one
+        (PORT_ATTEMPTS in all); a port it was given is kept."""
+        picked = self.port == 0
+        for attempt in range(1, PORT_ATTEMPTS + 1):
+            if picked:
+                self.port = free_port(self.host)
+            try:
+                self._start_once(timeout=timeout, start_new_session=start_new_session)
+                return
+            except RedisServerError:
+                if not picked or attempt == PORT_ATTEMPTS or bindable(self.port, self.host):
+                    raise  # not a lost port (or no port left to try)
+
+    def _start_once(self, *, timeout: float, start_new_session: bool) -> None:
+        if not bindable(self.port, self.host):
+            # Checked first: wait_ready's PING would go to whoever listens there and
+            # wait for its answer.
+            raise RedisServerError(f"redis-server: port {self.port} is already in use by another process")
         self.data_dir.mkdir(parents=True, exist_ok=True)
         log_path = self.log_path or self.data_dir / "redis.log"
         with open(log_path, "ab") as log:

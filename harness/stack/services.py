@@ -3,7 +3,9 @@
 A `ServiceSpec` is a pure description (argv, environment, port, health check); a
 `Service` is one running incarnation of it. Every service runs in its own process
 group (so a signal reaches gunicorn's workers too) and carries a parent-death signal
-(so nothing outlives the supervisor that started it).
+(so nothing outlives the supervisor that started it). A service whose port another
+process holds (before its start, or by the time its process gave up) raises
+`PortInUse`, naming the port; what to do about it is the supervisor's call.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from pathlib import Path
 import redis
 import requests
 
+from harness.ports import bindable
 from harness.process_handle import group_alive, pid_alive, pid_stopped
 from harness.stack.info import ServiceInfo
 
@@ -32,6 +35,17 @@ STACK_MARKER_VAR = "HARNESS_STACK_ROOT"
 
 class ServiceError(Exception):
     """A service could not be started, stopped or signalled."""
+
+
+class PortInUse(ServiceError):
+    """A service's port is bound by another process: before its start, or its process
+    exited while another one held the port (it lost the bind)."""
+
+    def __init__(self, service: str, port: int) -> None:
+        super().__init__(f"{service}: port {port} is already in use by another process "
+                         f"(`ss -ltnp 'sport = :{port}'` names it)")
+        self.service = service
+        self.port = port
 
 
 def set_parent_death_signal(signum: int) -> None:
@@ -159,8 +173,10 @@ class Service:
     def start(self) -> None:
         if self.running():
             raise ServiceError(f"{self.spec.name} is already running (pid {self.pid})")
-        if self.spec.port is not None and port_listening(self.spec.port):
-            raise ServiceError(f"{self.spec.name}: port {self.spec.port} is already in use")
+        # A bind test, not a connect: a socket bound without listening (a neighbour's
+        # port picker) stops the service's bind too; the supervisor's own hold does not.
+        if self.spec.port is not None and not bindable(self.spec.port, HOST):
+            raise PortInUse(self.spec.name, self.spec.port)
         self.process = spawn(self.spec.argv, env=self.spec.env, log_path=self.spec.log_path, cwd=self.spec.cwd)
         self.started_at = time.monotonic()
         self.status = "running"
@@ -176,6 +192,9 @@ class Service:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if not self.running():
+                if self.spec.port is not None and not bindable(self.spec.port, HOST):
+                    # Free at start(), taken by someone else before the child bound it.
+                    raise PortInUse(self.spec.name, self.spec.port)
                 raise ServiceError(
                     f"{self.spec.name} exited with code {self.process.returncode if self.process else '?'}"
                     f"; end of {self.spec.log_path}:\n{tail(self.spec.log_path)}")

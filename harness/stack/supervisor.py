@@ -39,6 +39,15 @@ them again with the new TARGET_APP_* environment: the same stack for another app
 configuration, its supervisor, Redis, Toxiproxy, proxies, ports and secrets kept.
 The smoke job's lanes use it between cells (harness.run.smoke).
 
+Ports: the supervisor picks one per service and per proxy and holds each for the
+stack's life (`harness.ports.hold_ports`: a bound socket that never listens, which
+keeps other pickers off it while the service's own SO_REUSEADDR bind still works), so
+neither a neighbour stack starting in between nor one starting while a service is
+down (a kill fault) takes it. A port taken all the same (a process binding it
+explicitly) is given up for another on the first start, before anyone knows it
+(PORT_ATTEMPTS ports per service or proxy); a restart keeps its port, which the app,
+state.json and a run's clients know, and fails naming it (FIXED_PORT).
+
 Everything runs on the main thread: a parent-death signal fires when the *thread*
 that forked a child exits, so children must never be spawned from a helper thread.
 """
@@ -75,7 +84,7 @@ from harness.names import (
 )
 from harness.nemesis.fake_clock import FakeClock
 from harness.nemesis.toxiproxy_client import Nemesis, NemesisConflict, NemesisError
-from harness.ports import free_ports
+from harness.ports import bindable, hold_ports
 from harness.stack import registry
 from harness.stack import services as svc
 from harness.stack.info import StackError, StackInfo, control_socket_path, remove_state, write_info
@@ -98,6 +107,12 @@ PORT_CLOSE_TIMEOUT = 15.0
 RESTART_BACKOFF_FIRST = 0.2
 RESTART_BACKOFF_MAX = 2.0
 RESTART_STABLE_UPTIME = 10.0
+# Ports tried for one service on the first start (its own, then new ones) before it fails.
+PORT_ATTEMPTS = 3
+FIXED_PORT = ("a running stack's ports cannot move (state.json's URLs are known to the app, a run's "
+              "checker, nemesis and load); the port is held for the service while it is down, so either "
+              "its own old processes still listen or a process bound it explicitly: stop that process, "
+              "or restart the stack")
 # The app's crash-point folder, shared by its workers and consumers (docs/target-app.md).
 CRASH_POINTS_DIR = "crash-points"
 ENV_CRASH_POINTS_DIR = "TARGET_APP_CRASH_POINTS_DIR"
@@ -161,7 +176,10 @@ class Supervisor:
         self.stream = settings.env.get(ENV_APP_STREAM) or DEFAULT_STREAM
         self.group = settings.env.get(ENV_APP_GROUP) or DEFAULT_GROUP
         names = ["redis", "app", "app_proxy", "redis_proxy", *([] if settings.toxiproxy_url else ["toxiproxy"])]
-        self.ports = dict(zip(names, free_ports(len(names)), strict=True))
+        # Held for the stack's life (harness.ports): no neighbour's picker takes one
+        # between the pick and the bind, or while its service is down.
+        self.holds = dict(zip(names, hold_ports(len(names), svc.HOST), strict=True))
+        self.ports = {name: hold.port for name, hold in self.holds.items()}
         if settings.toxiproxy_url:
             self.toxiproxy_url = settings.toxiproxy_url.rstrip("/")
             self.toxiproxy_kind = "external"
@@ -195,6 +213,12 @@ class Supervisor:
         return env
 
     def build(self) -> None:
+        self._add_redis()
+        if self.toxiproxy_kind != "external":
+            self._add_toxiproxy()
+        self._add_app_services()
+
+    def _add_redis(self) -> None:
         redis_port = self.ports["redis"]
         data_dir = self.root / "redis"
         data_dir.mkdir(parents=True, exist_ok=True)
@@ -205,18 +229,19 @@ class Supervisor:
                   "--appendfsync", "always", "--protected-mode", "no", "--daemonize", "no"],
             env=self._base_env(), log_path=self.logs / "redis.log", port=redis_port,
             check=lambda: svc.redis_healthy(redis_port)))
-        if self.toxiproxy_kind != "external":
-            port = self.ports["toxiproxy"]
-            if self.toxiproxy_kind == "server":
-                argv = [shutil.which("toxiproxy-server") or "toxiproxy-server", "-host", svc.HOST, "-port", str(port)]
-            else:
-                argv = svc.python_module("harness.toxiproxy", "--host", svc.HOST, "--port", str(port))
-            url = self.toxiproxy_url
-            self._add(svc.ServiceSpec(
-                name="toxiproxy", argv=argv, env=self._base_env(),
-                log_path=self.logs / "toxiproxy.log", port=port,
-                check=lambda: svc.http_healthy(f"{url}/version")))
-        self._add_app_services()
+
+    def _add_toxiproxy(self) -> None:
+        port = self.ports["toxiproxy"]
+        self.toxiproxy_url = f"http://{svc.HOST}:{port}"
+        if self.toxiproxy_kind == "server":
+            argv = [shutil.which("toxiproxy-server") or "toxiproxy-server", "-host", svc.HOST, "-port", str(port)]
+        else:
+            argv = svc.python_module("harness.toxiproxy", "--host", svc.HOST, "--port", str(port))
+        url = self.toxiproxy_url
+        self._add(svc.ServiceSpec(
+            name="toxiproxy", argv=argv, env=self._base_env(),
+            log_path=self.logs / "toxiproxy.log", port=port,
+            check=lambda: svc.http_healthy(f"{url}/version")))
 
     def _add_app_services(self) -> None:
         """The app and its consumers, from the settings as they are now (`build`, and
@@ -254,12 +279,16 @@ class Supervisor:
 
     def start_all(self) -> None:
         timeout = self.settings.health_timeout
-        self._start_and_wait("redis", timeout)
+        self._first_start("redis", timeout)
         if "toxiproxy" in self.services:
-            self._start_and_wait("toxiproxy", timeout)
-        self.ensure_proxies()
+            self._first_start("toxiproxy", timeout)
+        # The Redis proxy before the app (whose Redis it is), the app's proxy after it:
+        # an app that had to move to another port is then never re-pointed.
+        self._first_proxy("redis")
         self.write_state()
-        self._start_and_wait("app", timeout)
+        self._first_start("app", timeout)
+        self._first_proxy("app")
+        self.write_state()
         consumers = [name for name in self.services if name.startswith("consumer-")]
         for name in consumers:
             self.services[name].start()
@@ -275,11 +304,71 @@ class Supervisor:
         self.write_state()
         service.wait_healthy(timeout)
 
-    def ensure_proxies(self) -> None:
+    # --- ports on the first start ---------------------------------------------------
+    #
+    # Until the stack has reported ready nobody knows its ports, so one taken in spite
+    # of its hold (a process that binds it explicitly) is given up for another one.
+    # After that every port is known (state.json's direct URLs are read by a run's
+    # checker, nemesis and load, the proxies' by the app and the load, Toxiproxy's by
+    # the nemesis), so a restart keeps its port: `_start_service` says so when it is
+    # taken (FIXED_PORT).
+
+    def _move_port(self, key: str) -> None:
+        """Give up the port `key` for a new held one."""
+        old = self.holds[key]
+        self.holds[key] = hold_ports(1, svc.HOST)[0]
+        self.ports[key] = self.holds[key].port
+        old.close()
+        log_line(f"port {old.port} of {key} was taken by another process; moving to {self.ports[key]}")
+
+    def _first_start(self, name: str, timeout: float) -> None:
+        """`_start_and_wait`, on another port when its port was taken (bounded)."""
+        for attempt in range(1, PORT_ATTEMPTS + 1):
+            try:
+                self._start_and_wait(name, timeout)
+                return
+            except svc.PortInUse as error:
+                if attempt == PORT_ATTEMPTS:
+                    raise svc.ServiceError(f"{error}; {PORT_ATTEMPTS} ports tried") from error
+                service = self.services[name]
+                if service.running():
+                    service.stop()
+                self._move_port(name)
+                # The new port into its command line and into what was built from it.
+                if name == "redis":
+                    self._add_redis()
+                elif name == "toxiproxy":
+                    self._add_toxiproxy()
+                else:
+                    self._add_app_services()
+
+    def _first_proxy(self, name: str) -> None:
+        """Create the proxy `name`, on another listen port when its port was taken."""
+        key = f"{name}_proxy"
+        for attempt in range(1, PORT_ATTEMPTS + 1):
+            port = self.ports[key]
+            taken = not bindable(port, svc.HOST)
+            if not taken:
+                try:
+                    self.ensure_proxies((name,))
+                    return
+                except svc.ServiceError as error:
+                    # Toxiproxy's own words for a listen port someone took meanwhile.
+                    if "address already in use" not in str(error).lower():
+                        raise
+                    self._forget_proxy(self.proxy_names[name])  # not created: no claim to keep
+            if attempt == PORT_ATTEMPTS:
+                raise svc.ServiceError(f"proxy {name}: port {port} is already in use by another process; "
+                                       f"{PORT_ATTEMPTS} ports tried")
+            self._move_port(key)
+            if name == "redis":
+                self._add_app_services()  # the app and the consumers reach Redis there
+
+    def ensure_proxies(self, names: tuple[str, ...] = PROXIES) -> None:
         nemesis = Nemesis(self.toxiproxy_url)
         upstreams = {"app": self.ports["app"], "redis": self.ports["redis"]}
         try:
-            for name in PROXIES:
+            for name in names:
                 real = self.proxy_names[name]
                 listen = f"{svc.HOST}:{self.ports[name + '_proxy']}"
                 upstream = f"{svc.HOST}:{upstreams[name]}"
@@ -337,6 +426,8 @@ class Supervisor:
                 registry.write_lease(self.lease)
             else:
                 registry.remove_lease(self.lease.id)
+        for hold in self.holds.values():
+            hold.close()
 
     def _delete_proxy(self, name: str) -> bool:
         """Delete one of this stack's proxies on the shared Toxiproxy; False (and a line
@@ -503,12 +594,15 @@ class Supervisor:
             client.close()
 
     def _start_service(self, service: svc.Service) -> None:
-        if not service.running():
-            service.start()
-            self.write_state()
-        elif service.status == "paused":
-            service.resume()
-        service.wait_healthy(self.settings.health_timeout)
+        try:
+            if not service.running():
+                service.start()
+                self.write_state()
+            elif service.status == "paused":
+                service.resume()
+            service.wait_healthy(self.settings.health_timeout)
+        except svc.PortInUse as error:
+            raise svc.ServiceError(f"{error}; {FIXED_PORT}") from error
         if service.spec.name == "toxiproxy":
             self.ensure_proxies()  # an embedded Toxiproxy forgets its proxies on restart
 
@@ -551,6 +645,8 @@ class Supervisor:
         try:
             service.start()
         except svc.ServiceError as error:
+            if isinstance(error, svc.PortInUse):
+                error = svc.ServiceError(f"{error}; {FIXED_PORT}")
             wait = restart_backoff(self._backoff.get(name), 0.0)
             self._backoff[name] = wait
             self._restart_at[name] = now + wait

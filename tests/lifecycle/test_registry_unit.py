@@ -277,7 +277,8 @@ def test_an_interrupt_never_lands_in_a_thread_being_started(monkeypatch: pytest.
     # A run's thread that starts another one: raised by ident at the wrong moment, the
     # exception went to the new thread, which died unstarted, and the starter hung in
     # Thread.start() (about one time in eight in this loop before raise_in_thread
-    # waited for threading's limbo to be empty).
+    # kept its exceptions out of a Thread.start; tests/lifecycle/test_thread_start_interrupts.py
+    # puts one at the exact point).
     #
     # Another way an exception raised by ident is lost, which this test does not judge:
     # it lands while the thread runs a weakref callback (here threading's WeakSet of
