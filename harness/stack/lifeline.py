@@ -18,7 +18,8 @@ Four pieces:
   two side by side) are interrupted too: a signal reaches only the main thread, so
   the handler raises `Interrupted` asynchronously in every thread inside a `RunGuard`
   (`raise_in_thread`), never inside a `threading.Thread.start` of that thread: this
-  module patches `Thread.start` so that a thread starting another one gets the
+  module patches `Thread.start` (`guard_thread_starts`, called by `interrupt_signals`,
+  `RunGuard` and `raise_in_thread`, never on import) so that a thread starting another one gets the
   exception once its start() has returned (see "no exception into a thread that is
   starting another one" below).
 - `Lifeline`: a pipe whose write end only this process holds. A child given the read
@@ -126,6 +127,7 @@ def interrupt_signals(out: TextIO = sys.stderr) -> Iterator[None]:
         interrupt_run_threads(signum)
         raise Interrupted(signum)
 
+    guard_thread_starts()
     previous_hook = sys.unraisablehook
 
     def unraisable(report: Any) -> None:
@@ -187,7 +189,7 @@ def _set_async_exc(ident: int, kind: type[BaseException] | None) -> int:
 # starter's ident until it runs, so an exception aimed at the starter then lands in
 # the new thread, which dies unstarted while its starter waits in start() for ever.
 #
-# So every `Thread.start` (patched once, process-wide, when this module is imported:
+# So every `Thread.start` (patched once, process-wide, by `guard_thread_starts`:
 # starts inside libraries and executors count too) runs behind `_GATE`, which
 # `raise_in_thread` takes as well:
 # - while a thread is starting one, an exception for it is deferred, and raised by
@@ -262,9 +264,16 @@ def _reset_after_fork() -> None:
     _pending.clear()
 
 
-os.register_at_fork(after_in_child=_reset_after_fork)
-setattr(_immune_start, "harness_original_start", _original_start)  # noqa: B010 - a function's attribute
-threading.Thread.start = _immune_start  # type: ignore[method-assign]
+def guard_thread_starts() -> None:
+    """Patch `threading.Thread.start` to `_immune_start`, once per process (a second
+    call does nothing). Called, not done on import: by `interrupt_signals` (every CLI
+    command runs inside it, before it starts a thread), by `RunGuard` and by
+    `raise_in_thread`, so no interrupt is ever delivered before the gate is in place."""
+    if threading.Thread.start is _immune_start:
+        return
+    os.register_at_fork(after_in_child=_reset_after_fork)
+    setattr(_immune_start, "harness_original_start", _original_start)  # noqa: B010 - a function's attribute
+    threading.Thread.start = _immune_start  # type: ignore[method-assign]
 
 
 def raise_in_thread(ident: int, kind: type[BaseException]) -> None:
@@ -276,6 +285,7 @@ def raise_in_thread(ident: int, kind: type[BaseException]) -> None:
     dropped. A run thread so missed finishes its run; the next run it starts finds
     the main thread's fired flag (RunGuard.__enter__) and does not start.
     """
+    guard_thread_starts()
     with _GATE:
         thread = _thread_of(ident)
         if thread is None:  # not a threading thread: nothing of threading to protect
@@ -347,6 +357,7 @@ class RunGuard:
     """The lease and the janitor of one run (a context manager around the whole run)."""
 
     def __init__(self, run_dir: Path, *, janitor: bool = True) -> None:
+        guard_thread_starts()  # before the run starts a thread an interrupt may reach
         self.run_dir = Path(run_dir)
         self.lifeline = Lifeline()
         self.lease = registry.new_lease("run", run_dir=self.run_dir)

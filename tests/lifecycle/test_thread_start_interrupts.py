@@ -19,7 +19,13 @@ from typing import Any
 
 import pytest
 
-from harness.stack.lifeline import Interrupted, raise_in_thread
+from harness.stack.lifeline import Interrupted, guard_thread_starts, raise_in_thread
+
+
+@pytest.fixture(autouse=True)
+def _start_gate() -> None:
+    # What interrupt_signals and RunGuard do before any thread of a run starts.
+    guard_thread_starts()
 
 
 class Stop(Exception):
