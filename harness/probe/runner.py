@@ -76,7 +76,7 @@ from harness.probe.messages.play import MessageOutcome, MessagePlay
 from harness.probe.plan_targets import ProbeTargets, load_probe_plan, probe_windows
 from harness.probe.provider.plan import bind_provider_faults
 from harness.probe.rig import ProbeRig
-from harness.probe.webhooks.checks import check_webhooks
+from harness.probe.webhooks.checks import check_webhooks, receiver_clock_spans
 from harness.probe.webhooks.checks import combine as combine_webhooks
 from harness.probe.webhooks.conformance import receiver_rows
 from harness.probe.webhooks.play import WebhookOutcome, WebhookPlay
@@ -419,7 +419,8 @@ def judge(config: ProbeConfig, operations: Sequence[Mapping[str, Any]], reads: S
     if messages is not None:  # with `messages:` (harness.probe.messages.checks)
         result = combine(result, check_messages(operations, messages), endpoints=bool(config.endpoints))
     if webhooks is not None:  # with `webhooks:` (harness.probe.webhooks.checks)
-        hooks_check = check_webhooks(operations, webhooks, config.webhooks, min_acknowledged=min_acknowledged)
+        hooks_check = check_webhooks(operations, webhooks, config.webhooks, min_acknowledged=min_acknowledged,
+                                     receiver_clock=receiver_clock_spans(faults))
         result = combine_webhooks(result, hooks_check, keep=bool(config.endpoints or config.messages))
         rows = [*rows, *receiver_rows(hooks_check, faults)]
     ledger_rows: list[dict[str, Any]] | None = None

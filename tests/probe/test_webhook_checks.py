@@ -15,7 +15,7 @@ import pytest
 from harness.probe.checker import ProbeCheck
 from harness.probe.config import WebhookEndpoint, parse_config
 from harness.probe.runner import ProbeResult
-from harness.probe.webhooks.checks import check_webhooks, combine
+from harness.probe.webhooks.checks import ClockSpan, check_webhooks, combine, receiver_clock_spans
 from harness.probe.webhooks.conformance import receiver_rows
 from harness.probe.webhooks.play import WebhookOutcome
 
@@ -44,11 +44,12 @@ def acknowledged(count: int) -> list[dict[str, Any]]:
 
 
 def judge(ops: list[dict[str, Any]], effects: dict[str, int], *, min_acknowledged: int = 3,
-          hooks: tuple[WebhookEndpoint, ...] | None = None) -> Any:
+          hooks: tuple[WebhookEndpoint, ...] | None = None, clock: tuple[ClockSpan, ...] = ()) -> Any:
     facts = {str(o["fact"]) for o in ops}
     outcome = WebhookOutcome(name="stripe", counted=True,
                              effects=[(fact, effects.get(fact, 1)) for fact in sorted(facts)])
-    return check_webhooks(ops, [outcome], hooks or entries(), min_acknowledged=min_acknowledged)
+    return check_webhooks(ops, [outcome], hooks or entries(), min_acknowledged=min_acknowledged,
+                          receiver_clock=clock)
 
 
 def failed(check: Any) -> set[str]:
@@ -236,3 +237,64 @@ def test_github_has_no_tolerance_row_to_check() -> None:
     ops = [dict(o, event_type="push") for o in acknowledged(3)]
     rows = {row.id: row.status for row in receiver_rows(judge(ops, {}, hooks=github), faults=[])}
     assert rows["webhook-tolerance"] == "not checkable"
+
+
+# --- a receiver whose clock is moved ------------------------------------------------------
+
+def skewed(offset: float) -> tuple[ClockSpan, ...]:
+    return (ClockSpan(start=90.0, end=110.0, offsets=(offset,)),)
+
+
+@pytest.mark.parametrize(("scheme", "offset", "violated"), [
+    ("stripe", -360.0, True),    # 6 min behind: Stripe's verifier takes a future timestamp; refusing is the bug
+    ("stripe", -90.0, True),     # within the tolerance either way
+    ("stripe", 360.0, False),    # 6 min ahead: every delivery is stale to it, Stripe's verifier refuses too
+    ("standard", -360.0, False),  # Standard Webhooks refuses a timestamp that far ahead: expected
+    ("standard", 90.0, True),
+    ("stripe", 299.0, False),    # at the edge (CLOCK_SLACK): judged neither way
+])
+def test_a_valid_delivery_refused_by_a_skewed_receiver_is_judged_by_the_official_verifier(
+        scheme: str, offset: float, violated: bool) -> None:
+    hooks = entries(scheme=scheme, secret="whsec_dGVzdA==" if scheme == "standard" else "whsec_test_123")
+    ops = [*acknowledged(3), op("first", "pi_s", type="fail", status=400, event="evt_s")]
+    check = judge(ops, {"pi_s": 0}, hooks=hooks, clock=skewed(offset))
+    assert ("delivery_acknowledged" in failed(check)) is violated, check.invariants
+    if violated:
+        [violation] = next(i for i in check.invariants if i.name == "delivery_acknowledged").violations
+        assert f"{offset:+.0f}s off" in violation["message"], violation["message"]
+    elif abs(offset) > 302:
+        assert check.counts["receiver_clock"]["refused_past_tolerance"] == 1
+
+
+def test_without_a_clock_window_the_same_refusal_is_left_to_the_late_retry() -> None:
+    ops = [*acknowledged(3), op("first", "pi_s", type="fail", status=400, event="evt_s")]
+    assert "delivery_acknowledged" not in failed(judge(ops, {"pi_s": 0}))
+    # ... and outside the window's time as well
+    late = [*acknowledged(3), op("first", "pi_s", type="fail", status=400, event="evt_s", invoke_time=200.0)]
+    assert "delivery_acknowledged" not in failed(judge(late, {"pi_s": 0}, clock=skewed(-360.0)))
+
+
+def test_a_stale_delivery_taken_by_a_receiver_whose_clock_is_behind_is_not_judged() -> None:
+    # Signed 400 s ago; to a receiver 360 s behind it is 40 s old: taking it is right.
+    ops = [*acknowledged(3), op("stale_signature", "pi_old", must_refuse=True, event="evt_old")]
+    check = judge(ops, {"pi_old": 1}, clock=skewed(-360.0))
+    assert "refused_not_applied" not in failed(check)
+    assert check.counts["receiver_clock"]["timestamp_checks_not_judged"] == 1
+    assert "refused_not_applied" in failed(judge(ops, {"pi_old": 1}))  # with the real clock it is a violation
+
+
+def test_the_spans_come_from_the_clock_windows_on_the_service_that_were_applied() -> None:
+    faults = [
+        {"name": "w0", "kind": "clock", "target": "service", "clock": "skew", "offset_before": 0.0,
+         "offset_after": -360.0, "start": 10.0, "end": 20.0, "error": None},
+        {"name": "w0", "kind": "clock", "target": "service", "clock": "skew", "offset_before": 0.0,
+         "offset_after": -360.0, "start": 10.0, "end": 20.0, "error": None},
+        {"name": "w1", "kind": "clock", "target": "service", "clock": "strobe", "offset_before": 0.0,
+         "offset_after": 30.0, "start": 30.0, "end": 40.0, "error": None},
+        {"name": "w2", "kind": "clock", "target": "db", "clock": "jump", "offset_before": 0.0,
+         "offset_after": 7200.0, "start": 50.0, "end": 60.0, "error": None},
+        {"name": "w3", "kind": "clock", "target": "service", "clock": "jump", "offset_before": 0.0,
+         "offset_after": 60.0, "start": 70.0, "end": 80.0, "error": "did not move"},
+        {"name": "w4", "kind": "toxic", "target": "app", "start": 1.0, "end": 2.0, "error": None},
+    ]
+    assert receiver_clock_spans(faults) == [ClockSpan(10.0, 20.0, (-360.0,)), ClockSpan(30.0, 40.0, (0.0, 30.0))]

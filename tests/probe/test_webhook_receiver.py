@@ -153,3 +153,29 @@ def test_beside_the_api_one_run_judges_both(postgres_db: PostgresDatabase, tmp_p
     assert {"one_resource_per_key", "identities_isolated", "fact_applied_once", "delivery_acknowledged"} <= names
     assert result.check.counts["webhooks"]["stripe-payments"]["acknowledged"] >= 10
     assert result.check.counts["acknowledged"] >= 10  # the API's own 2xx answers
+
+
+SKEWED = """seed: 1
+windows:
+  - {at: 0.3s, for: 2.5s, clock: {target: service, skew: %s}}
+"""
+
+
+@pytest.mark.parametrize(("mode", "skew", "verdict"), [
+    ("correct", "-360s", "fail"),              # checks the timestamp both ways: 6 min behind, it refuses all
+    ("past-only-tolerance", "-360s", "pass"),  # checks age only, as stripe-python does: takes them
+    ("correct", "360s", "pass"),               # 6 min ahead: every delivery is stale to it, refused as Stripe would
+])
+def test_a_receiver_whose_clock_is_off_is_judged_by_what_stripes_verifier_accepts(
+        mode: str, skew: str, verdict: str, postgres_db: PostgresDatabase, tmp_path: Path) -> None:
+    plan = tmp_path / "skew.yaml"
+    plan.write_text(SKEWED % skew)
+    result = run_probe(ProbeSpec(config=receiver_config(mode, postgres_db, duration="3s"),
+                                 out_dir=tmp_path / mode, plan=plan))
+    assert result.verdict == verdict, explain(result)
+    clock = result.check.counts["receiver_clock"]
+    if verdict == "fail":
+        assert failed(result) == {"delivery_acknowledged"}, explain(result)
+        assert any("-360s off" in v["message"] for v in result.violations), explain(result)
+    elif skew == "360s":
+        assert clock["refused_past_tolerance"] > 0, clock

@@ -25,6 +25,18 @@ effects each fact has after the run (the entry's oracle, `WebhookOutcome.effects
 - `answered_in_time`, reported, never a failure: how many deliveries the receiver
   answered slower than the provider's timeout (each one retried by a real provider).
 
+Under a clock fault on the receiver (a plan's `clock:` window on `service`, its spans
+given as `receiver_clock`), the receiver's clock decides what its timestamp check does:
+a fresh delivery's age, to the receiver, is the offset. So a valid delivery refused with
+a 4xx while the offset is one the scheme's official verifier accepts (within the
+tolerance; ahead of it too for Stripe, whose verifier takes future timestamps) is a
+violation of `delivery_acknowledged` (a receiver 6 minutes behind refusing every valid
+webhook: the provider retries for days, then disables the endpoint); past it, the
+refusal is expected and counted (`refused_past_tolerance`), not judged; and a stale or
+future delivery sent then is not judged by `refused_not_applied` (with the receiver's
+clock moved, it may be fresh to it). Offsets within CLOCK_SLACK of the tolerance are
+judged neither way.
+
 A run is inconclusive (never PASS) when fewer than `min_acknowledged` deliveries got a
 2xx (a receiver down throughout proves nothing), or when an entry has no `effects:`
 (no fact's effect could be counted).
@@ -40,17 +52,66 @@ from typing import Any
 from harness.probe.checker import Advice, InvariantResult, ProbeCheck, verdict_of
 from harness.probe.config import WebhookEndpoint
 from harness.probe.webhooks.play import WebhookOutcome
-from harness.webhooks.deliveries import FUTURE_TIMESTAMP
+from harness.webhooks.deliveries import FUTURE_TIMESTAMP, STALE_SIGNATURE
 
 WEBHOOK_INVARIANTS: dict[str, str] = {
     "fact_applied_once": "no webhook fact took effect more than once, whatever copies arrived",
     "acknowledged_fact_applied": "every fact whose delivery got a 2xx took effect",
     "refused_not_applied": "every delivery that must be refused was answered 4xx and took no effect",
     "delivery_acknowledged": "every valid delivery not acknowledged during the load got a 2xx from the "
-                             "provider's late retry, every fault healed (a duplicate is never answered 5xx)",
+                             "provider's late retry, every fault healed (a duplicate is never answered 5xx), "
+                             "and none was refused while the receiver's clock was off by what the scheme's "
+                             "official verifier accepts",
     "answered_in_time": "reported, never a failure: deliveries answered slower than the provider's timeout",
 }
 MAX_SHOWN = 8
+CLOCK_SLACK = 2.0  # seconds around the tolerance where a skewed receiver is judged neither way
+TIMESTAMP_KINDS = (STALE_SIGNATURE, FUTURE_TIMESTAMP)
+
+
+@dataclass(frozen=True)
+class ClockSpan:
+    """A time (unix seconds) during which the receiver's clock was moved, and the
+    offsets it showed then (two for a strobe, which flips between them)."""
+
+    start: float
+    end: float
+    offsets: tuple[float, ...]
+
+
+def receiver_clock_spans(faults: Iterable[Mapping[str, Any]], target: str = "service") -> list[ClockSpan]:
+    """The clock windows of `faults.jsonl` that moved `target`'s clock and were applied."""
+    spans: dict[str, ClockSpan] = {}
+    for fault in faults:
+        if fault.get("kind") != "clock" or fault.get("target") != target or fault.get("error") is not None:
+            continue
+        after, before = fault.get("offset_after"), fault.get("offset_before")
+        if not isinstance(after, (int, float)) or not isinstance(fault.get("start"), (int, float)):
+            continue
+        offsets = (float(after),) if fault.get("clock") != "strobe" else (float(before or 0.0), float(after))
+        end = fault.get("end")
+        spans[str(fault.get("name"))] = ClockSpan(float(fault["start"]),
+                                                  float(end) if isinstance(end, (int, float)) else float("inf"),
+                                                  offsets)
+    return list(spans.values())
+
+
+def _offsets_at(spans: Sequence[ClockSpan], moment: Any) -> tuple[float, ...] | None:
+    if not isinstance(moment, (int, float)):
+        return None
+    for span in spans:
+        if span.start <= moment <= span.end and any(offset for offset in span.offsets):
+            return span.offsets
+    return None
+
+
+def _official_takes(offset: float, tolerance: float, refuses_future: bool) -> bool | None:
+    """Whether the scheme's official verifier takes a fresh delivery on a receiver whose
+    clock is `offset` seconds off (its age is the offset); None within CLOCK_SLACK of the edge."""
+    edges = [offset - tolerance, *([-offset - tolerance] if refuses_future else [])]
+    if any(abs(edge) <= CLOCK_SLACK for edge in edges):
+        return None
+    return all(edge < 0 for edge in edges)
 
 
 @dataclass
@@ -86,7 +147,8 @@ def _shown(op: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def check_webhooks(operations: Iterable[Mapping[str, Any]], outcomes: Sequence[WebhookOutcome],
-                   entries: Sequence[WebhookEndpoint], *, min_acknowledged: int) -> WebhookCheck:
+                   entries: Sequence[WebhookEndpoint], *, min_acknowledged: int,
+                   receiver_clock: Sequence[ClockSpan] = ()) -> WebhookCheck:
     results = {name: InvariantResult(name, description) for name, description in WEBHOOK_INVARIANTS.items()}
     once, applied, refused, acknowledged_late, in_time = (
         results["fact_applied_once"], results["acknowledged_fact_applied"], results["refused_not_applied"],
@@ -103,6 +165,7 @@ def check_webhooks(operations: Iterable[Mapping[str, Any]], outcomes: Sequence[W
         kind = f"webhook {op.get('kind')}" + (" (late)" if op.get("late") else "")
         statuses[kind][str(op.get("status"))] += 1
     facts: list[FactRecord] = []
+    clock_skipped = 0
     for (name, fact), ops in by_fact.items():
         spec = specs[name]
         record = FactRecord(entry=name, fact=fact, effects=effects[name].get(fact) if name in effects else None,
@@ -119,6 +182,9 @@ def check_webhooks(operations: Iterable[Mapping[str, Any]], outcomes: Sequence[W
                  "deliveries": [_shown(op) for op in ops][:MAX_SHOWN]}
         if record.must_refuse:
             for op in ops:
+                if op.get("kind") in TIMESTAMP_KINDS and _offsets_at(receiver_clock, op.get("invoke_time")):
+                    clock_skipped += 1
+                    continue  # the receiver's moved clock decides whether it is stale or fresh to it
                 if op.get("kind") == FUTURE_TIMESTAMP and name in lenient:
                     advisory.append({**op, "effects": record.effects})
                     continue
@@ -152,6 +218,7 @@ def check_webhooks(operations: Iterable[Mapping[str, Any]], outcomes: Sequence[W
                     fact=op.get("fact"), delivery=_shown(op),
                     earlier=[_shown(o) for o in by_fact[(str(op["webhook"]), str(op.get("fact")))]
                              if o.get("event_id") == op.get("event_id") and not o.get("late")][:MAX_SHOWN])
+    past_tolerance = _judge_skewed_refusals(deliveries, specs, receiver_clock, acknowledged_late)
     answered = [op for op in deliveries if op.get("status") is not None or op.get("error") == "timeout"]
     late = [op for op in deliveries if op.get("error") == "timeout"]
     in_time.checked = len(answered)
@@ -184,9 +251,41 @@ def check_webhooks(operations: Iterable[Mapping[str, Any]], outcomes: Sequence[W
     again = sum(1 for ops in by_fact.values() if len(ops) > 1 and not any(op.get("must_refuse") for op in ops))
     counts = {"webhooks": per_entry, "deliveries": len(deliveries), "deliveries_acknowledged": ok,
               "facts_delivered_again": again,
+              **({"receiver_clock": {"spans": len(receiver_clock), "refused_past_tolerance": past_tolerance,
+                                     "timestamp_checks_not_judged": clock_skipped}} if receiver_clock else {}),
               "statuses": {kind: dict(counter) for kind, counter in statuses.items()}}
     return WebhookCheck(invariants=list(results.values()), counts=counts, reasons=reasons, facts=facts,
                         deliveries=deliveries, advice=_future_advice(advisory, specs), advisory=advisory)
+
+
+def _judge_skewed_refusals(deliveries: Sequence[Mapping[str, Any]], specs: Mapping[str, Any],
+                           spans: Sequence[ClockSpan], result: InvariantResult) -> int:
+    """`delivery_acknowledged` for valid deliveries sent while the receiver's clock was
+    moved (the module docstring); how many were refused past the tolerance (expected)."""
+    past = 0
+    for op in deliveries:
+        if op.get("must_refuse") or op.get("late") or op["type"] != "fail":
+            continue
+        status = op.get("status")
+        if not isinstance(status, int) or not 400 <= status < 500:
+            continue
+        offsets = _offsets_at(spans, op.get("invoke_time"))
+        if offsets is None:
+            continue
+        spec = specs[str(op["webhook"])]
+        refuses_future = spec.signer().official_refuses_future
+        verdicts = [_official_takes(offset, spec.tolerance, refuses_future) for offset in offsets]
+        if all(verdict is True for verdict in verdicts):
+            result.checked += 1
+            shown = ", ".join(f"{offset:+.0f}s" for offset in offsets)
+            result.violate(f"{op['webhook']}: a valid {op.get('kind')} delivery of {op.get('event_id')} was refused "
+                           f"with {status} while the receiver's clock was {shown} off, which {spec.scheme}'s "
+                           f"official verifier accepts (tolerance {spec.tolerance}s): a receiver whose clock is "
+                           "off by that much refuses every webhook", entry=op["webhook"], fact=op.get("fact"),
+                           delivery=_shown(op), receiver_offsets=list(offsets))
+        elif all(verdict is False for verdict in verdicts):
+            past += 1
+    return past
 
 
 def _future_advice(advisory: Sequence[Mapping[str, Any]], specs: Mapping[str, Any]) -> list[Advice]:
