@@ -138,7 +138,7 @@ class InvariantResult:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> InvariantResult:
-        first = data.get("first_violation_s")  # absent from result.json files before issue 24
+        first = data.get("first_violation_s")  # absent from result.json files of older versions
         return cls(name=data["name"], title=data["title"], passed=data["passed"],
                    checked=data["checked"], violation_count=data["violation_count"],
                    violations=[Violation.from_dict(v) for v in data.get("violations", [])],

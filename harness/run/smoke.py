@@ -13,7 +13,7 @@ its cell runs under a plan made for it (`control_plan`) that arms exactly its cr
 points, with the action `CONTROL_CRASH_ACTIONS` names (`crash` otherwise), from early
 in the run to the end of the load, so it is caught on a busy machine as on an idle one.
 
-Cells share stacks (issue 24): `plan_lanes` puts the steps on `parallel` lanes, and a
+Cells share stacks: `plan_lanes` puts the steps on `parallel` lanes, and a
 lane starts one stack (`lane_stack`) and runs its steps one after another on it, the
 lanes side by side. A step whose app configuration (TARGET_APP_* environment, app
 workers) is the previous step's runs on the stack as it is: the runner attaches to it,
@@ -94,7 +94,7 @@ EXTRA_CORRECT_RUNS: tuple[tuple[str, str], ...] = (
 CONTROL_START = 0.5
 CONTROL_PROBABILITY = 0.4
 CONTROL_COUNT = 16
-# Their cells' load before issue 24 (the violations come with the first firings:
+# Their cells' load before the cells shared stacks (the violations come with the first firings:
 # 18-47 per 8 s run); each control's own load is now CONTROL_LOADS.
 CONTROL_DURATION = 6.0
 # Seconds of load each control's cell gets: `control_load` of the worst seconds of

@@ -184,7 +184,7 @@ def _set_async_exc(ident: int, kind: type[BaseException] | None) -> int:
 # Landing inside `threading.Thread.start` it breaks threading's bookkeeping: after
 # `_start_new_thread` returned, start()'s `except Exception` removes the new thread
 # from `threading._limbo` that the new thread removes too, and one of them ends in a
-# KeyError instead of the exception (issue 35); before it, the thread object stays in
+# KeyError instead of the exception; before it, the thread object stays in
 # limbo, never started; and CPython 3.11 gives the new thread a state carrying its
 # starter's ident until it runs, so an exception aimed at the starter then lands in
 # the new thread, which dies unstarted while its starter waits in start() for ever.
