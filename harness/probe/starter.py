@@ -19,7 +19,18 @@ turns every POST, PUT and PATCH operation that takes an `Idempotency-Key` header
   confirm);
 - `read` and `search`: guessed from the GET operations: `<path>/{param}` for the
   read-back, a GET on the path itself with a key-like query parameter for the search;
-  each marked in the output for the user to confirm.
+  each marked in the output for the user to confirm;
+- `expect`: the codes the operation's documented responses give the key's misuses,
+  each commented with the response it came from. Codes written in `expect:` are the
+  user's contract and always checked, so only what the document says is written:
+  `missing_key` (a required header only) from a 400 whose description names the key
+  or a header, else from a 422 that is a validation error (FastAPI documents
+  `422 Validation Error`, `HTTPValidationError`, on every operation with a required
+  header, and answers a request without it so); `payload_mismatch` from a 409 or 422
+  whose description says the key was reused with another payload (mismatch,
+  different, reused, does not match); `in_flight` from a 409 (or 425, 429) whose
+  description says a request with the key is still in progress. Without any, no
+  `expect:` is written and the profile's codes apply (advice, harness.probe.levels).
 
 `render_starter(endpoints, source)` writes the YAML text, each guess commented; it
 parses with `harness.probe.config.parse_config` as it is.
@@ -30,7 +41,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -67,6 +78,8 @@ class StarterEndpoint:
     id_guessed: bool  # no `id` property in the 2xx schema: /id is a guess
     read_path: str | None  # guessed from a GET `<path>/{param}`
     search_path: str | None  # guessed from a GET on the path with a key-like query parameter
+    # misuse -> (code, the documented response it came from), e.g. {"missing_key": (422, "Validation Error")}
+    expect: Mapping[str, tuple[int, str]] = field(default_factory=dict)
 
 
 def load_openapi(path: Path) -> dict[str, Any]:
@@ -132,7 +145,49 @@ def starter_endpoints(document: Mapping[str, Any]) -> list[StarterEndpoint]:
                 name=_name(operation, method, path), method=method.upper(), path=_probe_path(path),
                 body=body, mutate=mutate, requires_key=bool(header.get("required")),
                 id_pointer=id_pointer, id_guessed=guessed, read_path=_read_path(refs, paths, path),
-                search_path=_search_path(refs, paths, path)))
+                search_path=_search_path(refs, paths, path),
+                expect=documented_codes(refs, operation, requires_key=bool(header.get("required")))))
+    return found
+
+
+_KEY_WORDS = re.compile(r"idempotency|\bkey\b|header", re.I)
+_VALIDATION = re.compile(r"validation", re.I)
+_MISMATCH = re.compile(r"mismatch|different|reused|re-used|does not match|another (payload|body|request)", re.I)
+_IN_PROGRESS = re.compile(r"in progress|in-progress|in flight|in-flight|still running|concurrent|being processed",
+                          re.I)
+
+
+def documented_codes(refs: _Refs, operation: Mapping[str, Any], *,
+                     requires_key: bool) -> dict[str, tuple[int, str]]:
+    """The codes the operation's documented responses give the key's misuses (the
+    module docstring): misuse -> (code, the response's description)."""
+    responses: dict[int, str] = {}
+    for code, response in (operation.get("responses") or {}).items():
+        if not str(code).isdigit():
+            continue  # `default`, `4XX`: no one code to expect
+        response = refs.deref(response)
+        if not isinstance(response, Mapping):
+            continue
+        schema = json.dumps(response.get("content") or {})
+        responses[int(code)] = f"{response.get('description') or ''} {schema}".strip()
+    found: dict[str, tuple[int, str]] = {}
+
+    def describe(code: int) -> str:
+        return str(refs.deref((operation.get("responses") or {}).get(str(code), {})).get("description") or "").strip()
+
+    if requires_key:
+        if 400 in responses and _KEY_WORDS.search(responses[400]):
+            found["missing_key"] = (400, describe(400))
+        elif 422 in responses and _VALIDATION.search(responses[422]) and not _MISMATCH.search(describe(422)):
+            found["missing_key"] = (422, describe(422))
+    for code in (409, 422):
+        if code in responses and _MISMATCH.search(describe(code)):
+            found["payload_mismatch"] = (code, describe(code))
+            break
+    for code in (409, 425, 429):
+        if code in responses and _IN_PROGRESS.search(describe(code)):
+            found["in_flight"] = (code, describe(code))
+            break
     return found
 
 
@@ -266,6 +321,12 @@ def _search_path(refs: _Refs, paths: Mapping[str, Any], path: str) -> str | None
     return None
 
 
+def _one_line(text: str) -> str:
+    """A description fit for a YAML comment: one line, at most 60 characters."""
+    flat = " ".join(text.split())
+    return flat if len(flat) <= 60 else flat[:57] + "..."
+
+
 def _flow(value: Any) -> str:
     """A YAML flow value (JSON is YAML): templates keep their braces quoted."""
     return json.dumps(value, ensure_ascii=False)
@@ -303,6 +364,13 @@ def render_starter(endpoints: Sequence[StarterEndpoint], source: str) -> str:
         if endpoint.search_path:
             lines.append(f"    search: {{path: {_flow(endpoint.search_path)}, items: /items}}"
                          "   # CONFIRM: guessed; `items` points at the list in the answer")
+        if endpoint.expect:
+            lines.append("    expect:                        # the codes the document gives: always checked")
+            for misuse, (code, description) in endpoint.expect.items():
+                lines.append(f"      {misuse}: {code}   # documented: {code} {_one_line(description)}")
+        else:
+            lines.append("    # expect: no documented response for a missing key, a reused key or one in flight:"
+                         " the profile's codes apply, as advice")
     lines += [
         "load: {users: 8, duration: 5s, seed: 7}",
         "# plan: flaky-network          # faults between the probe and the service (docs/probe.md)",

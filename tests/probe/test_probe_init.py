@@ -5,6 +5,7 @@ an Idempotency-Key becoming an endpoint, and bad documents refused in one line (
 from __future__ import annotations
 
 import random
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -110,3 +111,68 @@ def test_init_needs_openapi_and_openapi_needs_init(tmp_path: Path, capsys: pytes
     assert "--openapi FILE is required" in capsys.readouterr().err
     assert main(["probe", "--openapi", str(write(tmp_path, DOCUMENT))]) == 2
     assert "only with `harness probe init`" in capsys.readouterr().err
+
+
+def _with_responses(responses: dict[str, Any]) -> dict[str, Any]:
+    document = yaml.safe_load(yaml.safe_dump(DOCUMENT))
+    document["paths"]["/payments"]["post"]["responses"].update(responses)
+    return document
+
+
+def _pay(tmp_path: Path, capsys: pytest.CaptureFixture[str], document: dict[str, Any]) -> tuple[Any, str]:
+    assert main(["probe", "init", "--openapi", str(write(tmp_path, document))]) == 0
+    text = capsys.readouterr().out
+    config = parse_config(yaml.safe_load(text), source="starter")
+    return next(e for e in config.endpoints if e.name == "createPayment"), text
+
+
+VALIDATION_422 = {"422": {"description": "Validation Error", "content": {"application/json": {
+    "schema": {"$ref": "#/components/schemas/Created"}}}}}
+
+
+@pytest.mark.parametrize(("responses", "written"), [
+    # FastAPI's: a required header missing is its validation error, 422
+    (VALIDATION_422, {"missing_key": 422}),
+    ({"400": {"description": "The Idempotency-Key header is missing"},
+      "409": {"description": "The key was reused with a different request body"}},
+     {"missing_key": 400, "payload_mismatch": 409}),
+    ({"409": {"description": "A request with this key is still in progress"},
+      "422": {"description": "Idempotency-Key reused with another payload"}},
+     {"in_flight": 409, "payload_mismatch": 422}),
+    ({}, {}),  # nothing documented: the profile's codes, as advice
+    ({"400": {"description": "Bad Request"}, "409": {"description": "Conflict"}}, {}),  # says nothing of the key
+])
+def test_init_writes_the_codes_the_document_gives_the_keys_misuses(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], responses: dict[str, Any],
+        written: dict[str, int]) -> None:
+    pay, text = _pay(tmp_path, capsys, _with_responses(responses))
+    assert {name: getattr(pay.expect, name) for name in pay.expect.written} == written, text
+    for name, code in written.items():
+        assert f"{name}: {code}   # documented: {code} " in text, text
+    if not written:
+        assert "# expect: no documented response" in text
+
+
+def test_init_on_the_fastapi_example_expects_its_422_for_a_missing_key(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import importlib.util
+
+    from tests.probe.probe_helpers import ROOT
+
+    spec = importlib.util.spec_from_file_location("fastapi_payments", ROOT / "examples/frameworks/fastapi_payments.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["fastapi_payments"] = module  # pydantic resolves the models' annotations through it
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        sys.modules.pop("fastapi_payments", None)
+    document = module.build_app("correct", 1).openapi()
+    path = tmp_path / "openapi.json"
+    path.write_text(__import__("json").dumps(document))
+    assert main(["probe", "init", "--openapi", str(path)]) == 0
+    text = capsys.readouterr().out
+    [endpoint] = parse_config(yaml.safe_load(text), source="starter").endpoints
+    assert endpoint.path == "/payments" and endpoint.expect.missing_key == 422, text
+    assert "missing_key" in endpoint.expect.written
+    assert "# documented: 422 Validation Error" in text
