@@ -49,9 +49,8 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from harness.bundled import plan_path
+from harness.documents import load_yaml
 from harness.errors import HarnessError
 from harness.fieldcheck import FieldChecker
 from harness.generators import is_generated as _mutable_field
@@ -254,12 +253,7 @@ class ProbeConfig:
 
 def load_config(path: Path) -> ProbeConfig:
     path = Path(path)
-    try:
-        raw = yaml.safe_load(path.read_text())
-    except OSError as error:
-        raise ProbeConfigError(f"{path}: cannot read the probe config: {error.strerror or error}") from None
-    except yaml.YAMLError as error:
-        raise ProbeConfigError(f"{path}: not valid YAML: {str(error).splitlines()[0]}") from None
+    raw = load_yaml(path, error=ProbeConfigError, what="the probe config")
     config = parse_config(raw, source=str(path))
     if config.plan is not None:
         config = replace(config, plan=_resolve_plan(config.plan, beside=path))
