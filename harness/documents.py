@@ -14,6 +14,8 @@ prints before exiting 2. These are refused:
   depth while it composes and stops at MAX_DEPTH, long before the interpreter's
   limit, with the line of the offending node. JSON's decoder recurses too; its
   RecursionError is caught;
+- an integer beyond a float's range (float() of it is an OverflowError, and each
+  number of these files becomes a float somewhere: a duration, a probability);
 - a value built with aliases that contains itself (`a: &x [*x]`), goes deeper than
   MAX_DEPTH once its aliases are expanded, or expands into more than MAX_VALUES
   values (the "billion laughs"): the harness's own walkers (body templates, the
@@ -26,6 +28,7 @@ below where one of its recursive walkers would meet the interpreter's limit.
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +38,7 @@ from harness.errors import HarnessError
 
 MAX_DEPTH = 100
 MAX_VALUES = 1_000_000
+MAX_NUMBER = int(sys.float_info.max)
 
 
 class _TooDeep(Exception):
@@ -56,7 +60,8 @@ class _BoundedLoader(yaml.SafeLoader):
         self._depth += 1
         try:
             if self._depth > MAX_DEPTH:
-                raise _TooDeep(self.peek_event().start_mark.line + 1)
+                event: Any = self.peek_event()  # type: ignore[no-untyped-call]  # PyYAML's stubs leave it untyped
+                raise _TooDeep(event.start_mark.line + 1)
             return super().compose_node(parent, index)
         finally:
             self._depth -= 1
@@ -122,6 +127,7 @@ def check_shape(value: Any, *, source: str, error: type[HarnessError]) -> None:
     into more than MAX_VALUES values. Iterative, and each distinct container is
     measured once, so a document of shared aliases costs its size as written."""
     if not isinstance(value, (dict, list)):
+        _check_number(value, source=source, error=error)
         return
     # Per container (by id; every one stays alive inside `value`): its height (levels
     # of containers, itself included) and its size (values, aliases expanded).
@@ -142,6 +148,7 @@ def check_shape(value: Any, *, source: str, error: type[HarnessError]) -> None:
         while children:
             child = children.pop()
             if not isinstance(child, (dict, list)):
+                _check_number(child, source=source, error=error)
                 totals[1] += 1
                 continue
             known = measured.get(id(child))
@@ -167,6 +174,13 @@ def check_shape(value: Any, *, source: str, error: type[HarnessError]) -> None:
                 parent = frames[-1][2]
                 parent[0] = max(parent[0], height + 1)
                 parent[1] += size
+
+
+def _check_number(value: Any, *, source: str, error: type[HarnessError]) -> None:
+    # Every number of these files ends up a float somewhere (a duration, a probability,
+    # a fraction), and float() of an int beyond a float's range is an OverflowError.
+    if type(value) is int and not -MAX_NUMBER <= value <= MAX_NUMBER:
+        raise error(f"{source}: a number of {len(str(abs(value)))} digits is beyond any value the harness reads")
 
 
 def _yaml_problem(failure: yaml.MarkedYAMLError) -> str:

@@ -12,6 +12,8 @@ def parse_duration(text: str | int | float) -> float:
     """Seconds in `text`; ValueError with the text when it is not a duration ≥ 0."""
     if isinstance(text, bool):
         raise ValueError(f"not a duration: {text!r}")
+    if isinstance(text, int) and abs(text) > 10**300:  # float() of it is an OverflowError
+        raise ValueError(f"not a duration: an integer of {len(str(abs(text)))} digits (must be a finite number of seconds ≥ 0)")
     if isinstance(text, (int, float)):
         seconds = float(text)
     else:

@@ -365,7 +365,7 @@ def _fraction(where: _Where, raw: Any, path: str) -> float:
     text = raw.strip() if isinstance(raw, str) else raw
     try:
         value = float(text[:-1]) / 100 if isinstance(text, str) and text.endswith("%") else float(text)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # OverflowError: an int past a float's range
         raise where.error(path, f"must be a percentage like 50% or a fraction like 0.5, not {raw!r}") from None
     if isinstance(raw, bool) or not value > 0 or value != value or value == float("inf"):
         raise where.error(path, f"must be a positive percentage, not {raw!r}")

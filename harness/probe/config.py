@@ -292,7 +292,7 @@ def parse_config(raw: Any, *, source: str = "<config>") -> ProbeConfig:
     strict = top.get("strict", False)
     if not isinstance(strict, bool):
         raise where.error("strict", f"must be true or false, not {strict!r}")
-    if profile not in PROFILES:
+    if not isinstance(profile, str) or profile not in PROFILES:
         raise where.error("profile", f"must be one of {', '.join(PROFILES)}, not {profile!r}")
     upstream = top.get("upstream")
     if upstream is not None:
@@ -392,7 +392,7 @@ def _parse_endpoint(where: _Where, raw: Any, path: str, defaults: Mapping[str, i
         raise where.error(f"{path}.body", "must be a JSON object or list (a template)")
     mutate = item.get("mutate")
     if mutate is not None:
-        if not isinstance(body, dict) or mutate not in body:
+        if not isinstance(body, dict) or not isinstance(mutate, str) or mutate not in body:
             raise where.error(f"{path}.mutate", f"must name a top-level field of body, not {mutate!r}")
     elif not _mutable_field(body):
         raise where.error(f"{path}.body", "needs a generated field ({uuid}, {int:A-B}, {choice:...}, {stripe_id:pi}) or "
