@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import copy
 import json
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -34,11 +35,15 @@ from harness.history import HistoryError, read_pairs, read_records
 from harness.nemesis.plans import PlanError, load_plan
 from harness.probe.config import ProbeConfigError, load_config
 from harness.probe.plan_targets import ProbeTargets, load_probe_plan
+from harness.provider.errors import ProviderError
+from harness.provider.records import read_ledger
 from harness.run.rundir import RunDir, RunDirError
+from harness.stack import registry
 from harness.stack.compose import load_compose
 from harness.stack.info import STATE_FILE, StackError, read_info
+from harness.stack.settings import SETTINGS_FILE, read_settings, write_settings
 from tests.cli.saved_runs import saved_run
-from tests.support.stacks import sample_info
+from tests.support.stacks import sample_info, small_settings
 
 ROOT = Path(__file__).resolve().parents[1]
 DEEP = 5_000
@@ -211,6 +216,50 @@ def test_a_run_directory_is_read_or_refused(tmp_path: Path, settings_json: bytes
     read_or_refuse(run.read_faults, RunDirError)
     run.interrupted_marker()  # best effort: never raises
     run.read_faults(strict=False)
+
+
+LEDGER_LINES = [
+    {"amount": 1250, "amount_captured": 1250, "amount_refunded": 0, "created": 1796647742, "currency": "eur",
+     "failure_code": None, "id": "ch_1", "metadata": {"order_id": "o-1"}, "payment_intent": "pi_1",
+     "payment_method": "pm_card_visa", "record": "charge", "state": "succeeded",
+     "request": {"idempotency_key": "k-1", "key_scope": "sk", "method": "POST", "path": "/v1/payment_intents",
+                 "request_id": "req_1", "time": 1796647742.4}},
+    {"fault": None, "idempotency_key": "k-1", "key_scope": "sk", "method": "POST",
+     "operation": "payment_intents.create", "path": "/v1/payment_intents", "record": "request",
+     "replayed": False, "request_id": "req_1", "status": 200, "time": 1796647742.4},
+]
+
+
+@FUZZ
+@given(content=file_contents(LEDGER_LINES, json_text))
+@with_specials
+def test_a_provider_ledger_is_read_or_refused(tmp_path: Path, content: bytes) -> None:
+    path = tmp_path / "ledger.ndjson"
+    path.write_bytes(content + b"\n" + json_text(LEDGER_LINES[1]).encode() + b"\n")
+    read_or_refuse(lambda: read_ledger(path), ProviderError)
+
+
+@FUZZ
+@given(content=file_contents([{"root": "/tmp/h", "pid": 7, "owner": "up", "started": 1.0}], json_text))
+@with_specials
+def test_a_registry_entry_is_read_or_skipped(tmp_path: Path, content: bytes) -> None:
+    path = tmp_path / "entry.json"
+    path.write_bytes(content)
+    registry._read_json(path)  # an entry it cannot read is none of its own: None, never an exception
+
+
+def _written_settings() -> Any:
+    with tempfile.TemporaryDirectory() as folder:
+        write_settings(small_settings(Path(folder)))
+        return json.loads((Path(folder) / SETTINGS_FILE).read_text())
+
+
+@FUZZ
+@given(content=file_contents([_written_settings()], json_text))
+@with_specials
+def test_the_stack_settings_are_read_or_refused(tmp_path: Path, content: bytes) -> None:
+    (tmp_path / SETTINGS_FILE).write_bytes(content)
+    read_or_refuse(lambda: read_settings(tmp_path, {}), StackError)
 
 
 @pytest.mark.parametrize("reader", ["config", "plan", "compose"])

@@ -128,5 +128,5 @@ def read_settings(root: Path, environ: Mapping[str, str] | None = None) -> Stack
         data["compose_file"] = Path(data["compose_file"]) if data.get("compose_file") else None
         data["fake_clocks"] = tuple(data.get("fake_clocks") or ())
         return StackSettings(**data)
-    except (OSError, ValueError, KeyError, TypeError) as error:
+    except (OSError, ValueError, KeyError, TypeError, RecursionError) as error:
         raise StackError(f"unreadable stack settings {path}: {error}") from error
