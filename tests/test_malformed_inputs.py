@@ -366,14 +366,42 @@ def test_harness_probe_refuses_a_malformed_plan_in_one_line(tmp_path: Path,
     assert "nested deeper" in line
 
 
-@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(settings_json=file_contents([{"scenario": "timeout_replay", "users": 2}], json_text))
-@example(settings_json=DEEP_JSON.encode())
+RUN_FILES = ["settings.json", "export.ndjson", "faults.jsonl", "histories/user1.jsonl"]
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(name=st.sampled_from(RUN_FILES), data=st.data())
 def test_harness_check_reads_or_refuses_a_malformed_run_directory(
-        tmp_path_factory: pytest.TempPathFactory, capsys: pytest.CaptureFixture[str], settings_json: bytes) -> None:
+        tmp_path_factory: pytest.TempPathFactory, capsys: pytest.CaptureFixture[str], name: str,
+        data: st.DataObject) -> None:
+    """One file of a saved run with one record changed (or garbage, or 5,000 levels deep):
+    `harness check` gives a verdict, or exit 2 in one line."""
     run_dir = saved_run(tmp_path_factory.mktemp("check"))
-    (run_dir / "settings.json").write_bytes(settings_json)
+    path = run_dir / name
+    records = [json.loads(line) for line in path.read_text().splitlines()] or [{}]
+    index = data.draw(st.integers(0, len(records) - 1))
+    changed = data.draw(mutated(records[index]).map(json_text).map(str.encode)
+                        | st.binary(max_size=32) | st.just(DEEP_JSON.encode()))
+    lines = [json_text(record).encode() for record in records]
+    lines[index] = changed
+    path.write_bytes(b"\n".join(lines) + b"\n")
     code = main(["check", str(run_dir)])
     err = capsys.readouterr().err
     if code == EXIT_HARNESS:
         assert len(err.strip().splitlines()) == 1, err
+
+
+@pytest.mark.parametrize(("name", "field", "value"), [
+    ("export.ndjson", "id", ["order-1"]),  # an order id that is a list: no key of the checker's index
+    ("export.ndjson", "tenant", True),
+    ("histories/user1.jsonl", "op_id", {"a": 1}),
+])
+def test_harness_check_refuses_a_record_of_the_wrong_shape(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                           name: str, field: str, value: Any) -> None:
+    run_dir = saved_run(tmp_path)
+    path = run_dir / name
+    records = [json.loads(line) for line in path.read_text().splitlines()]
+    records[0][field] = value
+    path.write_text("".join(json_text(record) + "\n" for record in records))
+    line = _one_line_exit_2(["check", str(run_dir)], capsys)
+    assert str(run_dir) in line or str(path) in line
