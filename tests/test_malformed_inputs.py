@@ -1,9 +1,10 @@
 """Every file a user hands the harness is read or refused with the harness's own error.
 
 The readers: the probe config (`harness probe --config`), a fault plan (`harness run
---plan`, `harness probe`'s plan), a compose file, a stack's state.json, a run
-directory given to `harness check` (settings.json, faults.jsonl, the history lines)
-and history lines on their own. Hypothesis hands each one malformed documents: a
+--plan`, `harness probe`'s plan), a compose file, a stack's state.json and settings,
+the registry's entries, the provider's ledger, a run directory given to `harness
+check` (settings.json, export.ndjson, faults.jsonl, the history lines) and history
+lines on their own. Hypothesis hands each one malformed documents: a
 valid document with one value somewhere replaced by a value of any shape (or
 removed), random values, random bytes; explicit examples add the cases a generator
 rarely reaches: 5,000 levels of nesting, a 5,000-digit integer, an alias inside its
@@ -262,16 +263,12 @@ def test_the_stack_settings_are_read_or_refused(tmp_path: Path, content: bytes) 
     read_or_refuse(lambda: read_settings(tmp_path, {}), StackError)
 
 
-@pytest.mark.parametrize("reader", ["config", "plan", "compose"])
-def test_a_directory_is_not_a_file(tmp_path: Path, reader: str) -> None:
-    read: dict[str, tuple[Callable[[], object], type[HarnessError]]] = {
-        "config": (lambda: load_config(tmp_path), ProbeConfigError),
-        "plan": (lambda: load_plan(tmp_path), PlanError),
-        "compose": (lambda: load_compose(tmp_path), StackError),
-    }
-    with pytest.raises(HarnessError, match="cannot read"):
-        read[reader][0]()
-    read_or_refuse(*read[reader])
+@pytest.mark.parametrize(("read", "error"), [(load_config, ProbeConfigError), (load_plan, PlanError),
+                                             (load_compose, StackError)])
+def test_a_directory_is_not_a_file(tmp_path: Path, read: Callable[[Path], object],
+                                   error: type[HarnessError]) -> None:
+    with pytest.raises(error, match="cannot read .*: Is a directory$"):
+        read(tmp_path)
 
 
 def test_a_state_file_that_is_a_directory_is_refused(tmp_path: Path) -> None:
