@@ -402,3 +402,9 @@ def test_harness_check_refuses_a_record_of_the_wrong_shape(tmp_path: Path, capsy
     path.write_text("".join(json_text(record) + "\n" for record in records))
     line = _one_line_exit_2(["check", str(run_dir)], capsys)
     assert str(run_dir) in line or str(path) in line
+
+
+@pytest.mark.parametrize("body", ["[" * DEEP + "]" * DEEP, "{", "9" * DEEP])
+def test_harness_probe_refuses_a_malformed_body_in_one_line(capsys: pytest.CaptureFixture[str], body: str) -> None:
+    line = _one_line_exit_2(["probe", "--upstream", "127.0.0.1:9", "--path", "/orders", "--body", body], capsys)
+    assert "--body" in line
