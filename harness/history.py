@@ -477,6 +477,12 @@ _RECORDS: _Decoding[Record] = _Decoding(msgspec.json.Decoder(Record).decode,
 _DECODE_ERRORS = (orjson.JSONDecodeError, msgspec.DecodeError, RecursionError)
 
 
+def _shown(value: Any) -> str:
+    """A record's value in a message: its repr, shortened when it is a list or an
+    object (one nested a thousand deep has no repr within the recursion limit)."""
+    return reprlib.repr(value) if isinstance(value, (list, dict)) else repr(value)
+
+
 def read_pairs(paths: Iterable[Path]) -> Iterator[tuple[dict[str, Any], dict[str, Any]]]:
     """Each operation of history files as its (invoke, completion) records, unmerged.
 
@@ -530,12 +536,12 @@ def _read(paths: Iterable[Path], decoding: _Decoding[R]) -> Iterator[tuple[R, R]
                         pending[op_id] = record
                         continue
                     if kind not in completions:
-                        raise HistoryError(f"{path}: unknown record type {reprlib.repr(kind)}")
+                        raise HistoryError(f"{path}: unknown record type {_shown(kind)}")
                     invoke = pending.pop(op_id, None)
                 except TypeError:  # an op_id that is a list or an object: no key of `pending`
-                    raise HistoryError(f"{path}:{number}: op_id {reprlib.repr(op_id)} is not a string") from None
+                    raise HistoryError(f"{path}:{number}: op_id {_shown(op_id)} is not a string") from None
                 if invoke is None:
-                    raise HistoryError(f"{path}: completion {reprlib.repr(op_id)} without invoke")
+                    raise HistoryError(f"{path}: completion {_shown(op_id)} without invoke")
                 yield invoke, record
         unfinished = decoding.unfinished
         for invoke in pending.values():
