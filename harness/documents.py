@@ -1,7 +1,7 @@
 """Reading a document a user hands the harness (YAML or JSON) without crashing on it.
 
-The probe config, the fault plans, a compose file and a stack's state.json come
-through here. Whatever a file holds, the caller gets the parsed value or its own
+The probe config, the fault plans, a compose file, a stack's state.json and the
+probe's `--body` come through here. Whatever a file holds, the caller gets the parsed value or its own
 `HarnessError` subclass (`error=`) with one line naming the file, which the CLI
 prints before exiting 2. These are refused:
 - a file that cannot be read (missing, a directory, no permission);
