@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import sys
 
 _PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
@@ -12,6 +13,8 @@ def parse_duration(text: str | int | float) -> float:
     """Seconds in `text`; ValueError with the text when it is not a duration ≥ 0."""
     if isinstance(text, bool):
         raise ValueError(f"not a duration: {text!r}")
+    if isinstance(text, int) and abs(text) > sys.float_info.max:  # float() of it is an OverflowError
+        raise ValueError(f"not a duration: an integer of {len(str(abs(text)))} digits (must be a finite number of seconds ≥ 0)")
     if isinstance(text, (int, float)):
         seconds = float(text)
     else:

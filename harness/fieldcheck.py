@@ -17,6 +17,13 @@ from harness.durations import parse_duration
 from harness.errors import HarnessError
 
 
+def printable(value: Any) -> str:
+    """A key or name of a file as a message shows it: as written when it is printable
+    text, else its repr (a control character or a line break is escaped, not printed)."""
+    text = str(value)
+    return text if text.isprintable() else repr(text)
+
+
 class FieldChecker:
     """Checks that raise `error_type` with the source and the field's path."""
 
@@ -25,15 +32,21 @@ class FieldChecker:
         self.error_type = error_type
 
     def error(self, path: str, message: str) -> HarnessError:
-        """The error to raise for the field at `path` (returned, so callers `raise` it)."""
-        return self.error_type(f"{self.source}: {path}: {message}")
+        """The error to raise for the field at `path` (returned, so callers `raise` it).
+
+        One line, whatever the file held: a line break inside a quoted value (a key
+        or a string of the file) is shown as `\\n`, since the CLI prints a message's
+        further lines as a log's tail."""
+        lines = message.splitlines()
+        one_line = "\\n".join(lines) if len(lines) > 1 else message
+        return self.error_type(f"{self.source}: {path}: {one_line}")
 
     def mapping(self, raw: Any, path: str, *, required: Sequence[str] = (),
                 optional: Sequence[str] = ()) -> dict[str, Any]:
         """`raw` as a mapping with every required key and no key outside the two lists."""
         if not isinstance(raw, dict):
             raise self.error(path, "must be a mapping")
-        unknown = sorted(str(key) for key in raw if key not in required and key not in optional)
+        unknown = sorted(printable(key) for key in raw if key not in required and key not in optional)
         if unknown:
             allowed = ", ".join([*required, *optional])
             raise self.error(path, f"unknown key(s) {', '.join(unknown)} (allowed: {allowed})")

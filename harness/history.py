@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import operator
 import os
+import reprlib
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -470,7 +471,16 @@ _RECORDS: _Decoding[Record] = _Decoding(msgspec.json.Decoder(Record).decode,
 # What either decoder raises for a line it cannot read; msgspec's ValidationError
 # (a DecodeError) means valid JSON that is not a record: not an object, or an
 # answer that is not one.
-_DECODE_ERRORS = (orjson.JSONDecodeError, msgspec.DecodeError)
+# msgspec's decoder recurses once per level of nesting: a line nested a thousand deep
+# is a RecursionError, a line that cannot be read like any other (orjson's own depth
+# limit is a JSONDecodeError).
+_DECODE_ERRORS = (orjson.JSONDecodeError, msgspec.DecodeError, RecursionError)
+
+
+def _shown(value: Any) -> str:
+    """A record's value in a message: its repr, shortened when it is a list or an
+    object (one nested a thousand deep has no repr within the recursion limit)."""
+    return reprlib.repr(value) if isinstance(value, (list, dict)) else repr(value)
 
 
 def read_pairs(paths: Iterable[Path]) -> Iterator[tuple[dict[str, Any], dict[str, Any]]]:
@@ -521,14 +531,17 @@ def _read(paths: Iterable[Path], decoding: _Decoding[R]) -> Iterator[tuple[R, R]
                         raise HistoryError(f"{path}:{number}: not a JSON object") from None
                     kind = record.get("type")
                     op_id = record.get("op_id")
-                if kind == "invoke":
-                    pending[op_id] = record
-                    continue
-                if kind not in completions:
-                    raise HistoryError(f"{path}: unknown record type {kind!r}")
-                invoke = pending.pop(op_id, None)
+                try:
+                    if kind == "invoke":
+                        pending[op_id] = record
+                        continue
+                    if kind not in completions:
+                        raise HistoryError(f"{path}: unknown record type {_shown(kind)}")
+                    invoke = pending.pop(op_id, None)
+                except TypeError:  # an op_id that is a list or an object: no key of `pending`
+                    raise HistoryError(f"{path}:{number}: op_id {_shown(op_id)} is not a string") from None
                 if invoke is None:
-                    raise HistoryError(f"{path}: completion {op_id!r} without invoke")
+                    raise HistoryError(f"{path}: completion {_shown(op_id)} without invoke")
                 yield invoke, record
         unfinished = decoding.unfinished
         for invoke in pending.values():

@@ -20,7 +20,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 LEAVES = frozenset({"errors", "exit_codes", "names", "history", "catalog", "durations", "fieldcheck",
-                    "ports", "bundled", "process_handle", "generators"})
+                    "ports", "bundled", "process_handle", "generators", "documents"})
 
 
 def module_name(path: Path, root: Path = ROOT) -> str:

@@ -13,13 +13,13 @@ the input was bad, 3 inconclusive.
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from dataclasses import replace
 from pathlib import Path
 
 from harness.bundled import plan_path
 from harness.cli.argtypes import Subparsers, non_negative_int, positive_duration, positive_int
+from harness.documents import parse_json
 from harness.errors import HarnessError
 from harness.probe.checker import DEFAULT_MIN_ACKNOWLEDGED
 from harness.probe.config import PROFILES, ProbeConfig, ProbeConfigError, load_config, parse_upstream, simple_config
@@ -118,10 +118,7 @@ def _config(args: argparse.Namespace) -> ProbeConfig:
         return load_config(args.config)
     if not (args.path and args.body and args.upstream):
         raise ProbeConfigError("without --config, --upstream, --path and --body are required")
-    try:
-        body = json.loads(args.body)
-    except ValueError as error:
-        raise ProbeConfigError(f"--body: not JSON: {error}") from None
+    body = parse_json(args.body, source="--body", error=ProbeConfigError)  # deep or huge: one line too
     headers = {}
     for item in args.header:
         name, sep, value = item.partition(":")

@@ -47,7 +47,7 @@ from harness.load.settings import DEFAULT_THINK_TIME, format_think_time
 from harness.names import DEFAULT_STACK_ROOT
 from harness.report.matrix import MatrixCell
 from harness.run.rundir import RunDir
-from harness.run.runner import RunOutcome, RunSpec, check_saved_run, run
+from harness.run.runner import RunOutcome, RunSpec, check_given_run, run
 from harness.run.smoke import (
     DEFAULT_PARALLEL,
     SMOKE_STOP_TIMEOUT,
@@ -512,7 +512,7 @@ def check_body(args: argparse.Namespace, out: TextIO) -> tuple[int, RunDocument]
             raise HarnessError("check: give a run directory, or --stack to judge a swarm on the running stack")
         if not Path(args.run_dir).is_dir():
             raise HarnessError(f"{args.run_dir} is not a run directory")
-        outcome = check_saved_run(args.run_dir)
+        outcome = check_given_run(args.run_dir)
     print(outcome.summary, file=out)
     return outcome.exit_code, run_document("check", outcome)
 

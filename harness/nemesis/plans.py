@@ -46,9 +46,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from harness.catalog import CRASH_POINTS, PATHS
+from harness.documents import load_yaml
 from harness.errors import HarnessError
 from harness.fieldcheck import FieldChecker
 from harness.nemesis.clock_faults import CLOCK_MODES, MIN_STROBE_EVERY, ClockFault
@@ -185,12 +184,7 @@ class Plan:
 def load_plan(path: Path, targets: PlanTargets = STACK_TARGETS) -> Plan:
     """Read and check a plan file; PlanError names the file and the bad field."""
     path = Path(path)
-    try:
-        raw = yaml.safe_load(path.read_text())
-    except OSError as error:
-        raise PlanError(f"{path}: cannot read the plan: {error}") from error
-    except yaml.YAMLError as error:
-        raise PlanError(f"{path}: not valid YAML: {error}") from error
+    raw = load_yaml(path, error=PlanError, what="the plan")
     return parse_plan(raw, source=str(path), targets=targets)
 
 
@@ -371,7 +365,7 @@ def _fraction(where: _Where, raw: Any, path: str) -> float:
     text = raw.strip() if isinstance(raw, str) else raw
     try:
         value = float(text[:-1]) / 100 if isinstance(text, str) and text.endswith("%") else float(text)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # OverflowError: an int past a float's range
         raise where.error(path, f"must be a percentage like 50% or a fraction like 0.5, not {raw!r}") from None
     if isinstance(raw, bool) or not value > 0 or value != value or value == float("inf"):
         raise where.error(path, f"must be a positive percentage, not {raw!r}")

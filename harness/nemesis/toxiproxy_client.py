@@ -101,7 +101,7 @@ def validate_toxic(
 ) -> tuple[str, dict[str, int]]:
     """Check a toxic before sending it; returns (stream lowercased, attributes).
     Messages are one line, fit for a CLI."""
-    if toxic_type not in TOXIC_ATTRIBUTES:
+    if not isinstance(toxic_type, str) or toxic_type not in TOXIC_ATTRIBUTES:
         known = ", ".join(sorted(TOXIC_ATTRIBUTES))
         raise NemesisInvalid(f"unknown toxic type {toxic_type!r} (known: {known})")
     if not isinstance(stream, str) or stream.lower() not in STREAMS:

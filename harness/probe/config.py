@@ -49,9 +49,8 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from harness.bundled import plan_path
+from harness.documents import load_yaml
 from harness.errors import HarnessError
 from harness.fieldcheck import FieldChecker
 from harness.generators import is_generated as _mutable_field
@@ -260,12 +259,7 @@ class ProbeConfig:
 
 def load_config(path: Path) -> ProbeConfig:
     path = Path(path)
-    try:
-        raw = yaml.safe_load(path.read_text())
-    except OSError as error:
-        raise ProbeConfigError(f"{path}: cannot read the probe config: {error.strerror or error}") from None
-    except yaml.YAMLError as error:
-        raise ProbeConfigError(f"{path}: not valid YAML: {str(error).splitlines()[0]}") from None
+    raw = load_yaml(path, error=ProbeConfigError, what="the probe config")
     config = parse_config(raw, source=str(path))
     if config.plan is not None:
         config = replace(config, plan=_resolve_plan(config.plan, beside=path))
@@ -307,7 +301,7 @@ def parse_config(raw: Any, *, source: str = "<config>") -> ProbeConfig:
     strict = top.get("strict", False)
     if not isinstance(strict, bool):
         raise where.error("strict", f"must be true or false, not {strict!r}")
-    if profile not in PROFILES:
+    if not isinstance(profile, str) or profile not in PROFILES:
         raise where.error("profile", f"must be one of {', '.join(PROFILES)}, not {profile!r}")
     upstream = top.get("upstream")
     if upstream is not None:
@@ -416,7 +410,7 @@ def _parse_endpoint(where: _Where, raw: Any, path: str, defaults: Mapping[str, i
         raise where.error(f"{path}.body", "must be a JSON object or list (a template)")
     mutate = item.get("mutate")
     if mutate is not None:
-        if not isinstance(body, dict) or mutate not in body:
+        if not isinstance(body, dict) or not isinstance(mutate, str) or mutate not in body:
             raise where.error(f"{path}.mutate", f"must name a top-level field of body, not {mutate!r}")
     elif not _mutable_field(body):
         raise where.error(f"{path}.body", "needs a generated field ({uuid}, {int:A-B}, {choice:...}, {stripe_id:pi}) or "

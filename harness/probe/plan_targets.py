@@ -34,8 +34,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from harness.documents import load_yaml
 from harness.nemesis.clock_faults import ClockFault
 from harness.nemesis.faults import Fault, FaultWindow, ProcessFault, ProxyDownFault, TargetType, ToxicFault
 from harness.nemesis.plans import Plan, PlanError, PlanTargets, parse_plan, schedule
@@ -84,12 +83,7 @@ class _AnyTarget(PlanTargets):
 def load_probe_plan(path: Path, targets: ProbeTargets) -> Plan:
     """Read a plan file and check its targets against a probe's (PlanError)."""
     path = Path(path)
-    try:
-        raw = yaml.safe_load(path.read_text())
-    except OSError as error:
-        raise PlanError(f"{path}: cannot read the plan: {error}") from error
-    except yaml.YAMLError as error:
-        raise PlanError(f"{path}: not valid YAML: {str(error).splitlines()[0]}") from error
+    raw = load_yaml(path, error=PlanError, what="the plan")
     return parse_probe_plan(raw, source=str(path), targets=targets)
 
 

@@ -170,6 +170,8 @@ def read_ledger(path: Path) -> list[LedgerRecord]:
         text = path.read_text(encoding="utf-8")
     except OSError as error:
         raise ProviderError(f"cannot read the ledger {path}: {error.strerror or error}") from None
+    except UnicodeDecodeError as error:
+        raise ProviderError(f"cannot read the ledger {path}: not UTF-8 text (byte {error.start})") from None
     return parse_ledger(text, where=str(path))
 
 
@@ -180,9 +182,12 @@ def parse_ledger(text: str, *, where: str = "ledger") -> list[LedgerRecord]:
         if not line.strip():
             continue
         try:
-            records.append(from_dict(json.loads(line)))
-        except ValueError:
+            data = json.loads(line)
+        except (ValueError, RecursionError):  # RecursionError: a line nested too deep for the decoder
             raise ProviderError(f"{where}:{number}: not a JSON line") from None
+        if not isinstance(data, dict):
+            raise ProviderError(f"{where}:{number}: not a JSON object")
+        records.append(from_dict(data))
     return records
 
 

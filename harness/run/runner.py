@@ -54,7 +54,7 @@ from harness.run.cleanup import Cleanup, HealFailed
 from harness.run.drain import export_state, wait_for_drain
 from harness.run.progress import ProgressLine
 from harness.run.redis_capture import read_redis_settings
-from harness.run.rundir import RunDir, RunScope, RunSettings
+from harness.run.rundir import RunDir, RunDirError, RunScope, RunSettings
 from harness.stack.clocks import StackClocks
 from harness.stack.info import StackInfo
 from harness.stack.lifeline import RunGuard
@@ -448,6 +448,25 @@ def check_saved_run(run_dir: Path | RunDir) -> RunOutcome:
     paths = write_reports(run, result)
     return RunOutcome(run.path, VERDICT_EXIT_CODES[result.verdict], summary_line(result, paths.report_html),
                       check=result)
+
+
+SHAPE_ERRORS = (TypeError, AttributeError, KeyError, IndexError, ValueError, OverflowError, RecursionError)
+
+
+def check_given_run(run_dir: Path) -> RunOutcome:
+    """`check_saved_run` of a directory given on the command line (`harness check DIR`).
+
+    The checker and the report read the fields of 10^7 records without checking each
+    one's type (that is what keeps them fast), which is sound for the files a run of
+    the harness wrote. A directory given by hand may hold anything: a value of the
+    wrong type, wherever the checker or the report trips on it, is a RunDirError of
+    one line (exit 2), not a traceback."""
+    try:
+        return check_saved_run(run_dir)
+    except SHAPE_ERRORS as error:
+        detail = (str(error).strip().splitlines() or [""])[0]
+        raise RunDirError(f"{run_dir}: a file of this run holds a value of the wrong type "
+                          f"({type(error).__name__}: {detail}); was it written by the harness?") from error
 
 
 @contextmanager

@@ -29,8 +29,7 @@ from types import TracebackType
 from typing import Any
 from urllib.parse import urlsplit
 
-import yaml
-
+from harness.documents import load_yaml
 from harness.names import (
     DEFAULT_GROUP,
     DEFAULT_STREAM,
@@ -83,10 +82,7 @@ class ComposeLayout:
 
 
 def load_compose(file: Path) -> dict[str, Any]:
-    try:
-        document = yaml.safe_load(Path(file).read_text())
-    except (OSError, yaml.YAMLError) as error:
-        raise StackError(f"cannot read compose file {file}: {error}") from error
+    document = load_yaml(Path(file), error=StackError, what="the compose file")
     if not isinstance(document, dict) or not isinstance(document.get("services"), dict):
         raise StackError(f"{file} has no services")
     return document

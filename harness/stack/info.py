@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Final, TypeVar
 
 from harness import names
+from harness.documents import parse_json
 from harness.errors import HarnessError
 from harness.stack.private_files import write_private
 
@@ -242,15 +243,12 @@ def read_info(root: Path) -> StackInfo | None:
     """ROOT/state.json checked and typed, or None when there is none."""
     path = Path(root) / STATE_FILE
     try:
-        text = path.read_text()
+        raw = path.read_bytes()
     except FileNotFoundError:
         return None
     except OSError as error:
         raise StackError(f"unreadable stack state {path}: {error}") from error
-    try:
-        data = json.loads(text)
-    except ValueError as error:
-        raise StackError(f"{path}: not JSON ({error})") from error
+    data = parse_json(raw, source=str(path), error=StackError)
     return StackInfo.from_json(data, path)
 
 

@@ -77,7 +77,7 @@ def _read_json(path: Path) -> dict[str, Any] | None:
     atomically (`_write_json`), so an unreadable file was never one of its records."""
     try:
         data = json.loads(path.read_text())
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):  # RecursionError: nested too deep for the decoder
         return None
     return data if isinstance(data, dict) else None
 

@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Final
 
+from harness.fieldcheck import printable
 from harness.names import DEFAULT_STACK_ROOT, ENV_APP_INTERNAL_TOKEN, ENV_APP_UNSAFE_DISABLE, ENV_APP_WEBHOOK_SECRET
 from harness.stack.info import StackError
 from harness.stack.private_files import write_private
@@ -71,7 +72,7 @@ class StackSettings:
         odd = [name for name in self.fake_clocks if name != "app" and not _CONSUMER.match(name)]
         if odd:
             raise StackError(f"fake clocks go to app and consumer-N only (harness.nemesis.plans.STACK_CLOCKS), "
-                             f"not {', '.join(odd)}")
+                             f"not {', '.join(map(printable, odd))}")
         if self.fake_clocks and self.compose:
             raise StackError("fake clocks need a local stack: libfaketime is preloaded into processes the "
                              "supervisor starts, not into containers")
@@ -128,5 +129,5 @@ def read_settings(root: Path, environ: Mapping[str, str] | None = None) -> Stack
         data["compose_file"] = Path(data["compose_file"]) if data.get("compose_file") else None
         data["fake_clocks"] = tuple(data.get("fake_clocks") or ())
         return StackSettings(**data)
-    except (OSError, ValueError, KeyError, TypeError) as error:
+    except (OSError, ValueError, KeyError, TypeError, RecursionError) as error:
         raise StackError(f"unreadable stack settings {path}: {error}") from error
