@@ -45,13 +45,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
 from openapi_spec_validator import validate
 from openapi_spec_validator.validation.exceptions import OpenAPIValidationError
 from referencing import Registry, Resource
 from referencing.exceptions import Unresolvable
 from referencing.jsonschema import DRAFT202012
 
+from harness.documents import load_yaml
 from harness.generators import is_generated
 from harness.probe.config import ProbeConfigError
 
@@ -85,11 +85,9 @@ class StarterEndpoint:
 def load_openapi(path: Path) -> dict[str, Any]:
     """The validated OpenAPI document at `path`; ProbeConfigError (one line) otherwise."""
     try:
-        document = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except OSError as error:
-        raise ProbeConfigError(f"--openapi: cannot read {path}: {error.strerror or error}") from None
-    except yaml.YAMLError as error:
-        raise ProbeConfigError(f"--openapi: {path}: not YAML or JSON ({type(error).__name__})") from None
+        document = load_yaml(path, error=ProbeConfigError, what="the OpenAPI document")
+    except ProbeConfigError as error:
+        raise ProbeConfigError(f"--openapi: {error}") from None
     if not isinstance(document, dict) or not str(document.get("openapi", "")).startswith("3."):
         raise ProbeConfigError(f"--openapi: {path}: not an OpenAPI 3 document (no `openapi: 3.x` at the top)")
     try:

@@ -95,7 +95,8 @@ def test_init_writes_the_file_once(tmp_path: Path, capsys: pytest.CaptureFixture
 
 @pytest.mark.parametrize(("document", "message"), [
     ("just: [a, yaml, file]\n", "not an OpenAPI 3 document"),
-    ("{not yaml: [", "not YAML or JSON"),
+    ("{not yaml: [", "not valid YAML"),
+    ("a: " + "[" * 5000 + "]" * 5000 + "\n", "nested"),
     ({"openapi": "3.1.0", "info": {"title": "x"}, "paths": {}}, "not a valid OpenAPI document"),
     ({**DOCUMENT, "paths": {"/refunds": DOCUMENT["paths"]["/refunds"]}}, "no POST, PUT or PATCH operation"),
 ])
