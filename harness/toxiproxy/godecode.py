@@ -119,6 +119,10 @@ def decode(body: bytes) -> Any:
         raise GoJsonError(_go_message(exc)) from None
     except ValueError as exc:  # NaN, Infinity, -Infinity
         raise GoJsonError(f"invalid character {_quote_char(str(exc)[0])} looking for beginning of value") from None
+    except RecursionError:
+        # Go's decoder refuses nesting past 10,000 levels with this message; Python's
+        # recursion limit comes first, so the limit here is lower, the answer the same.
+        raise GoJsonError("exceeded max depth") from None
     return value
 
 

@@ -357,6 +357,16 @@ def test_populate_errors(embedded_toxiproxy: EmbeddedToxiproxy) -> None:
     assert requests.get(f"{embedded_toxiproxy.url}/proxies", timeout=5).json() == {}
 
 
+def test_a_body_nested_past_the_decoders_depth_is_a_400_and_the_server_runs_on(
+        embedded_toxiproxy: EmbeddedToxiproxy) -> None:
+    for path in ("/populate", "/proxies"):
+        deep = b"[" * 5000 + b"]" * 5000
+        response = requests.post(f"{embedded_toxiproxy.url}{path}", data=deep, timeout=5)
+        assert response.status_code == 400, response.text
+        assert "exceeded max depth" in response.json()["error"]
+    assert requests.get(f"{embedded_toxiproxy.url}/proxies", timeout=5).json() == {}
+
+
 def test_keep_alive_serves_several_requests_on_one_connection(embedded_toxiproxy: EmbeddedToxiproxy) -> None:
     conn = http.client.HTTPConnection(embedded_toxiproxy.host, embedded_toxiproxy.port, timeout=5)
     try:
