@@ -4,7 +4,8 @@ served by uvicorn as its users run it and probed with that folder's config (two
 identities who reuse each other's keys, the bundled `probe` plan, 4 s of load).
 
 Each test asserts exactly what the probe finds in that release today: a FAIL, the
-broken invariants (nothing outside the set below) and the advice; how many violations
+broken invariants (nothing outside the set below), the advice and the conformance
+table's rows; how many violations
 varies from run to run and is not asserted. Both middlewares look a stored answer up
 by the key alone, so bob, reusing alice's key, is handed alice's payment
 (`identities_isolated`, in every run). When bob's request and alice's with one key run
@@ -49,6 +50,16 @@ MIDDLEWARES = {
 }
 # The draft's SHOULD both miss (seen in every run): refusals are not problem details.
 ADVICE = {"error-doc"}
+# The conformance table's rows that are not `pass` (the same in every run measured).
+# `read-back` is the row of LEAK_READ_BACK and follows it (fail when it is broken).
+COMMON_ROWS = {"key-unique": "not checkable", "expiry": "not checkable", "publish-spec": "not checkable",
+               "error-doc": "fail", "identity-scoped": "fail", "no-5xx-replay": "not observed"}
+NOT_PASSED = {
+    # required=True answers 400 without a key; a duplicate in flight gets 409.
+    "fastapi-idempotency-key": COMMON_ROWS,
+    # The key is optional (the config says so), and duplicates wait for the first.
+    "fastapi-idempotency": {**COMMON_ROWS, "missing-400": "not checkable", "inflight-409": "not observed"},
+}
 # What the app imports besides the middleware (the `frameworks` extra).
 FRAMEWORK = ("fastapi", "uvicorn")
 
@@ -84,6 +95,9 @@ def test_the_probe_finds_exactly_what_it_finds_today(http_services, tmp_path: Pa
     assert result.verdict == "fail", result.summary()
     assert always <= broken(result) <= always | sometimes, result.summary()
     assert {item["rule"] for item in result.document["advice"]} == ADVICE, result.summary()
+    rows = {row.id: row.status for row in result.conformance}
+    assert rows.pop("read-back") == ("fail" if LEAK_READ_BACK in broken(result) else "pass"), result.summary()
+    assert {row: status for row, status in rows.items() if status != "pass"} == NOT_PASSED[package], rows
     # One user handed what the other created: the leak a composite key would prevent.
     assert all(len(violation["evidence"]["identities"]) > 1 for violation in violations(result, LEAK))
     # The payments "lost" are leaked ones: each was acknowledged to this user as the
