@@ -5,6 +5,8 @@ forwards it untouched; see test_wire_steps.py)."""
 
 from __future__ import annotations
 
+from itertools import pairwise
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -38,7 +40,7 @@ def test_a_pipeline_in_one_chunk_is_every_command_with_its_offsets() -> None:
     commands = CommandParser().feed(PIPELINE)
     assert [c.args for c in commands] == PIPELINE_ARGS
     assert commands[0].start == 0 and commands[-1].end == len(PIPELINE)
-    for before, after in zip(commands, commands[1:]):
+    for before, after in pairwise(commands):
         assert before.end == after.start
     assert PIPELINE[commands[1].start : commands[1].end] == _resp(b"SET", b"order:42:payment", b"x\r\ny")
 
@@ -54,7 +56,7 @@ def test_split_anywhere_the_same_commands(cuts: list[int]) -> None:
     parser = CommandParser()
     bounds = [0, *sorted(cuts), len(PIPELINE)]
     got = []
-    for start, end in zip(bounds, bounds[1:]):
+    for start, end in pairwise(bounds):
         chunk = PIPELINE[start:end]
         for command in parser.feed(chunk):
             # The end offset is within the chunk that completed the command.
@@ -113,7 +115,7 @@ def test_replies_counted_and_located_by_hiredis() -> None:
 def test_replies_split_anywhere(cuts: list[int], exact: bool) -> None:
     splitter = ReplySplitter()
     bounds = [0, *sorted(cuts), len(STREAM)]
-    count = sum(len(splitter.feed(STREAM[a:b], exact=exact)) for a, b in zip(bounds, bounds[1:]))
+    count = sum(len(splitter.feed(STREAM[a:b], exact=exact)) for a, b in pairwise(bounds))
     assert count == len(REPLIES)
 
 
