@@ -40,12 +40,9 @@ import signal
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from harness.toxiproxy.resp import UNTRACKABLE, Command, CommandParser, ReplySplitter, RespError, command_key
-
-if TYPE_CHECKING:
-    from harness.toxiproxy.link import Connection, Direction
 
 PROTOCOLS = ("redis",)
 ACTIONS = ("before", "after", "pause", "error")
@@ -224,10 +221,29 @@ class _Pending:
     trigger: Trigger | None = None
 
 
+class Sink(Protocol):
+    """Where the tap passes bytes on (a harness.toxiproxy.link.Direction)."""
+
+    def feed(self, data: bytes) -> None: ...
+
+
+class TappedConnection(Protocol):
+    """What the tap uses of its connection (harness.toxiproxy.link.Connection is
+    one). Declared here so that link imports steps and never the other way round."""
+
+    def close(self, *, abort: bool) -> None: ...
+
+    def reset(self) -> None: ...
+
+    def untap(self) -> None: ...
+
+    def owner_pid(self) -> int | None: ...
+
+
 class RespTap:
     """Parses one connection both ways and applies step faults."""
 
-    def __init__(self, watch: StepWatch, connection: Connection, up: Direction, down: Direction) -> None:
+    def __init__(self, watch: StepWatch, connection: TappedConnection, up: Sink, down: Sink) -> None:
         self.watch = watch
         self.connection = connection
         self.up = up
