@@ -205,3 +205,20 @@ def test_error_after_incr_loses_the_reply_but_not_the_effect(
     assert redis.Redis.from_url(redis_url).get("counter:7") == b"1"
     fired = _fired(steps)
     assert fired["action"] == "error" and fired["verified"] is True
+
+
+def test_resp3_replies_pair_with_their_commands(redis_proxy: tuple[int, ProxySteps], redis_url: str) -> None:
+    port, steps = redis_proxy
+    steps.watch("redis", role="service")
+    client = redis.Redis(port=port, db=_db(redis_url), protocol=3)
+    client.hset("h:1", mapping={"a": "1", "b": "2"})
+    assert client.hgetall("h:1") == {b"a": b"1", b"b": b"2"}  # a RESP3 map
+    steps.arm("error", "redis HGETALL h:* service")
+    client_no_retry = redis.Redis(port=port, db=_db(redis_url), protocol=3, retry=Retry(NoBackoff(), 0))
+    with pytest.raises(redis.ConnectionError):
+        client_no_retry.hgetall("h:2")
+    wire = steps.wire()
+    assert wire["steps"]["redis HSET h:* service"] == 1
+    assert wire["steps"]["redis HGETALL h:* service"] == 2
+    assert wire["steps"]["redis HELLO - service"] == 2
+    assert wire["unparsed"] == wire["untracked"] == 0
