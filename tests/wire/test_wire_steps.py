@@ -5,6 +5,7 @@ cut exactly at a step, checked on Redis's own counter."""
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import sys
@@ -222,3 +223,23 @@ def test_resp3_replies_pair_with_their_commands(redis_proxy: tuple[int, ProxySte
     assert wire["steps"]["redis HGETALL h:* service"] == 2
     assert wire["steps"]["redis HELLO - service"] == 2
     assert wire["unparsed"] == wire["untracked"] == 0
+
+
+def test_before_in_a_pipeline_holds_that_command_and_spares_the_proxys_own_process(
+    redis_proxy: tuple[int, ProxySteps], redis_url: str
+) -> None:
+    port, steps = redis_proxy
+    steps.watch("redis", role="app")
+    steps.arm("before", "redis INCR counter:* app", occurrence=2)
+    client = redis.Redis(port=port, db=_db(redis_url), retry=Retry(NoBackoff(), 0))
+    pipe = client.pipeline(transaction=False)
+    for _ in range(3):
+        pipe.execute_command("INCR", "counter:7")
+    with pytest.raises(redis.ConnectionError):
+        pipe.execute()
+    # The first INCR of the chunk went on, the second was held with all after it.
+    assert redis.Redis.from_url(redis_url).get("counter:7") == b"1"
+    fired = _fired(steps)
+    # This test's process owns the socket and runs the proxy: it is never signalled.
+    assert fired["pid"] == os.getpid() and fired["verified"] is False
+    assert "own process" in fired["error"]
