@@ -8,6 +8,18 @@ charset=utf-8` with `X-Content-Type-Options: nosniff` and a newline after the
 JSON (except `/populate`, which writes its error as JSON); every request that
 matches a route gets an `X-Toxiproxy-Request-Id` (an unmatched path or method is
 answered by the router before that middleware, without one, as in Go).
+
+The harness's own extension lives under `/harness/` (no Toxiproxy client sends
+there): steps seen on the wire and step faults (harness.toxiproxy.steps), per proxy:
+  GET/POST /harness/proxies/{name}/wire      the watch; POST {"protocol": "redis",
+                                             "role": "app"} switches parsing on,
+                                             {"protocol": null} off
+  GET/DELETE /harness/proxies/{name}/steps   step counts; DELETE zeroes them
+  GET/POST /harness/proxies/{name}/triggers  step faults; POST {"action": "before",
+                                             "step": "redis INCR counter app",
+                                             "occurrence": 1, "duration_ms": 0} arms one
+Bad fields answer 400 with {"error": ..., "status": 400}; a proxy without a watch
+answers 409 on steps and triggers.
 """
 
 from __future__ import annotations
@@ -37,6 +49,7 @@ from harness.toxiproxy.errors import (
 from harness.toxiproxy.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from harness.toxiproxy.metrics import ServerMetrics
 from harness.toxiproxy.proxy import Proxy
+from harness.toxiproxy.steps import StepConfigError, StepWatch
 
 VERSION = "2.12.0"
 TEXT_PLAIN = "text/plain; charset=utf-8"
@@ -92,6 +105,9 @@ _ROUTES: tuple[tuple[re.Pattern[str], dict[str, str]], ...] = (
         {"GET": "toxic_show", "POST": "toxic_update", "PATCH": "toxic_update", "DELETE": "toxic_delete"},
     ),
     (re.compile(r"/version"), {"GET": "version"}),
+    (re.compile(rf"/harness/proxies/{_SEGMENT}/wire"), {"GET": "wire_show", "POST": "wire_set"}),
+    (re.compile(rf"/harness/proxies/{_SEGMENT}/steps"), {"GET": "steps_show", "DELETE": "steps_reset"}),
+    (re.compile(rf"/harness/proxies/{_SEGMENT}/triggers"), {"GET": "triggers_show", "POST": "trigger_arm"}),
 )
 _METRICS_ROUTE = (re.compile(r"/metrics"), {_ANY: "metrics"})
 
@@ -358,3 +374,51 @@ class ToxiproxyApi:
     async def _toxic_delete(self, name: str, toxic: str, *, body: bytes) -> Response:
         self._proxy(name).toxics.remove(toxic)
         return Response(204, b"", None)
+
+    # -- the harness extension: steps on the wire ------------------------------------
+    def _watch(self, name: str) -> StepWatch:
+        watch = self._proxy(name).wire
+        if watch is None:
+            raise ApiError("this proxy does not parse its protocol (POST /harness/proxies/NAME/wire first)", 409)
+        return watch
+
+    async def _wire_show(self, name: str, *, body: bytes) -> Response:
+        watch = self._proxy(name).wire
+        return _json(200, {"protocol": None} if watch is None else watch.to_json())
+
+    async def _wire_set(self, name: str, *, body: bytes) -> Response:
+        proxy = self._proxy(name)
+        fields = _decode(body)
+        if not isinstance(fields, dict):
+            raise ApiError("the body is a JSON object", 400)
+        protocol = fields.get("protocol")
+        if protocol is None:
+            proxy.wire = None  # connections opened from now on are plain
+            return _json(200, {"protocol": None})
+        role = fields.get("role", "app")
+        if not isinstance(protocol, str) or not isinstance(role, str):
+            raise ApiError("protocol and role are strings", 400)
+        try:
+            proxy.wire = StepWatch(name, protocol, role)
+        except StepConfigError as exc:
+            raise ApiError(str(exc), 400) from None
+        return _json(200, proxy.wire.to_json())
+
+    async def _steps_show(self, name: str, *, body: bytes) -> Response:
+        watch = self._watch(name)
+        return _json(200, {"steps": dict(sorted(watch.steps.items())), "unparsed": watch.unparsed, "untracked": watch.untracked})
+
+    async def _steps_reset(self, name: str, *, body: bytes) -> Response:
+        self._watch(name).reset_steps()
+        return Response(204, b"", None)
+
+    async def _triggers_show(self, name: str, *, body: bytes) -> Response:
+        return _json(200, [trigger.to_json() for trigger in self._watch(name).triggers])
+
+    async def _trigger_arm(self, name: str, *, body: bytes) -> Response:
+        watch = self._watch(name)
+        try:
+            trigger = watch.arm(_decode(body))
+        except StepConfigError as exc:
+            raise ApiError(str(exc), 400) from None
+        return _json(201, trigger.to_json())

@@ -8,6 +8,10 @@ queue and one task runs them through the chain of behaviours in order.
 
 Byte counts for `/metrics` (only with proxy metrics on): a `CountingSide` counts
 what it reads (`received`) and what of it reached the other socket (`sent`).
+
+A proxy with a step watch (`ConnectionOwner.wire`, harness.toxiproxy.steps) puts a
+`RespTap` in front of both directions: the sides feed the tap, which parses and
+feeds the directions (so no fast path while tapped). Without one, nothing changes.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Protocol, cast
 
+from harness.toxiproxy.steps import RespTap, StepWatch, owner_pid
 from harness.toxiproxy.toxics import Behaviour, Timing, Toxic, new_behaviour
 
 # Bytes a toxic chain may hold before the source is paused (latency holds data).
@@ -334,6 +339,9 @@ class ConnectionOwner(Protocol):
     @property
     def toxics(self) -> ToxicChains: ...
 
+    @property
+    def wire(self) -> StepWatch | None: ...
+
     def upstream_address(self) -> tuple[str, int]: ...
 
     def connection_closed(self, connection: Connection) -> None: ...
@@ -352,6 +360,7 @@ class Connection:
         self.up: Direction | None = None
         self.down: Direction | None = None
         self.closed = False
+        self.tap: RespTap | None = None
         self._connector: asyncio.Task[None] | None = None
 
     # -- setup --------------------------------------------------------------------
@@ -380,17 +389,41 @@ class Connection:
         self.up = Direction(self, self.client, server, upstream=True)
         self.down = Direction(self, server, self.client, upstream=False)
         self.refresh()
+        watch = self.proxy.wire
+        if watch is not None:
+            self.tap = RespTap(watch, self, self.up, self.down)
         for side, direction in ((self.client, self.up), (server, self.down)):
-            side.feed = direction.feed
+            if self.tap is None:
+                side.feed = direction.feed
+            else:
+                side.feed = self.tap.from_client if side is self.client else self.tap.from_server
             direction.sync_fast_path()
             for data in side.early:
-                direction.feed(data)
+                side.feed(data)
             side.early.clear()
             if side.early_eof:
                 direction.feed_eof()
         if not self.closed:
             self.client.connected.resume_reading()
             server.connected.resume_reading()
+
+    def untap(self) -> None:
+        """Stop parsing: both directions back on their plain path."""
+        self.tap = None
+        for side, direction in ((self.client, self.up), (self.server, self.down)):
+            if side is not None and direction is not None and not direction.done and side.feed is not _discard:
+                side.feed = direction.feed
+                direction.sync_fast_path()
+
+    def owner_pid(self) -> int | None:
+        """The pid holding the client's end of this connection (None if unknown)."""
+        if self.client is None or self.client.transport is None:
+            return None
+        peer = self.client.transport.get_extra_info("peername")
+        local = self.client.transport.get_extra_info("sockname")
+        if not peer or not local:
+            return None
+        return owner_pid(int(peer[1]), int(local[1]))
 
     def refresh(self) -> None:
         """Apply the proxy's current toxic chains to this connection."""

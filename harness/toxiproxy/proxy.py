@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from harness.toxiproxy.errors import TOXIC_EXISTS, TOXIC_NOT_FOUND, ApiError, api_error
 from harness.toxiproxy.link import Connection, CountingSide, Side
+from harness.toxiproxy.steps import StepWatch
 from harness.toxiproxy.toxics import Toxic, parse_new_attributes, parse_new_toxic, parse_update
 
 if TYPE_CHECKING:
@@ -197,6 +198,9 @@ class Proxy:
         self.side_class: type[Side] = Side if counters is None else CountingSide
         self._server: asyncio.AbstractServer | None = None
         self._upstream_address: tuple[str, int] | None = None
+        # Steps seen on the wire (harness.toxiproxy.steps): None, the default, is a
+        # plain proxy; connections opened while it is set are parsed.
+        self.wire: StepWatch | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
