@@ -34,6 +34,7 @@ a `duplicate` publish is the same task id again and a `same_fact_new_id` a new i
 
 from __future__ import annotations
 
+import importlib
 import json
 from typing import Any
 
@@ -50,7 +51,7 @@ class CeleryBroker:
         if not target.task:
             raise BrokerError("protocol celery needs the task's registered name (task:)")
         try:
-            from celery import Celery
+            from celery import Celery  # type: ignore[import-untyped]
         except ImportError:
             raise BrokerError("protocol celery needs Celery: pip install 'idempotency-chaos-harness[celery]'") from None
         self.target = target
@@ -66,21 +67,19 @@ class CeleryBroker:
     # --- connection ---------------------------------------------------------------------
 
     def _queue(self) -> Any:
-        from kombu import Exchange, Queue
-
-        return Queue(self.target.queue, Exchange(self.target.queue, "direct"), routing_key=self.target.queue,
+        kombu = _kombu()
+        return kombu.Queue(self.target.queue, kombu.Exchange(self.target.queue, "direct"), routing_key=self.target.queue,
                      durable=True)
 
     def _open(self) -> Any:
         if self._producer is not None:
             return self._producer
-        from kombu import Connection, Producer
-
+        kombu = _kombu()
         options = {} if self._redis_transport else {"confirm_publish": True}
-        connection = Connection(self.target.url, connect_timeout=CONNECT_TIMEOUT, transport_options=options)
+        connection = kombu.Connection(self.target.url, connect_timeout=CONNECT_TIMEOUT, transport_options=options)
         try:
             connection.ensure_connection(max_retries=1)
-            self._producer = Producer(connection.channel(), serializer="json")
+            self._producer = kombu.Producer(connection.channel(), serializer="json")
         except Exception as error:  # noqa: BLE001 - kombu raises its transports' own errors
             connection.release()
             raise BrokerError(f"celery broker {self.target.url}: cannot connect: {type(error).__name__}: {error}") \
@@ -183,3 +182,8 @@ class CeleryBroker:
             self._rabbit.close()
         if self._redis is not None:
             self._redis.close()
+
+
+def _kombu() -> Any:
+    """kombu, untyped to mypy (it ships no type information for its public names)."""
+    return importlib.import_module("kombu")
