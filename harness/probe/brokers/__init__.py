@@ -20,7 +20,8 @@ it publishes through a `Broker`, which
   each adapter's metadata with it. `release()` drops the connection without acking,
   as a crashed consumer does.
 
-`open_broker(spec)` picks the module by the config's `broker:` name (BROKERS). No
+`open_broker(spec)` picks the module by the config's `broker:` name (BROKERS), or the
+Celery adapter (harness.probe.brokers.celery) for an entry with `protocol: celery`. No
 Kafka adapter: no Kafka-protocol broker can be started on the project's machines, so
 none would have been run by a test (docs/probe.md).
 
@@ -48,6 +49,10 @@ __all__ = ["BROKERS", "MESSAGE_ID_FIELD", "Broker", "BrokerError", "BrokerStats"
 
 def open_broker(target: BrokerTarget) -> Broker:
     """The adapter for `target.broker` (not yet connected: it connects on first use)."""
+    if target.protocol == "celery":
+        from harness.probe.brokers.celery import CeleryBroker
+
+        return CeleryBroker(target)
     if target.broker == "rabbitmq":
         from harness.probe.brokers.rabbitmq import RabbitBroker
 

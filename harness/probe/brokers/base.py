@@ -28,6 +28,8 @@ class BrokerTarget:
     queue: str
     dead_letter: str | None = None
     management: str | None = None
+    protocol: str = "plain"  # celery: the message is a Celery task (harness.probe.brokers.celery)
+    task: str | None = None  # the Celery task's registered name
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,23 @@
         effects: {dsn: ..., query: "SELECT count(*) FROM payments WHERE ref = :fact"}   # the caller's
         process: {name: broker, command: [...], env: {...}}   # optional: the probe owns and may restart it
 
+A Celery task instead of a JSON body (`protocol: celery`, docs/celery.md):
+
+      - name: charges
+        broker: rabbitmq                # rabbitmq (amqp://) or redis-streams (redis://: kombu's list transport)
+        protocol: celery                # plain (default): the JSON `body`; celery: a Celery protocol v2 task
+        url: amqp://guest:guest@127.0.0.1:5672//
+        queue: celery                   # default celery
+        task: shop.charge               # the registered task name (required with celery)
+        args: ["ord-{uuid}"]            # a list template (default [])
+        kwargs: {amount_cents: "{int:100-9999}"}   # a mapping template (default {})
+        fact: /args/0                   # a pointer into {"args": [...], "kwargs": {...}}
+
+With `protocol: celery` there is no `body`: the message's body is `{"args": ...,
+"kwargs": ...}` to the producer and the fact's pointer, and the broker adapter
+(harness.probe.brokers.celery) publishes it as a Celery task whose id is the
+message id. `headers:` and `properties:` are not taken (Celery's own layout is used).
+
 `process:` (harness.probe.brokers.process) makes the broker the probe's own: started
 before the consumer, stopped after it, and a target of the plan's process faults by
 its `name` (a broker restart: `{process: {action: restart, service: broker}}`).
@@ -42,7 +59,10 @@ from harness.probe.brokers.process import BrokerProcessConfig, parse_broker_proc
 
 MESSAGE_ID = "{message_id}"
 KEYS = ("name", "broker", "url", "management", "queue", "dead_letter", "body", "fact", "count", "drain_timeout",
-        "process")
+        "process", "protocol", "task", "args", "kwargs")
+PROTOCOLS = ("plain", "celery")
+CELERY_BROKERS = ("rabbitmq", "redis-streams")  # the brokers Celery's kombu can use that the probe starts
+CELERY_QUEUE = "celery"
 URL_SCHEMES = {"rabbitmq": ("amqp",), "nats": ("nats",), "redis-streams": ("redis",)}
 DEFAULT_COUNT = 40
 MAX_COUNT = 5000
@@ -64,11 +84,13 @@ class MessageSpec:
     dead_letter: str | None = None
     management: str | None = None
     process: BrokerProcessConfig | None = None  # the broker's process, when the probe owns it
+    protocol: str = "plain"
+    task: str | None = None  # protocol celery: the registered task name
 
     @property
     def target(self) -> BrokerTarget:
         return BrokerTarget(broker=self.broker, url=self.url, queue=self.queue, dead_letter=self.dead_letter,
-                            management=self.management)
+                            management=self.management, protocol=self.protocol, task=self.task)
 
     def render(self, rng: random.Random, message_id: str) -> Any:
         """A body of the template: fresh generated values, `{message_id}` filled."""
@@ -82,6 +104,9 @@ class MessageSpec:
                                                   ("management", self.management)) if value is not None})
         if self.process is not None:
             raw["process"] = self.process.to_raw()
+        if self.protocol == "celery":
+            raw.pop("body")
+            raw.update(protocol="celery", task=self.task, args=self.body["args"], kwargs=self.body["kwargs"])
         return raw
 
 
@@ -110,9 +135,37 @@ def fact_of(body: Any, pointer: str) -> Any:
     return value
 
 
+def _celery_body(where: FieldChecker, item: dict[str, Any], path: str, broker: str) -> tuple[str, dict[str, Any]]:
+    """The task name and the `{"args": ..., "kwargs": ...}` template of a celery entry."""
+    if broker not in CELERY_BROKERS:
+        raise where.error(f"{path}.protocol", f"celery runs on {' or '.join(CELERY_BROKERS)} here, not {broker!r}")
+    if "body" in item:
+        raise where.error(f"{path}.body", "is not taken with protocol celery: give args: and kwargs:")
+    task = item.get("task")
+    if task is None:
+        raise where.error(f"{path}.task", "is required with protocol celery: the registered task name")
+    if not isinstance(task, str) or not _NAME.match(task):
+        raise where.error(f"{path}.task", f"must be a registered task name like shop.charge, not {task!r}")
+    args = item.get("args", [])
+    if not isinstance(args, list):
+        raise where.error(f"{path}.args", "must be a list (a template of the task's positional arguments)")
+    kwargs = item.get("kwargs", {})
+    if not isinstance(kwargs, dict) or not all(isinstance(key, str) for key in kwargs):
+        raise where.error(f"{path}.kwargs", "must be a mapping of names (a template of the task's keyword arguments)")
+    return task, {"args": args, "kwargs": kwargs}
+
+
 def parse_message(where: FieldChecker, raw: Any, path: str, *, also: Sequence[str] = ()) -> MessageSpec:
-    item = where.mapping(raw, path, required=("broker", "url", "queue", "body", "fact"),
-                         optional=(*[k for k in KEYS if k not in ("broker", "url", "queue", "body", "fact")], *also))
+    protocol = raw.get("protocol", "plain") if isinstance(raw, dict) else "plain"
+    if protocol not in PROTOCOLS:
+        raise where.error(f"{path}.protocol", f"must be one of {', '.join(PROTOCOLS)}, not {protocol!r}")
+    required = ("broker", "url", "fact") if protocol == "celery" else ("broker", "url", "queue", "body", "fact")
+    item = dict(where.mapping(raw, path, required=required,
+                              optional=(*[k for k in KEYS if k not in required], *also)))
+    if protocol == "plain":
+        for key in ("task", "args", "kwargs"):
+            if key in item:
+                raise where.error(f"{path}.{key}", "is taken only with protocol: celery")
     name = item.get("name", f"messages-{path.split('[')[-1].rstrip(']')}")
     if not isinstance(name, str) or not _NAME.match(name):
         raise where.error(f"{path}.name", f"must be letters, digits, '.', '_' or '-', not {name!r}")
@@ -124,6 +177,10 @@ def parse_message(where: FieldChecker, raw: Any, path: str, *, also: Sequence[st
     if not isinstance(url, str) or urlsplit(url).scheme not in URL_SCHEMES[broker] or not urlsplit(url).hostname:
         raise where.error(f"{path}.url", f"must be a {URL_SCHEMES[broker][0]}://host:port URL for {broker}, "
                           f"not {url!r}")
+    task: str | None = None
+    if protocol == "celery":
+        task, item["body"] = _celery_body(where, item, path, broker)
+        item.setdefault("queue", CELERY_QUEUE)
     queues: dict[str, str | None] = {}
     for key in ("queue", "dead_letter"):
         value = item.get(key)
@@ -146,7 +203,8 @@ def parse_message(where: FieldChecker, raw: Any, path: str, *, also: Sequence[st
     try:
         template_fact = fact_of(body, fact)
     except KeyError:
-        raise where.error(f"{path}.fact", f"{fact!r} is not in the body template") from None
+        where_in = 'the {"args": [...], "kwargs": {...}} of the task' if protocol == "celery" else "the body template"
+        raise where.error(f"{path}.fact", f"{fact!r} is not in {where_in}") from None
     if not is_generated(template_fact) and not (isinstance(template_fact, str) and "{uuid}" in template_fact):
         raise where.error(f"{path}.fact", f"the fact at {fact!r} must be generated ({{uuid}}, {{int:A-B}}, ...): "
                           "every message needs a fact of its own")
@@ -162,4 +220,4 @@ def parse_message(where: FieldChecker, raw: Any, path: str, *, also: Sequence[st
                if item.get("process") is not None else None)
     return MessageSpec(name=name, broker=broker, url=url, queue=str(queues["queue"]), body=body, fact=fact, count=count,
                        drain_timeout=drain, dead_letter=queues["dead_letter"], management=management,
-                       process=process)
+                       process=process, protocol=protocol, task=task)
