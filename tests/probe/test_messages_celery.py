@@ -41,7 +41,9 @@ def worker_config(path: Path, mode: str, db: PostgresDatabase, *, broker: str, u
     command[command.index("--broker") + 1] = broker
     raw["service"]["cwd"] = str(ROOT / "examples")
     message = raw["messages"][0]
-    message.update(url=url, queue=queue, **entry)
+    # Half the example's 40 messages: enough copies and kills to charge twice, and the
+    # suite's time (a Celery worker restarts slowly on a busy machine).
+    message.update(url=url, queue=queue, **{"count": 20, **entry})
     message["effects"]["dsn"] = db.dsn
     raw.pop("plan")
     return raw

@@ -362,8 +362,12 @@ def test_a_body_nested_past_the_decoders_depth_is_a_400_and_the_server_runs_on(
     for path in ("/populate", "/proxies"):
         deep = b"[" * 5000 + b"]" * 5000
         response = requests.post(f"{embedded_toxiproxy.url}{path}", data=deep, timeout=5)
+        # Go's answer (exceeded max depth) where the decoder's depth runs out; where the
+        # process's recursion limit is higher (a test runner may raise it), the decoded
+        # array is the wrong shape: a 400 either way, never a 500.
         assert response.status_code == 400, response.text
-        assert "exceeded max depth" in response.json()["error"]
+        error = response.json()["error"]
+        assert "exceeded max depth" in error or "cannot unmarshal array" in error, error
     assert requests.get(f"{embedded_toxiproxy.url}/proxies", timeout=5).json() == {}
 
 
