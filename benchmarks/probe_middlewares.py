@@ -1,6 +1,7 @@
 """Probe real Idempotency-Key middlewares from PyPI under one plan; publish the table.
 
-Each middleware runs in the smallest app its README describes (benchmarks/middleware_apps/),
+Each middleware runs in the smallest app its README describes (benchmarks/middleware_apps/;
+the FastAPI ones are examples/real-world/'s, which the real-world suite probes too),
 each in its own throwaway virtualenv, so none of them becomes a dependency of this
 project. The probe (this project's venv) puts the embedded Toxiproxy in front of each
 app and runs the same load with two identities (`Authorization: Bearer alice` and
@@ -57,13 +58,15 @@ from harness.probe.runner import ProbeResult, ProbeSpec, run_probe  # noqa: E402
 from harness.stack.redis_server import RedisServer  # noqa: E402
 
 APPS = Path(__file__).resolve().parent / "middleware_apps"
+# The FastAPI middlewares' apps are the real-world suite's (tests/real_world/): one copy.
+REAL_WORLD = Path(__file__).resolve().parents[1] / "examples" / "real-world"
 
 
 @dataclass(frozen=True)
 class Middleware:
     name: str
     framework: str
-    app: str
+    app: Path
     packages: tuple[str, ...]
     key_header: str = "Idempotency-Key"
     requires_key: bool = True
@@ -72,15 +75,15 @@ class Middleware:
 
 
 MIDDLEWARES = (
-    Middleware("fastapi-idempotency-key", "FastAPI", "fastapi_idempotency_key_app.py",
+    Middleware("fastapi-idempotency-key", "FastAPI", REAL_WORLD / "fastapi_idempotency_key_app.py",
                ("fastapi-idempotency-key", "fastapi", "uvicorn"),
                notes="memory backend, `required=True`"),
-    Middleware("fastapi-idempotency", "FastAPI / Starlette", "fastapi_idempotency_app.py",
+    Middleware("fastapi-idempotency", "FastAPI / Starlette", REAL_WORLD / "fastapi_idempotency_app.py",
                ("fastapi-idempotency", "fastapi", "uvicorn"), requires_key=False,
                notes="default in-memory store; the key is optional"),
-    Middleware("django-idempotency-key", "Django", "django_idempotency_key_app.py",
+    Middleware("django-idempotency-key", "Django", APPS / "django_idempotency_key_app.py",
                ("django-idempotency-key",), notes="IdempotencyKeyMiddleware, default settings"),
-    Middleware("flask-idempotent", "Flask", "flask_idempotent_app.py",
+    Middleware("flask-idempotent", "Flask", APPS / "flask_idempotent_app.py",
                ("flask-idempotent", "flask<2.3", "werkzeug<2.3", "jinja2<3.1", "six"),
                key_header="X-Idempotent-Key", requires_key=False, needs_redis=True,
                notes="Redis lock and store; header `X-Idempotent-Key`; the key is optional"),
@@ -122,7 +125,7 @@ def probe_config(middleware: Middleware, args: argparse.Namespace, *, python: Pa
     if redis_address is not None and python is not None:
         # The probe starts the app on {port}: the middleware's Redis behind the proxy
         # `redis`, the app's own database (another Redis) behind the proxy `db`.
-        service = {"service": {"command": [str(python), str(APPS / middleware.app), "{port}",
+        service = {"service": {"command": [str(python), str(middleware.app), "{port}",
                                            "redis://{dependency.redis}/0", "redis://{dependency.db}/0"],
                                "ready": {"path": "/healthz", "timeout": "30s"}},
                    "dependencies": {"redis": redis_address, "db": db_address}}
@@ -176,7 +179,7 @@ def probe_one(middleware: Middleware, args: argparse.Namespace, work: Path) -> O
             database.stop()
         return outcome
     port = free_port()
-    command = [str(python), str(APPS / middleware.app), str(port)]
+    command = [str(python), str(middleware.app), str(port)]
     log = work / f"{middleware.name}.log"
     with open(log, "wb") as handle:
         process = subprocess.Popen(command, stdout=handle, stderr=subprocess.STDOUT, start_new_session=True)
