@@ -12,7 +12,9 @@ the service answering again: the evidence that a repeated 5xx is a replay
 most MAX_RETRY_AFTER seconds is sent once more when that time has passed: a claim
 left by a request that died mid-way may block its key for a bounded lease (the draft
 lets a server answer "in progress" until then), and only a key still refused after
-its own stated wait is stuck. Bounded in count and time; recorded in the run's
+its own stated wait is stuck. A clock fault moved back holds a request's timers
+back by as much (harness.probe.replays.clock_hold): the retries wait until that hold
+is over (`not_before`) when it ends within MAX_RETRY_AFTER seconds. Bounded in count and time; recorded in the run's
 history like every other request, so every invariant judges them.
 """
 
@@ -45,8 +47,9 @@ OPERATION = "create_order"
 
 
 def late_retries(config: ProbeConfig, upstream: str, operations: Sequence[Mapping[str, Any]],
-                 history_dir: Path) -> int:
-    """Send the late retries (see the module docstring); how many were sent."""
+                 history_dir: Path, *, not_before: float = 0.0) -> int:
+    """Send the late retries (see the module docstring), none before the epoch time
+    `not_before` if it is at most MAX_RETRY_AFTER away; how many were sent."""
     groups: dict[tuple[str, str, Any], list[Mapping[str, Any]]] = defaultdict(list)
     for op in operations:
         if op.get("op") == OPERATION and op.get("idempotency_key") is not None:
@@ -62,7 +65,8 @@ def late_retries(config: ProbeConfig, upstream: str, operations: Sequence[Mappin
             pending.append((endpoints[name], key, identity, last["body"], last.get("path")))
     if not pending:
         return 0
-    time.sleep(SETTLE)
+    hold = not_before - time.time()
+    time.sleep(max(SETTLE, hold if hold <= MAX_RETRY_AFTER else 0.0))
     deadline = time.monotonic() + LATE_BUDGET
     token = os.urandom(3).hex()
     rng = random.Random(f"{config.load.seed}:late")

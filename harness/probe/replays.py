@@ -18,6 +18,14 @@ The same evidence of health shows a stuck key (`check_stuck_keys`, judged into
 every fault healed) that got no answer at all, while a fresh request sent after the
 last fault was answered 2xx: the service works, but not for this key (a lock a failed
 request never released).
+
+A clock fault moved back (a jump back, the end of a skew, every flip of a strobe) is
+longer than its window: under libfaketime the service's monotonic clock goes back with
+its wall clock (docs/clocks.md), so a request asleep or waiting on a timer then is held
+back by as much, and its key stays in flight that long with nothing wrong in the
+service. `clock_hold` is that many seconds; `fault_windows` ends such a fault that much
+later and `held_until` says when the last hold is over (the late retries wait for it,
+harness.probe.late_retries, and a late retry sent before it is not judged stuck).
 """
 
 from __future__ import annotations
@@ -36,14 +44,33 @@ class _Result(Protocol):
     def violate(self, message: str, **evidence: Any) -> None: ...
 
 
+def clock_hold(fault: Mapping[str, Any]) -> float:
+    """Seconds a clock fault may hold its target's timers back: the largest step back it
+    made (0 for a fault that is not a clock's, or only moved it forward)."""
+    delta = fault.get("delta")
+    if fault.get("kind") != "clock" or not isinstance(delta, (int, float)):
+        return 0.0
+    if fault.get("clock") == "jump":
+        return max(0.0, -float(delta))  # a jump stays: only one back is a step back
+    return abs(float(delta))  # a skew or a strobe is set back at its end (and a strobe flips)
+
+
+def held_until(faults: Sequence[Mapping[str, Any]]) -> float:
+    """When the last clock fault's hold is over (epoch seconds; 0.0 with none)."""
+    return max((float(fault["end"]) + clock_hold(fault) for fault in faults
+                if clock_hold(fault) > 0 and isinstance(fault.get("end"), (int, float))), default=0.0)
+
+
 def fault_windows(faults: Sequence[Mapping[str, Any]]) -> list[tuple[float, float]]:
-    """(start, end + RECOVERY) of every fault the run applied (a fault still on: to infinity)."""
+    """(start, end + RECOVERY + its clock hold) of every fault the run applied (a fault
+    still on: to infinity)."""
     windows = []
     for fault in faults:
         start = fault.get("start")
         if isinstance(start, (int, float)):
             end = fault.get("end")
-            windows.append((float(start), float(end) + RECOVERY if isinstance(end, (int, float)) else float("inf")))
+            windows.append((float(start), float(end) + RECOVERY + clock_hold(fault)
+                            if isinstance(end, (int, float)) else float("inf")))
     return windows
 
 

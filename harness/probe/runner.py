@@ -75,6 +75,7 @@ from harness.probe.messages.checks import check_messages, combine
 from harness.probe.messages.play import MessageOutcome, MessagePlay
 from harness.probe.plan_targets import ProbeTargets, load_probe_plan, probe_windows
 from harness.probe.provider.plan import bind_provider_faults
+from harness.probe.replays import held_until
 from harness.probe.rig import ProbeRig
 from harness.probe.webhooks.checks import check_webhooks, receiver_clock_spans
 from harness.probe.webhooks.checks import combine as combine_webhooks
@@ -220,7 +221,7 @@ def run_probe(spec: ProbeSpec) -> ProbeResult:
         upstream = rig.upstream
         # What never succeeded is retried once more, now that the service is well.
         late_retries(config, upstream, list(iter_operations(history_files(run_dir / "history"))),
-                     run_dir / "history")
+                     run_dir / "history", not_before=held_until(_fault_log(run_dir / FAULT_LOG)))
         if plan is not None and plan.aged_retries is not None:
             # Keys aged on the service's clock (harness.probe.aged_retries), sent again.
             aged = aged_retries(config, upstream, list(iter_operations(history_files(run_dir / "history"))),

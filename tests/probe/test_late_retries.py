@@ -75,6 +75,37 @@ def test_a_late_retry_refused_as_in_flight_is_a_stuck_key() -> None:
     assert "stuck in flight" in in_flight.violations[0]["message"]
 
 
+def _clock(mode: str, delta: float, *, end: float = 2.0) -> dict[str, Any]:
+    return {"name": "w0", "kind": "clock", "clock": mode, "delta": delta, "start": 1.5, "end": end}
+
+
+@pytest.mark.parametrize(("fault", "judged"), [
+    (_clock("strobe", 30.0), False),  # every flip back holds the request's timers 30 s
+    (_clock("skew", 90.0), False),  # set back 90 s at its end
+    (_clock("jump", -30.0), False),  # a jump back
+    (_clock("jump", 7200.0), True),  # a jump forward holds nothing: the key is stuck
+    (_clock("strobe", 0.5), True),  # its hold is over before the retry
+])
+def test_a_late_retry_in_flight_while_a_clock_moved_back_holds_the_first_is_not_stuck(
+        fault: dict[str, Any], judged: bool) -> None:
+    """libfaketime moves the service's monotonic clock back with its wall clock: a request
+    asleep then sleeps that much longer, and its key is in flight with nothing wrong."""
+    ops = [op("k", "first", "info", at=1.0), op("k", LATE_RETRY, "fail", status=409, at=3.0)]
+    result = check(ops, CONFIG, min_acknowledged=1, faults=[fault])
+    in_flight = next(inv for inv in result.invariants if inv.name == "in_flight_refused_or_waited")
+    assert (not in_flight.passed) is judged, in_flight.violations
+
+
+def test_the_late_retries_wait_for_a_clock_hold_to_be_over(service: tuple[str, list[dict[str, Any]]],
+                                                           tmp_path: Path) -> None:
+    url, _ = service
+    ops = [op("k", "first", "info", at=1.0)]
+    start = time.time()
+    assert late_retries(CONFIG, url, ops, tmp_path, not_before=start + 1.5) == 1
+    sent = [o for o in iter_operations(history_files(tmp_path)) if o.get("expect") == LATE_RETRY]
+    assert sent and sent[0]["invoke_time"] >= start + 1.5, sent
+
+
 @pytest.fixture
 def service() -> Iterator[tuple[str, list[dict[str, Any]]]]:
     """Answers 201 with a new id, and records each request (key, authorization, body)."""
