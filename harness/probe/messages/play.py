@@ -18,7 +18,10 @@
    for every fact with a confirmed publish to have an effect (the entry's oracle,
    harness.probe.oracles, asked with `fact`) and for the broker to hold nothing
    unacknowledged, or for the broker to hold nothing while no new effect came for
-   `SETTLE` seconds (what is missing then is lost, not late); then it counts every published fact's effects once more, reads
+   `SETTLE` seconds (what is missing then is lost, not late). "Holds nothing" is
+   believed once its publish counter has caught up with the confirmed publishes, or
+   once that counter stood still for `STATS_SETTLE` seconds (a restart loses what the
+   broker counted last); then it counts every published fact's effects once more, reads
    the broker's final counts (waiting, within `STATS_GRACE`, until the broker has
    counted every confirmed publish: RabbitMQ's management statistics lag by seconds)
    and lists the dead letters. One `MessageOutcome` per entry, written to
@@ -52,6 +55,11 @@ WATCH_INTERVAL = 0.3
 POLL = 0.3
 STATS_GRACE = 15.0
 SETTLE = 2.0  # the broker empty and no new effect for this long: the consumer is done
+# After a broker restart its publish counter may never reach the confirmed publishes (what
+# it counted just before the restart, or before its statistics first showed the queue, is
+# lost with it): unchanged this long, longer than RabbitMQ's statistics interval (5 s),
+# the reading is a fresh one, and the counter has caught up with what it will ever count.
+STATS_SETTLE = 6.0
 MAX_DEAD_LETTERS = 200
 SPREAD_SHARE = 0.5  # the producers publish over this share of the load's duration
 
@@ -75,6 +83,25 @@ class MessageOutcome:
 
 
 COUNTERS = ("redeliveries", "stored", "dead_letters")
+
+
+class _PublishCount:
+    """Whether the broker's publish counter has caught up with the confirmed publishes
+    (`stored` of them): it has reached them, or the broker reports none, or it stayed
+    the same for STATS_SETTLE seconds (a broker restarted meanwhile lost some counts)."""
+
+    def __init__(self, stored: int) -> None:
+        self.stored = stored
+        self.current = False
+        self._value: int | None = None
+        self._since = time.monotonic()
+
+    def see(self, stats: BrokerStats) -> BrokerStats:
+        if stats.stored != self._value:
+            self._value, self._since = stats.stored, time.monotonic()
+        settled = stats.stored is not None and time.monotonic() - self._since >= STATS_SETTLE
+        self.current = stats.stored is None or stats.stored >= self.stored or settled
+        return stats
 
 
 class _Watcher:
@@ -267,15 +294,16 @@ class MessagePlay:
         # have them yet (a restarted RabbitMQ reports a recovered queue seconds after it
         # accepts connections): unknown counts are waited for, never taken for an empty queue.
         reports = spec.broker != "rabbitmq" or spec.management is not None
-        stats = watcher.read_or_unknown()
+        counted = _PublishCount(stored)
+        stats = counted.see(watcher.read_or_unknown())
         progress = time.monotonic()
         while time.monotonic() < deadline:
             still = [fact for fact in waiting if oracle.count({"fact": fact}, {}).count == 0]
             if len(still) < len(waiting):
                 progress = time.monotonic()
             waiting = still
-            stats = watcher.read_or_unknown()
-            empty = stats.unacknowledged == 0 and (stats.stored is None or stats.stored >= stored)
+            stats = counted.see(watcher.read_or_unknown())
+            empty = stats.unacknowledged == 0 and counted.current
             # Drained: nothing waits, or the broker holds nothing and no effect came for a while (lost).
             known = stats.unacknowledged is not None or not reports
             if (not waiting and not stats.unacknowledged and known) or (empty and time.monotonic() - progress > SETTLE):
@@ -286,12 +314,10 @@ class MessagePlay:
         outcome.effects = [(fact, oracle.count({"fact": fact}, {}).count) for fact in facts]
         grace = time.monotonic() + STATS_GRACE
         # Counts not yet reported (a restarted broker's statistics start empty) are waited for too.
-        while (not (stats.stored is None or stats.stored >= stored)
-               or (reports and stats.redeliveries is None)) \
-                and time.monotonic() < grace:
+        while (not counted.current or (reports and stats.redeliveries is None)) and time.monotonic() < grace:
             time.sleep(POLL)
-            stats = watcher.read_or_unknown()
-        outcome.stats_current = stats.stored is None or stats.stored >= stored
+            stats = counted.see(watcher.read_or_unknown())
+        outcome.stats_current = counted.current
         outcome.backlog = stats.unacknowledged
         outcome.redeliveries = (max(watcher.highest or 0, stats.redeliveries)
                                 if stats.redeliveries is not None else watcher.highest)
