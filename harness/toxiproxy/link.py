@@ -10,8 +10,9 @@ Byte counts for `/metrics` (only with proxy metrics on): a `CountingSide` counts
 what it reads (`received`) and what of it reached the other socket (`sent`).
 
 A proxy with a step watch (`ConnectionOwner.wire`, harness.toxiproxy.steps) puts a
-`StepTap` in front of both directions: the sides feed the tap, which parses and
-feeds the directions (so no fast path while tapped). Without one, nothing changes.
+`StepTap` in front of both directions: the sides feed the tap, which parses (the
+watch's protocol) and feeds the directions (so no fast path while tapped).
+Without one, nothing changes.
 """
 
 from __future__ import annotations

@@ -49,6 +49,7 @@ Contract:
 from __future__ import annotations
 
 import re
+import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -69,6 +70,8 @@ _HEAD = 64 << 10
 _MAX_NAMES = 4096
 _TABLE_LIMIT = 80
 _VERBS_LIMIT = 80
+
+_HEADER = struct.Struct("!BI")  # a typed message's type byte and length
 
 UNKNOWN: tuple[str, str] = ("-", "-")
 
@@ -254,13 +257,19 @@ class BackendSplitter:
                 if answer in (0x53, 0x47):  # 'S' SSL, 'G' GSSAPI: encrypted from here on
                     raise Untracked("the connection switched to encryption")
                 raise PgWireError(f"answer {bytes([answer])!r} to an encryption request")
-            take = min(5 - len(self._head), size - pos)
-            self._head += chunk[pos : pos + take]
-            pos += take
-            if len(self._head) < 5:
-                break
-            kind, length = self._head[0], int.from_bytes(self._head[1:5], "big")
-            self._head.clear()
+            if not self._head and size - pos >= 5:
+                # The usual case, a header whole in this chunk: read it in place
+                # (a result of many rows is as many DataRow messages).
+                kind, length = _HEADER.unpack_from(chunk, pos)
+                pos += 5
+            else:
+                take = min(5 - len(self._head), size - pos)
+                self._head += chunk[pos : pos + take]
+                pos += take
+                if len(self._head) < 5:
+                    break
+                kind, length = _HEADER.unpack_from(self._head)
+                self._head.clear()
             if kind not in _BACKEND_TYPES:
                 raise PgWireError(f"unknown backend message type {bytes([kind])!r}")
             if not 4 <= length <= _MAX_MESSAGE or (kind == 0x5A and length != 5):
