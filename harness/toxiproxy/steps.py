@@ -351,8 +351,11 @@ class StepTap:
             if self._fire_on_reply(round_, data, start, reply_start, end):
                 return
             start = end
-        if start < len(data) and not self._reply_dropped():
-            self.down.feed(data[start:])
+        # What follows the last complete reply begins the next one: held back too
+        # when that is a reply an `error` step drops.
+        stop = previous if self._reply_dropped() else len(data)
+        if start < stop:
+            self.down.feed(data[start:stop])
 
     def _fire_on_reply(self, round_: _Round, data: bytes, start: int, reply_start: int, end: int) -> bool:
         """Apply a round's triggers once its reply is complete; True if that ended the connection."""

@@ -2,8 +2,10 @@
 messages: a whole client session (SSLRequest, startup, password, simple queries,
 the extended protocol with named and unnamed statements, Close, Terminate) split
 at every byte and anywhere, the server's replies ending at each ReadyForQuery,
-the statement tokenizer's verbs and tables, and bytes that are not the protocol
-refused (the tap then forwards them untouched; see test_wire_postgres.py)."""
+the statement tokenizer's verbs and tables, bytes that are not the protocol
+refused (the tap then forwards them untouched; see test_wire_postgres.py), and
+the step tap (harness.toxiproxy.steps) on such bytes with a stand-in connection:
+where each fault cuts the client's stream and the server's replies."""
 
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ from harness.toxiproxy.pgwire import (
     statement_step,
     table_pattern,
 )
+from harness.toxiproxy.steps import StepTap, StepWatch
 from harness.toxiproxy.wire import ClientMessage, Untracked
 
 
@@ -349,3 +352,118 @@ def test_many_statements_keep_a_bounded_name() -> None:
 )
 def test_table_patterns(name: str, pattern: str) -> None:
     assert table_pattern(name) == pattern
+
+
+# -- the step tap on PostgreSQL bytes -----------------------------------------------
+class _Connection:
+    """A stand-in for the proxied connection: records what the tap did to it; no
+    process owns it, so triggers fire without signalling anyone."""
+
+    def __init__(self) -> None:
+        self.events: list[str] = []
+
+    def close(self, *, abort: bool) -> None:
+        self.events.append("abort" if abort else "close")
+
+    def reset(self) -> None:
+        self.events.append("reset")
+
+    def untap(self) -> None:
+        self.events.append("untap")
+
+    def owner_pid(self) -> int | None:
+        return None
+
+
+class _Sink:
+    def __init__(self) -> None:
+        self.data = b""
+
+    def feed(self, data: bytes) -> None:
+        self.data += data
+
+
+READY = _msg(b"R", struct.pack("!I", 0)) + _msg(b"K", struct.pack("!II", 1, 2)) + _z()
+INSERT_DONE = _msg(b"1") + _msg(b"2") + _msg(b"C", b"INSERT 0 1\0") + _z()
+
+
+def _tap(*triggers: dict[str, object]) -> tuple[StepTap, StepWatch, _Connection, _Sink, _Sink]:
+    watch = StepWatch("db", "postgres", "service")
+    for trigger in triggers:
+        watch.arm(trigger)
+    connection, up, down = _Connection(), _Sink(), _Sink()
+    tap = StepTap(watch, connection, up, down)
+    tap.from_client(_startup(user="u"))
+    tap.from_server(READY)
+    assert up.data == _startup(user="u") and down.data == READY
+    up.data = down.data = b""
+    return tap, watch, connection, up, down
+
+
+def _insert(number: int) -> bytes:
+    return _parse(b"", INSERT) + _bind(b"", b"") + _execute()
+
+
+def test_the_startup_is_no_step_and_an_after_waits_for_the_sync_of_its_execute() -> None:
+    tap, watch, connection, up, down = _tap({"action": "after", "step": "db INSERT payments service"})
+    tap.from_client(_insert(1))  # the Sync comes in a later chunk
+    assert up.data == _insert(1)
+    tap.from_client(SYNC + _query("SELECT 1"))
+    assert up.data == _insert(1) + SYNC  # the round goes on, nothing after it
+    tap.from_client(_query("SELECT 2"))
+    assert up.data == _insert(1) + SYNC
+    tap.from_server(INSERT_DONE)
+    assert down.data == INSERT_DONE and connection.events == ["close"]
+    assert watch.steps == {"db INSERT payments service": 1}
+    (trigger,) = watch.triggers
+    assert trigger.fired is not None and trigger.fired["step"] == "db INSERT payments service"
+
+
+def test_before_the_second_execute_of_a_pipeline_holds_it_and_everything_after() -> None:
+    tap, watch, connection, up, down = _tap({"action": "before", "step": "db INSERT *", "occurrence": 2})
+    first, second = _insert(1), _insert(2)
+    prefix = first + _parse(b"", INSERT) + _bind(b"", b"")
+    tap.from_client(first + second + SYNC)
+    assert up.data == prefix and connection.events == ["abort"]
+    assert watch.steps == {"db INSERT payments service": 2}
+
+
+def test_error_drops_a_reply_that_arrives_in_pieces() -> None:
+    tap, watch, connection, up, down = _tap({"action": "error", "step": "db INSERT *"})
+    tap.from_client(_query("SELECT 1") + _insert(1) + SYNC)
+    select_reply = _msg(b"C", b"SELECT 1\0") + _z()
+    tap.from_server(select_reply + INSERT_DONE[:7])
+    tap.from_server(INSERT_DONE[7:-6])
+    assert down.data == select_reply and connection.events == []
+    tap.from_server(INSERT_DONE[-6:])
+    assert down.data == select_reply and connection.events == ["reset"]
+    assert watch.triggers[0].fired is not None
+
+
+def test_a_second_trigger_in_a_round_another_one_ended_is_recorded_as_not_fired() -> None:
+    tap, watch, connection, up, down = _tap(
+        {"action": "after", "step": "db INSERT *"}, {"action": "after", "step": "db SELECT *"}
+    )
+    select = _parse(b"", "SELECT id FROM payments") + _bind(b"", b"") + _execute()
+    tap.from_client(_insert(1) + select + SYNC)
+    tap.from_server(INSERT_DONE)
+    first, second = watch.triggers
+    assert first.fired is not None and first.fired["step"] == "db INSERT payments service"
+    assert second.fired is not None and second.fired["verified"] is False
+    assert "another trigger" in second.fired["error"]
+
+
+def test_a_pause_lets_the_connection_carry_on() -> None:
+    tap, watch, connection, up, down = _tap({"action": "pause", "step": "db INSERT *", "duration_ms": 50})
+    tap.from_client(_insert(1) + SYNC)
+    tap.from_server(INSERT_DONE)
+    tap.from_client(_query("COMMIT"))
+    assert up.data == _insert(1) + SYNC + _query("COMMIT") and down.data == INSERT_DONE
+    assert connection.events == []
+    assert watch.steps == {"db INSERT payments service": 1, "db COMMIT - service": 1}
+
+
+def test_garbage_from_the_server_is_forwarded_and_the_connection_untapped() -> None:
+    tap, watch, connection, up, down = _tap()
+    tap.from_server(b"\x00garbage")
+    assert down.data == b"\x00garbage" and connection.events == ["untap"] and watch.unparsed == 1
