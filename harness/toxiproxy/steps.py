@@ -32,8 +32,8 @@ Contract:
     error:  the round goes on (it executes), its reply is dropped (none of it
             reaches the client) and the connection reset: the client sees a
             connection error, the effect is done.
-  A trigger that matched a step of a round that another trigger ended first
-  records that (verified false) instead of firing.
+  A trigger that matched a step whose reply it will never see (another trigger
+  ended the connection first, or parsing stopped) records why, verified false.
 - The owner of a connection is the process holding the client's socket, found
   from the client's port via /proc/net/tcp(6) and /proc/<pid>/fd. A trigger whose
   owner cannot be found, or is this process, records an error and signals nobody.
@@ -60,6 +60,7 @@ PROTOCOLS = ("redis", "postgres")
 ACTIONS = ("before", "after", "pause", "error")
 _VERIFY_TRIES = 40
 _VERIFY_EVERY = 0.025
+_ENDED_BY_ANOTHER = "another trigger ended the connection before this step's reply"
 
 
 class StepConfigError(ValueError):
@@ -397,6 +398,7 @@ class StepTap:
         else:
             self.watch.untracked += 1
         self.done = True
+        self._abandon_all("the connection stopped being parsed before this step's reply")
         if pending_up:
             self.up.feed(pending_up)
         if pending_down:
@@ -404,13 +406,14 @@ class StepTap:
         self.connection.untap()
 
     # -- faults
-    def _abandon_all(self) -> None:
+    def _abandon_all(self, reason: str = _ENDED_BY_ANOTHER) -> None:
         for round_ in (*self.pending, self.round):
-            self._abandon(round_.triggers)
+            self._abandon(round_.triggers, reason)
 
     @staticmethod
-    def _abandon(triggers: list[tuple[Trigger, str]]) -> None:
-        """Triggers that matched a step of a connection another trigger ended first."""
+    def _abandon(triggers: list[tuple[Trigger, str]], reason: str = _ENDED_BY_ANOTHER) -> None:
+        """Triggers that matched a step whose reply they will never see: recorded
+        as not verified, with why, so that none waits unfired forever."""
         for trigger, identity in triggers:
             if trigger.fired is None:
                 trigger.fired = {
@@ -419,7 +422,7 @@ class StepTap:
                     "pid": None,
                     "at": time.time(),
                     "verified": False,
-                    "error": "another trigger ended the connection before this step's reply",
+                    "error": reason,
                 }
         triggers.clear()
 
