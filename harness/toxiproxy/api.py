@@ -12,8 +12,8 @@ answered by the router before that middleware, without one, as in Go).
 The harness's own extension lives under `/harness/` (no Toxiproxy client sends
 there): steps seen on the wire and step faults (harness.toxiproxy.steps), per proxy:
   GET/POST /harness/proxies/{name}/wire      the watch; POST {"protocol": "redis",
-                                             "role": "app"} switches parsing on,
-                                             {"protocol": null} off
+                                             "role": "app"} (or "postgres")
+                                             switches parsing on, {"protocol": null} off
   GET/DELETE /harness/proxies/{name}/steps   step counts; DELETE zeroes them
   GET/POST /harness/proxies/{name}/triggers  step faults; POST {"action": "before",
                                              "step": "redis INCR counter app",

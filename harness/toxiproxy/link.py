@@ -10,8 +10,9 @@ Byte counts for `/metrics` (only with proxy metrics on): a `CountingSide` counts
 what it reads (`received`) and what of it reached the other socket (`sent`).
 
 A proxy with a step watch (`ConnectionOwner.wire`, harness.toxiproxy.steps) puts a
-`RespTap` in front of both directions: the sides feed the tap, which parses and
-feeds the directions (so no fast path while tapped). Without one, nothing changes.
+`StepTap` in front of both directions: the sides feed the tap, which parses (the
+watch's protocol) and feeds the directions (so no fast path while tapped).
+Without one, nothing changes.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Protocol, cast
 
-from harness.toxiproxy.steps import RespTap, StepWatch, owner_pid
+from harness.toxiproxy.steps import StepTap, StepWatch, owner_pid
 from harness.toxiproxy.toxics import Behaviour, Timing, Toxic, new_behaviour
 
 # Bytes a toxic chain may hold before the source is paused (latency holds data).
@@ -360,7 +361,7 @@ class Connection:
         self.up: Direction | None = None
         self.down: Direction | None = None
         self.closed = False
-        self.tap: RespTap | None = None
+        self.tap: StepTap | None = None
         self._connector: asyncio.Task[None] | None = None
 
     # -- setup --------------------------------------------------------------------
@@ -391,7 +392,7 @@ class Connection:
         self.refresh()
         watch = self.proxy.wire
         if watch is not None:
-            self.tap = RespTap(watch, self, self.up, self.down)
+            self.tap = StepTap(watch, self, self.up, self.down)
         for side, direction in ((self.client, self.up), (server, self.down)):
             if self.tap is None:
                 side.feed = direction.feed

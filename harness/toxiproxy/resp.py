@@ -15,6 +15,12 @@ Contract:
   RESP2 and RESP3 replies are split by hiredis; a protocol error raises `RespError`.
 - `key_pattern(key)` normalises the first key of a command (digit runs, hex ids,
   uuids become `*`), so `order:42:payment` and `order:43:payment` are one step.
+- `RedisCommands` is the step tap's client splitter (harness.toxiproxy.wire): every
+  command is answered by one reply; MULTI ... EXEC is one step named by the verbs
+  queued inside (`MULTI[SET,RPUSH]EXEC`) and the first queued key, MULTI and the
+  queued commands are no steps; a command after which replies stop pairing
+  (SUBSCRIBE, MONITOR, CLIENT REPLY, ...) is `untrackable`. `ReplySplitter` is its
+  server splitter.
 """
 
 from __future__ import annotations
@@ -23,6 +29,8 @@ import re
 from dataclasses import dataclass
 
 import hiredis
+
+from harness.toxiproxy.wire import ClientMessage, WireError
 
 # Sanity bounds: past these the stream is not a Redis client's (Redis's own
 # limits are 1M+ arguments and 512 MB per bulk; inline lines are capped at 64 KB).
@@ -50,7 +58,7 @@ KEYLESS = frozenset(
 UNTRACKABLE = frozenset({"SUBSCRIBE", "PSUBSCRIBE", "SSUBSCRIBE", "MONITOR", "SYNC", "PSYNC"})
 
 
-class RespError(ValueError):
+class RespError(WireError):
     """Bytes that are not the Redis protocol."""
 
 
@@ -187,3 +195,45 @@ def command_key(command: Command) -> str:
     if len(command.args) < 2 or command.verb in KEYLESS:
         return "-"
     return key_pattern(command.args[1])
+
+
+class RedisCommands:
+    """The step tap's client splitter for Redis: commands, their steps, MULTI ... EXEC."""
+
+    def __init__(self) -> None:
+        self._parser = CommandParser()
+        self._multi: list[Command] | None = None
+
+    def feed(self, chunk: bytes) -> list[ClientMessage]:
+        messages: list[ClientMessage] = []
+        for command in self._parser.feed(chunk):
+            if untrackable(command):
+                messages.append(ClientMessage(command.start, command.end, None, answered=True, untrackable=True))
+                break
+            messages.append(ClientMessage(command.start, command.end, self._step(command), answered=True))
+        return messages
+
+    def _step(self, command: Command) -> tuple[str, str] | None:
+        verb = command.verb
+        if self._multi is not None:
+            if verb == "EXEC":
+                queued, self._multi = self._multi, None
+                inner = ",".join(cmd.verb for cmd in queued)
+                return f"MULTI[{inner}]EXEC", command_key(queued[0]) if queued else "-"
+            if verb == "DISCARD":
+                self._multi = None
+            else:
+                self._multi.append(command)
+            return None
+        if verb == "MULTI":
+            self._multi = []
+            return None
+        return verb, command_key(command)
+
+
+def untrackable(command: Command) -> bool:
+    """After this command replies no longer pair one to one with commands."""
+    verb = command.verb
+    if verb in UNTRACKABLE:
+        return True
+    return verb == "CLIENT" and len(command.args) > 1 and command.args[1].upper() in (b"REPLY", b"TRACKING")

@@ -1,29 +1,39 @@
 """Steps seen on the wire, and faults at a step (issue 32, items 1 and 2).
 
 Contract:
-- A proxy with a `StepWatch` (protocol `redis`, switched on per proxy; off by
-  default, when its connections carry no parsing at all) puts a `RespTap` between
-  each connection's sockets and its toxic chains. The tap splits client bytes
-  into commands and server bytes into replies, pairs them in order, and counts
-  one *step* per command: `"<dependency> <VERB> <key pattern> <role>"`, e.g.
-  `redis SET order:*:payment app`. MULTI ... EXEC is one step, named by the verbs
-  queued inside (`MULTI[SET,RPUSH]EXEC`) and the first queued key; the commands
-  in between are not steps of their own.
+- A proxy with a `StepWatch` (a protocol of PROTOCOLS, `redis` or `postgres`,
+  switched on per proxy; off by default, when its connections carry no parsing at
+  all) puts a `StepTap` between each connection's sockets and its toxic chains.
+  The tap feeds client bytes to the protocol's client splitter and server bytes to
+  its server splitter (the interface of harness.toxiproxy.wire: resp.py for
+  Redis, pgwire.py for PostgreSQL), pairs answered client messages with reply
+  units in order, and counts one *step* per step message:
+  `"<dependency> <VERB> <key or table pattern> <role>"`, e.g.
+  `redis SET order:*:payment app` or `db INSERT payments service`.
+- A *round* is the client's messages up to one the server answers (a Redis
+  command; a PostgreSQL Query, or the Parse/Bind/Execute... up to a Sync). A
+  step's reply is its round's reply: a PostgreSQL Execute completes at the
+  ReadyForQuery after its Sync.
 - Bytes the parser does not understand are forwarded untouched: the connection is
   counted under `unparsed` and from then on passes on the plain path. A connection
-  that subscribes or monitors (replies no longer pair with commands) is counted
-  under `untracked` and passed on the same way. Parsing never cuts a connection.
+  whose replies stop pairing with its commands (Redis: subscribes or monitors;
+  PostgreSQL: switches to TLS or replication) is counted under `untracked` and
+  passed on the same way. Parsing never cuts a connection.
 - A `Trigger` fires once, at the Nth occurrence of a matching step (a step text,
   `*` as a wildcard), and records what it did (step, pid, time, whether the fault
   verified: the pid died / was stopped):
-    before: the command is held (never reaches the server), the owner SIGKILLed,
-            the connection cut.
-    after:  the command goes on, nothing later from that client is forwarded, the
-            reply is delivered, then the owner is SIGKILLed and the connection closed.
+    before: the step's message is held (never reaches the server; what came
+            before it in its chunk does), the owner SIGKILLed, the connection cut.
+    after:  the step's round goes on, nothing later from that client is
+            forwarded, the reply is delivered, then the owner is SIGKILLed and
+            the connection closed.
     pause:  the reply is delivered, then the owner is SIGSTOPped for `duration_ms`
             and SIGCONTed; the connection carries on.
-    error:  the command goes on (it executes), its reply is dropped and the
-            connection reset: the client sees a connection error, the effect is done.
+    error:  the round goes on (it executes), its reply is dropped (none of it
+            reaches the client) and the connection reset: the client sees a
+            connection error, the effect is done.
+  A trigger that matched a step whose reply it will never see (another trigger
+  ended the connection first, or parsing stopped) records why, verified false.
 - The owner of a connection is the process holding the client's socket, found
   from the client's port via /proc/net/tcp(6) and /proc/<pid>/fd. A trigger whose
   owner cannot be found, or is this process, records an error and signals nobody.
@@ -42,12 +52,15 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from harness.toxiproxy.resp import UNTRACKABLE, Command, CommandParser, ReplySplitter, RespError, command_key
+from harness.toxiproxy import pgwire
+from harness.toxiproxy.resp import RedisCommands, ReplySplitter
+from harness.toxiproxy.wire import ClientMessage, ClientSplitter, ServerSplitter, Untracked, WireError
 
-PROTOCOLS = ("redis",)
+PROTOCOLS = ("redis", "postgres")
 ACTIONS = ("before", "after", "pause", "error")
 _VERIFY_TRIES = 40
 _VERIFY_EVERY = 0.025
+_ENDED_BY_ANOTHER = "another trigger ended the connection before this step's reply"
 
 
 class StepConfigError(ValueError):
@@ -214,11 +227,10 @@ def process_state(pid: int) -> str:
 
 # -- the tap on one connection ----------------------------------------------------
 @dataclass
-class _Pending:
-    """A command forwarded and waiting for its reply."""
+class _Round:
+    """Client messages up to one that the server answers, and the steps among them."""
 
-    identity: str | None  # None: a command inside MULTI ... EXEC, or MULTI itself
-    trigger: Trigger | None = None
+    triggers: list[tuple[Trigger, str]] = field(default_factory=list)
 
 
 class Sink(Protocol):
@@ -240,19 +252,28 @@ class TappedConnection(Protocol):
     def owner_pid(self) -> int | None: ...
 
 
-class RespTap:
-    """Parses one connection both ways and applies step faults."""
+def protocol_splitters(protocol: str) -> tuple[ClientSplitter, ServerSplitter]:
+    """A fresh pair of parsers for one connection of `protocol` (one of PROTOCOLS)."""
+    if protocol == "redis":
+        return RedisCommands(), ReplySplitter()
+    if protocol == "postgres":
+        return pgwire.splitters()
+    raise StepConfigError(f"unknown protocol {protocol!r}")
+
+
+class StepTap:
+    """Parses one connection both ways (the watch's protocol) and applies step faults."""
 
     def __init__(self, watch: StepWatch, connection: TappedConnection, up: Sink, down: Sink) -> None:
         self.watch = watch
         self.connection = connection
         self.up = up
         self.down = down
-        self.commands = CommandParser()
-        self.replies = ReplySplitter()
-        self.pending: deque[_Pending] = deque()
-        self.waiting = 0  # pending entries that carry a trigger
-        self.multi: list[Command] | None = None
+        self.commands, self.replies = protocol_splitters(watch.protocol)
+        self.round = _Round()  # messages sent whose answered message has not come yet
+        self.pending: deque[_Round] = deque()  # rounds forwarded, waiting for their reply
+        self.waiting = 0  # pending rounds that carry a trigger
+        self.closing = False  # an after/error step seen: forward to the end of its round, then block
         self.blocked = False  # after a crash/error step: client bytes are dropped
         self.done = False  # a fault ended this connection
 
@@ -261,65 +282,46 @@ class RespTap:
         if self.done or self.blocked:
             return  # a fault ended this connection: later client bytes go nowhere
         try:
-            commands = self.commands.feed(data)
-        except RespError:
+            messages = self.commands.feed(data)
+        except WireError:
             self._give_up(unparsed=True, pending_up=data)
             return
-        for command in commands:
-            if _untrackable(command):
+        for message in messages:
+            if message.untrackable:
                 self._give_up(unparsed=False, pending_up=data)
                 return
-            entry = self._command(command)
-            if entry is not None and entry.trigger is not None and entry.trigger.action != "pause":
-                self._fire_on_command(entry, data, command)
-                return
+            if message.step is not None:
+                identity = self.watch.identity(*message.step)
+                trigger = self.watch.seen(identity)
+                if trigger is not None and trigger.action == "before":
+                    self._fire_before(trigger, identity, data, message)
+                    return
+                if trigger is not None:
+                    self.round.triggers.append((trigger, identity))
+                    self.closing = self.closing or trigger.action != "pause"
+            if message.answered:
+                if self.round.triggers:
+                    self.waiting += 1
+                self.pending.append(self.round)
+                self.round = _Round()
+                if self.closing:
+                    # The round that holds an after/error step goes on whole (what
+                    # the client sent before awaiting its reply), nothing after it.
+                    self.up.feed(data[: message.end])
+                    self.blocked = True
+                    return
         self.up.feed(data)
 
-    def _command(self, command: Command) -> _Pending | None:
-        """Queue the command's pending reply; the step entry when it is a step."""
-        verb = command.verb
-        if self.multi is not None:
-            if verb == "EXEC":
-                queued, self.multi = self.multi, None
-                inner = ",".join(cmd.verb for cmd in queued)
-                key = command_key(queued[0]) if queued else "-"
-                return self._step(self.watch.identity(f"MULTI[{inner}]EXEC", key))
-            if verb == "DISCARD":
-                self.multi = None
-            else:
-                self.multi.append(command)
-            self.pending.append(_Pending(None))
-            return None
-        if verb == "MULTI":
-            self.multi = []
-            self.pending.append(_Pending(None))
-            return None
-        return self._step(self.watch.identity(verb, command_key(command)))
-
-    def _step(self, identity: str) -> _Pending:
-        entry = _Pending(identity, self.watch.seen(identity))
-        if entry.trigger is not None and entry.trigger.action != "before":
-            self.waiting += 1
-        self.pending.append(entry)
-        return entry
-
-    def _fire_on_command(self, entry: _Pending, data: bytes, command: Command) -> None:
-        trigger = entry.trigger
-        assert trigger is not None and entry.identity is not None
-        if trigger.action == "before":
-            # The command is held: only what came before it goes on (a prefix of
-            # it sent in an earlier chunk is harmless, Redis runs complete commands).
-            self.pending.pop()
-            if command.start > 0:
-                self.up.feed(data[: command.start])
-            self.done = True
-            pid = self._record(trigger, entry.identity)
-            self._signal(trigger, pid, signal.SIGKILL)
-            self.connection.close(abort=True)
-            return
-        # after / error: the command goes on, nothing later from this client does.
-        self.up.feed(data[: command.end])
-        self.blocked = True
+    def _fire_before(self, trigger: Trigger, identity: str, data: bytes, message: ClientMessage) -> None:
+        # The message is held: only what came before it goes on (a prefix of it
+        # sent in an earlier chunk is harmless: servers run complete messages).
+        if message.start > 0:
+            self.up.feed(data[: message.start])
+        self.done = True
+        self._abandon_all()
+        pid = self._record(trigger, identity)
+        self._signal(trigger, pid, signal.SIGKILL)
+        self.connection.close(abort=True)
 
     # -- server -> client
     def from_server(self, data: bytes) -> None:
@@ -327,10 +329,14 @@ class RespTap:
             return
         try:
             ends = self.replies.feed(data, exact=self.waiting > 0)
-        except RespError:
+        except WireError:
             self._give_up(unparsed=True, pending_down=data)
             return
+        except Untracked:
+            self._give_up(unparsed=False, pending_down=data)
+            return
         start = 0
+        previous = 0  # where the reply that ends at `end` begins in this chunk
         for end in ends:
             if not self.pending:
                 # More replies than commands (a push, or a reply we did not pair):
@@ -338,36 +344,51 @@ class RespTap:
                 self.down.feed(data[start:])
                 self._give_up(unparsed=False)
                 return
-            entry = self.pending.popleft()
-            if entry.trigger is None:
+            round_ = self.pending.popleft()
+            reply_start, previous = previous, end
+            if not round_.triggers:
                 continue
             self.waiting -= 1
-            trigger = entry.trigger
+            if self._fire_on_reply(round_, data, start, reply_start, end):
+                return
+            start = end
+        # What follows the last complete reply begins the next one: held back too
+        # when that is a reply an `error` step drops.
+        stop = previous if self._reply_dropped() else len(data)
+        if start < stop:
+            self.down.feed(data[start:stop])
+
+    def _fire_on_reply(self, round_: _Round, data: bytes, start: int, reply_start: int, end: int) -> bool:
+        """Apply a round's triggers once its reply is complete; True if that ended the connection."""
+        delivered = False
+        for index, (trigger, identity) in enumerate(round_.triggers):
             if trigger.action == "error":
-                reply_start = self._reply_start(ends, end)
-                if reply_start > start:
+                if not delivered and reply_start > start:
                     self.down.feed(data[start:reply_start])
                 self.done = True
-                self._record(trigger, entry.identity or trigger.step, pid=None)
+                self._abandon(round_.triggers[index + 1 :])
+                self._abandon_all()
+                self._record(trigger, identity, pid=None)
                 self.connection.reset()
-                return
-            self.down.feed(data[start:end])
-            start = end
+                return True
+            if not delivered:
+                self.down.feed(data[start:end])
+                delivered = True
+            pid = self._record(trigger, identity)
             if trigger.action == "after":
                 self.done = True
-                pid = self._record(trigger, entry.identity or trigger.step)
+                self._abandon(round_.triggers[index + 1 :])
+                self._abandon_all()
                 self._signal(trigger, pid, signal.SIGKILL)
                 self.connection.close(abort=False)
-                return
-            pid = self._record(trigger, entry.identity or trigger.step)
+                return True
             self._pause(trigger, pid)
-        if start < len(data):
-            self.down.feed(data[start:])
+        return False
 
-    @staticmethod
-    def _reply_start(ends: list[int], end: int) -> int:
-        index = ends.index(end)
-        return ends[index - 1] if index else 0
+    def _reply_dropped(self) -> bool:
+        """The reply now arriving is one an `error` step drops: its first bytes go
+        nowhere either (the client must not see a part of it)."""
+        return bool(self.pending) and any(trigger.action == "error" for trigger, _ in self.pending[0].triggers)
 
     # -- giving up on parsing
     def _give_up(self, *, unparsed: bool, pending_up: bytes = b"", pending_down: bytes = b"") -> None:
@@ -377,6 +398,7 @@ class RespTap:
         else:
             self.watch.untracked += 1
         self.done = True
+        self._abandon_all("the connection stopped being parsed before this step's reply")
         if pending_up:
             self.up.feed(pending_up)
         if pending_down:
@@ -384,6 +406,26 @@ class RespTap:
         self.connection.untap()
 
     # -- faults
+    def _abandon_all(self, reason: str = _ENDED_BY_ANOTHER) -> None:
+        for round_ in (*self.pending, self.round):
+            self._abandon(round_.triggers, reason)
+
+    @staticmethod
+    def _abandon(triggers: list[tuple[Trigger, str]], reason: str = _ENDED_BY_ANOTHER) -> None:
+        """Triggers that matched a step whose reply they will never see: recorded
+        as not verified, with why, so that none waits unfired forever."""
+        for trigger, identity in triggers:
+            if trigger.fired is None:
+                trigger.fired = {
+                    "step": identity,
+                    "action": trigger.action,
+                    "pid": None,
+                    "at": time.time(),
+                    "verified": False,
+                    "error": reason,
+                }
+        triggers.clear()
+
     def _record(self, trigger: Trigger, identity: str, pid: int | None = -1) -> int | None:
         """Note the firing; find the owner (pid=-1: look it up)."""
         if pid == -1:
@@ -427,13 +469,6 @@ class RespTap:
                 fired["error"] = f"kill({pid}, SIGCONT): {exc.strerror}"
 
         asyncio.get_running_loop().call_later(trigger.duration_ms / 1000, resume)
-
-
-def _untrackable(command: Command) -> bool:
-    verb = command.verb
-    if verb in UNTRACKABLE:
-        return True
-    return verb == "CLIENT" and len(command.args) > 1 and command.args[1].upper() in (b"REPLY", b"TRACKING")
 
 
 def _verify(fired: dict[str, Any], pid: int, wanted: tuple[str, ...], tries: int) -> None:
