@@ -32,7 +32,9 @@ The buggy modes, each a classic way of losing or doubling a message:
 Messages are handled in batches (what arrives within 50 ms, at most the prefetch
 count of 5), one transaction per batch, acknowledged together (`multiple`). GET
 /healthz answers 200 once the schema exists and the consumer is connected (the probe
-waits for it); each message's work takes `--work-ms` (default 40 ms), inside the window
+waits for it; without `--port` there is no health server, and the consumer prints
+"consumer: consuming QUEUE" when it is connected: `service.ready.log`); each
+message's work takes `--work-ms` (default 40 ms), inside the window
 each buggy mode gets wrong, so a kill lands there while the consumer is busy. Broker
 connection losses are survived by reconnecting (pika heartbeats of 2 s, so a
 blackholed link is noticed quickly); only SIGTERM ends the process.
@@ -148,6 +150,8 @@ class Consumer:
                     arguments = {"x-dead-letter-exchange": "", "x-dead-letter-routing-key": self.dead_letter}
                 channel.queue_declare(self.queue, durable=True, arguments=arguments)
                 channel.basic_qos(prefetch_count=PREFETCH)
+                if not self.connected.is_set():
+                    print(f"consumer: consuming {self.queue}", file=sys.stderr, flush=True)
                 self.connected.set()
                 batch: list[tuple[Any, Any, bytes]] = []
                 for method, properties, raw in channel.consume(self.queue, auto_ack=self.mode == "auto-ack",
@@ -193,7 +197,7 @@ def serve_health(port: int, consumer: Consumer) -> ThreadingHTTPServer:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mode", choices=MODES, default="correct")
-    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--port", type=int, help="the health server's port (none without it)")
     parser.add_argument("--amqp", required=True)
     parser.add_argument("--queue", default="payments")
     parser.add_argument("--dsn", required=True)
@@ -202,7 +206,8 @@ def main() -> None:
     args = parser.parse_args()
     consumer = Consumer(args)
     signal.signal(signal.SIGTERM, lambda *_: (consumer.stopping.set(), sys.exit(0)))
-    serve_health(args.port, consumer)
+    if args.port is not None:
+        serve_health(args.port, consumer)
     consumer.run()
 
 

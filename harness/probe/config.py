@@ -334,6 +334,13 @@ def parse_config(raw: Any, *, source: str = "<config>") -> ProbeConfig:
     if provider is not None and service is None:
         raise where.error("provider", "needs `service:`: the probe hands the provider's URL to the service it "
                           "starts ({provider.url})")
+    if service is not None and not service.listens and (endpoints or webhooks):
+        raise where.error("service.command", "never tells the service its port ({port}), and the config sends "
+                          "it HTTP requests (endpoints or webhooks)")
+    if service is not None and service.ready.consumers is not None \
+            and not any(message.spec.broker == "rabbitmq" for message in messages):
+        raise where.error("service.ready.consumers", "counts the consumers of a RabbitMQ queue: needs a "
+                          "`messages:` entry with `broker: rabbitmq` (on other brokers use `service.ready.log`)")
     return ProbeConfig(provider=provider, endpoints=endpoints, upstream=upstream, profile=profile, key_header=key_header,
                        headers=headers, load=load, plan=Path(plan) if plan else None, source=source,
                        identities=identities, webhooks=webhooks, service=service, dependencies=dependencies,

@@ -41,6 +41,7 @@ import os
 import shutil
 import socket
 import tempfile
+from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
@@ -166,6 +167,23 @@ def check_upstream(upstream: str, *, timeout: float = 3.0) -> None:
         raise RigError(f"upstream {upstream} does not accept connections: {error.strerror or error}") from None
 
 
+def _fewest_consumers(config: ProbeConfig) -> Callable[[], int | None] | None:
+    """For `service.ready.consumers`: the fewest consumers any RabbitMQ queue of the
+    config's `messages:` has now (None while one cannot be read)."""
+    queues = [(message.spec.url, message.spec.queue) for message in config.messages
+              if message.spec.broker == "rabbitmq"]
+    if config.service is None or config.service.ready.consumers is None or not queues:
+        return None
+
+    from harness.probe.brokers.rabbitmq import consumer_count  # pika only when asked for
+
+    def fewest() -> int | None:
+        counts = [consumer_count(url, queue) for url, queue in queues]
+        return None if any(count is None for count in counts) else min(c for c in counts if c is not None)
+
+    return fewest
+
+
 class ProbeRig:
     """The Toxiproxy, the proxies, the service and the guard of one probe run."""
 
@@ -285,12 +303,14 @@ class ProbeRig:
                 self.clocks.add(SERVICE, clock, date_header_reader(
                     f"http://{HOST}:{ports[-1]}{config.service.ready.path or '/'}"))
             self.service = ProbedService(config.service, port=ports[-1], dependencies=self.dependencies.addresses,
-                                         log_path=self.run_dir / LOG_NAME, base_env=base_env, guard=self.guard)
+                                         log_path=self.run_dir / LOG_NAME, base_env=base_env, guard=self.guard,
+                                         consumers=_fewest_consumers(config))
             self._stack.callback(self._record_service)
             self._stack.callback(self.service.stop)
             self.service.start()
             self.upstream = self.service.address
-        check_upstream(self.upstream)
+        if config.service is None or config.service.listens:
+            check_upstream(self.upstream)  # a worker that is not told a port has none to check
         listen = f"{HOST}:{listen_port}"
         if self.guard is not None and self.shared:
             self.guard.proxy_created(ProxyClaim(self.app_proxy, listen, self.upstream))

@@ -26,6 +26,7 @@ arrive from the nemesis's thread, which ends before the final reads.
 
 from __future__ import annotations
 
+import re
 import socket
 import threading
 from collections.abc import Callable, Mapping
@@ -62,9 +63,50 @@ class ProxyRecorder(ProcessGuard, Protocol):
     def proxy_deleted(self, name: str) -> None: ...
 
 
-def ready_check(ready: ReadyCheck, port: int) -> Callable[[], bool]:
-    """True once the service on 127.0.0.1:port is ready: GET ready.path answers 2xx,
-    or (no path) the port accepts connections."""
+class LogSince:
+    """The lines a log file got since `mark()`: the service's log is appended to by
+    every incarnation, and a start is ready by what this one wrote."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._offset = 0
+
+    def mark(self) -> None:
+        try:
+            self._offset = self.path.stat().st_size
+        except OSError:
+            self._offset = 0
+
+    def text(self) -> str:
+        try:
+            with open(self.path, "rb") as log:
+                log.seek(self._offset)
+                return log.read().decode(errors="replace")
+        except OSError:
+            return ""
+
+
+def ready_check(ready: ReadyCheck, port: int, *, log: LogSince | None = None,
+                consumers: Callable[[], int | None] | None = None) -> Callable[[], bool]:
+    """True once the service on 127.0.0.1:port is ready: GET ready.path answers 2xx, a
+    line its `log` got since the start matches ready.log, `consumers()` (the fewest
+    consumers of its queues; None: not known yet) reaches ready.consumers, or (none of
+    them) the port accepts connections."""
+    if ready.log is not None:
+        if log is None:
+            raise ValueError("a ready check by log needs the log")
+        pattern = re.compile(ready.log, re.MULTILINE)
+        return lambda: pattern.search(log.text()) is not None
+    if ready.consumers is not None:
+        if consumers is None:
+            raise ValueError("a ready check by consumers needs a way to count them")
+        wanted, count = ready.consumers, consumers
+
+        def counted() -> bool:
+            found = count()
+            return found is not None and found >= wanted
+
+        return counted
     if ready.path is None:
         return lambda: svc.port_listening(port)
     url = f"http://{svc.HOST}:{port}{ready.path}"
@@ -82,15 +124,17 @@ class ProbedService:
     """The config's service on 127.0.0.1:`port`, started, faulted and stopped by the probe."""
 
     def __init__(self, config: ServiceConfig, *, port: int, dependencies: Mapping[str, str], log_path: Path,
-                 base_env: Mapping[str, str], guard: ProcessGuard | None = None) -> None:
+                 base_env: Mapping[str, str], guard: ProcessGuard | None = None,
+                 consumers: Callable[[], int | None] | None = None) -> None:
         self.config = config
         self.port = port
         self.guard = guard
         env = {**base_env, **config.environment(port, dependencies)}
         self.argv = config.argv(port, dependencies)
+        self._log = LogSince(log_path)
         self._service = svc.Service(svc.ServiceSpec(
-            name=SERVICE, argv=self.argv, env=env, log_path=log_path, port=port,
-            check=ready_check(config.ready, port), cwd=config.cwd))
+            name=SERVICE, argv=self.argv, env=env, log_path=log_path, port=port if config.listens else None,
+            check=ready_check(config.ready, port, log=self._log, consumers=consumers), cwd=config.cwd))
         self._lock = threading.RLock()
         self._spawner = ThreadPoolExecutor(max_workers=1, thread_name_prefix="probe-service")
         self.starts = 0  # incarnations started, for the report
@@ -121,6 +165,7 @@ class ProbedService:
                 raise ServiceFailed("service: stopped for good; the probe is ending")
             if self._service.running():
                 return  # already up: a heal after a fault that found it running
+            self._log.mark()
             try:
                 self._on_spawner(self._service.start)
             except (svc.ServiceError, OSError) as error:

@@ -4,7 +4,8 @@
       command: [python, app.py, --port, "{port}", --db, "postgresql://u@{dependency.db}/app"]
       env: {REDIS_URL: "redis://{dependency.cache}/0"}   # added to the probe's environment
       cwd: ../service            # relative to the config file; default: the current directory
-      ready: {path: /healthz, timeout: 20s}               # or `ready: /healthz`
+      ready: {path: /healthz, timeout: 20s}               # or `ready: /healthz`,
+                                 # `{log: "celery@.* ready"}`, `{consumers: 1}` (a worker)
     dependencies:
       db: 127.0.0.1:5432         # NAME: the real host:port; the service gets a proxy's
       cache: 127.0.0.1:6379
@@ -22,8 +23,13 @@ A placeholder naming an unknown dependency, a service that is never told `{port}
 and `dependencies:` without `service:` (nobody would use the proxies) are errors.
 
 Without `ready`, the service counts as ready once its port accepts TCP connections;
-with a path, once GET path answers 2xx. The timeout (default 20 s) bounds the first
-start and every start after a process fault.
+with a path, once GET path answers 2xx; with `log: PATTERN` (a regular expression), once
+a line its process wrote since this start matches; with `consumers: N`, once every
+RabbitMQ queue of the config's `messages:` has at least N consumers (a worker has no
+HTTP port: with `log` or `consumers` the service need not be told `{port}`, unless the
+config sends it HTTP requests, harness.probe.config). One of `path`, `log`,
+`consumers`. The timeout (default 20 s) bounds the first start and every start after
+a process fault.
 
 Dependency names are how fault plans address the proxies (harness.probe.plan_targets),
 so they are plan names (lowercase letters, digits, '-', '_') and none of the names a
@@ -55,11 +61,23 @@ PROVIDER = "provider"  # the payment provider's proxy among the rendered address
 
 @dataclass(frozen=True)
 class ReadyCheck:
-    """When a started service is ready: GET `path` answers 2xx (None: its port accepts
-    connections), within `timeout` seconds."""
+    """When a started service is ready, within `timeout` seconds: GET `path` answers
+    2xx, or a line of its log since the start matches `log`, or its queues have
+    `consumers` consumers each; with none of them, its port accepts connections."""
 
     path: str | None = None
     timeout: float = DEFAULT_READY_TIMEOUT
+    log: str | None = None
+    consumers: int | None = None
+
+    @property
+    def needs_port(self) -> bool:
+        """Whether readiness is seen on the service's port (GET or TCP)."""
+        return self.log is None and self.consumers is None
+
+    def to_dict(self) -> dict[str, Any]:
+        found = {"log": self.log, "consumers": self.consumers}
+        return {"path": self.path, "timeout": self.timeout, **{k: v for k, v in found.items() if v is not None}}
 
 
 @dataclass(frozen=True)
@@ -81,7 +99,12 @@ class ServiceConfig:
         """The plain form `parse_service` reads back (config.json)."""
         return {"command": list(self.command), "env": dict(self.env),
                 "cwd": str(self.cwd) if self.cwd is not None else None,
-                "ready": {"path": self.ready.path, "timeout": self.ready.timeout}}
+                "ready": self.ready.to_dict()}
+
+    @property
+    def listens(self) -> bool:
+        """Whether the service is told the port the probe picked for it (`{port}`)."""
+        return any("{port}" in text for text in (*self.command, *self.env.values()))
 
     def argv(self, port: int, dependencies: Mapping[str, str]) -> list[str]:
         return [render(arg, port, dependencies) for arg in self.command]
@@ -163,14 +186,15 @@ def parse_service(where: FieldChecker, raw: Any, dependencies: Mapping[str, str]
         if isinstance(value, bool) or not isinstance(value, (str, int, float)):
             raise where.error(f"service.env.{name}", f"must be a string, not {value!r}")
         env[name] = _checked(where, str(value), f"service.env.{name}", dependencies)
-    if not any("{port}" in text for text in (*command, *env.values())):
+    ready = _parse_ready(where, spec.get("ready"))
+    if ready.needs_port and not any("{port}" in text for text in (*command, *env.values())):
         raise where.error("service.command", "never tells the service its port: put {port} in command or env "
-                          "(the probe picks a free port and proxies it)")
+                          "(the probe picks a free port and proxies it), or, for a worker without one, "
+                          "make it ready by `service.ready.log` or `service.ready.consumers`")
     cwd = spec.get("cwd")
     if cwd is not None and (not isinstance(cwd, str) or not cwd.strip()):
         raise where.error("service.cwd", f"must be a folder's path, not {cwd!r}")
-    return ServiceConfig(command=tuple(command), env=env, cwd=Path(cwd) if cwd else None,
-                         ready=_parse_ready(where, spec.get("ready")))
+    return ServiceConfig(command=tuple(command), env=env, cwd=Path(cwd) if cwd else None, ready=ready)
 
 
 def _parse_ready(where: FieldChecker, raw: Any) -> ReadyCheck:
@@ -178,7 +202,21 @@ def _parse_ready(where: FieldChecker, raw: Any) -> ReadyCheck:
         return ReadyCheck()
     path_field = "service.ready" if isinstance(raw, str) else "service.ready.path"
     spec = where.mapping({"path": raw} if isinstance(raw, str) else raw, "service.ready",
-                         optional=("path", "timeout"))
+                         optional=("path", "timeout", "log", "consumers"))
+    given = [key for key in ("path", "log", "consumers") if spec.get(key) is not None]
+    if len(given) > 1:
+        raise where.error("service.ready", f"takes one of path, log and consumers, not {' and '.join(given)}")
+    log = spec.get("log")
+    if log is not None:
+        if not isinstance(log, str) or not log.strip():
+            raise where.error("service.ready.log", f"must be a regular expression a log line matches, not {log!r}")
+        try:
+            re.compile(log)
+        except re.error as error:
+            raise where.error("service.ready.log", f"is not a regular expression: {error}") from None
+    consumers = spec.get("consumers")
+    if consumers is not None and (isinstance(consumers, bool) or not isinstance(consumers, int) or consumers < 1):
+        raise where.error("service.ready.consumers", f"must be a whole number of at least 1, not {consumers!r}")
     path = spec.get("path")
     if path is not None and (not isinstance(path, str) or not path.startswith("/")
                              or any(c.isspace() for c in path)):
@@ -186,7 +224,7 @@ def _parse_ready(where: FieldChecker, raw: Any) -> ReadyCheck:
     timeout = where.duration(spec.get("timeout", DEFAULT_READY_TIMEOUT), "service.ready.timeout")
     if timeout <= 0:
         raise where.error("service.ready.timeout", "must be longer than 0s")
-    return ReadyCheck(path=path, timeout=timeout)
+    return ReadyCheck(path=path, timeout=timeout, log=log, consumers=consumers)
 
 
 def _checked(where: FieldChecker, text: str, path: str, dependencies: Mapping[str, str]) -> str:

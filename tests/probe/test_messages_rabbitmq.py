@@ -25,6 +25,7 @@ import yaml
 from probe_helpers import ROOT
 
 from harness.bundled import plan_path
+from harness.errors import HarnessError
 from harness.probe.config import parse_config
 from harness.probe.runner import ProbeResult, ProbeSpec, run_probe
 from tests.support.postgres import PostgresDatabase
@@ -99,6 +100,37 @@ def test_correct_consumer_passes_under_probe_redelivery(rabbitmq_server: RabbitS
                  for line in path.read_text().splitlines()]
     assert {record.get("kind") for record in publishes if record["type"] == "invoke"} >= {"same_fact_new_id"}
     assert consumer_processes(rabbitmq_queue) == []
+
+
+def _without_port(raw: dict[str, Any], ready: dict[str, Any]) -> dict[str, Any]:
+    command = raw["service"]["command"]
+    at = command.index("--port")
+    del command[at:at + 2]
+    raw["service"]["ready"] = ready
+    return raw
+
+
+@pytest.mark.parametrize("ready", [{"log": "consuming restart-"}, {"consumers": 1}], ids=["log", "consumers"])
+def test_a_worker_without_a_port_is_ready_by_its_log_or_its_queue_s_consumers(
+        ready: dict[str, Any], rabbitmq_server: RabbitServer, postgres_db: PostgresDatabase, tmp_path: Path) -> None:
+    """No HTTP port: each start (the first and every one after a kill) waits for the
+    worker's own sign, and the run is judged as with a health port."""
+    queue = f"restart-{next(iter(ready))}-{tmp_path.name[-12:]}"
+    raw = _without_port(consumer_config("correct", rabbitmq_server, queue, postgres_db), ready)
+    result = probe(raw, tmp_path / "run")
+    assert result.verdict == "pass", explain(result)
+    record = json.loads((result.run_dir / "service.json").read_text())
+    assert record["starts"] >= 2, record  # killed and started again, ready each time
+    assert (result.run_dir / "service.log").read_text().count(f"consumer: consuming {queue}") == record["starts"]
+
+
+def test_a_worker_that_never_shows_its_ready_line_fails_the_start(
+        rabbitmq_server: RabbitServer, rabbitmq_queue: str, postgres_db: PostgresDatabase, tmp_path: Path) -> None:
+    raw = _without_port(consumer_config("correct", rabbitmq_server, rabbitmq_queue, postgres_db),
+                        {"log": "a line it never prints", "timeout": "2s"})
+    with pytest.raises(HarnessError) as caught:
+        probe(raw, tmp_path / "run")
+    assert "not ready after 2s" in str(caught.value), caught.value
 
 
 @pytest.mark.parametrize(("mode", "invariant"), [

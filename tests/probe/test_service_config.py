@@ -50,6 +50,17 @@ def test_ready_may_be_a_path_or_left_out() -> None:
     assert default == ReadyCheck(path=None, timeout=DEFAULT_READY_TIMEOUT)  # its port accepting connections
 
 
+def test_a_worker_is_ready_by_its_log_or_its_consumers_and_needs_no_port() -> None:
+    messages = [{"name": "pay", "broker": "rabbitmq", "url": "amqp://guest:guest@127.0.0.1:5672/%2F",
+                 "queue": "payments", "body": {"p": "{uuid}"}, "fact": "/p",
+                 "effects": {"dsn": "postgresql://u@127.0.0.1/x", "query": "SELECT count(*) FROM t WHERE p = :fact"}}]
+    for ready in ({"log": r"celery@\S+ ready", "timeout": "30s"}, {"consumers": 2}):
+        parsed = parse_config({"service": {"command": ["worker"], "ready": ready}, "messages": messages})
+        assert parsed.service is not None and not parsed.service.listens
+        assert not parsed.service.ready.needs_port
+        assert parse_config(parsed.to_dict()).service == parsed.service  # config.json reads back
+
+
 def test_the_port_may_reach_the_service_through_its_environment() -> None:
     parsed = parse_config(config(service={"command": ["./run"], "env": {"PORT": "{port}"}}))
     assert parsed.service.environment(5000, {}) == {"PORT": "5000"}
@@ -95,6 +106,15 @@ def test_a_relative_cwd_is_relative_to_the_config_file(tmp_path: Path) -> None:
     ({"service": SERVICE, "dependencies": {"db": "postgresql://127.0.0.1:5432/x"}}, "dependencies.db"),
     ({"service": SERVICE, "dependencies": {"db": "127.0.0.1:99999"}}, "dependencies.db"),
     ({"service": SERVICE, "dependencies": ["db"]}, "dependencies"),
+    ({"service": {**SERVICE, "ready": {"path": "/h", "log": "up"}}}, "service.ready"),
+    ({"service": {**SERVICE, "ready": {"log": "("}}}, "service.ready.log"),
+    ({"service": {**SERVICE, "ready": {"log": ""}}}, "service.ready.log"),
+    ({"service": {**SERVICE, "ready": {"consumers": 0}}}, "service.ready.consumers"),
+    ({"service": {**SERVICE, "ready": {"consumers": True}}}, "service.ready.consumers"),
+    # a worker's readiness without {port}, but the config sends it HTTP requests
+    ({"service": {"command": ["worker"], "ready": {"log": "ready"}}}, "service.command"),
+    # consumers are counted on RabbitMQ queues, and this config publishes to none
+    ({"service": {**SERVICE, "ready": {"consumers": 1}}}, "service.ready.consumers"),
 ])
 def test_every_service_error_is_one_line_naming_the_field(top: dict, field: str) -> None:
     with pytest.raises(ProbeConfigError) as caught:

@@ -171,3 +171,26 @@ class RabbitBroker:
     def close(self) -> None:
         self.release()
         self._session.close()
+
+
+def consumer_count(url: str, queue: str) -> int | None:
+    """How many consumers `queue` has now, by a passive declare (nothing is created);
+    None while the broker does not answer or the queue does not exist yet. For a
+    worker's readiness (`service.ready.consumers`, harness.probe.service)."""
+    parameters = pika.URLParameters(url)
+    parameters.socket_timeout = CONNECT_TIMEOUT
+    parameters.connection_attempts = 1
+    try:
+        connection = pika.BlockingConnection(parameters)
+    except (pika.exceptions.AMQPError, OSError):
+        return None
+    try:
+        declared = connection.channel().queue_declare(queue, passive=True)
+        return int(declared.method.consumer_count)
+    except (pika.exceptions.AMQPError, OSError):
+        return None  # 404: the worker has not declared its queue yet
+    finally:
+        try:
+            connection.close()
+        except (pika.exceptions.AMQPError, OSError):
+            pass
