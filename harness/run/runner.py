@@ -55,9 +55,10 @@ from harness.run.drain import export_state, wait_for_drain
 from harness.run.progress import ProgressLine
 from harness.run.redis_capture import read_redis_settings
 from harness.run.rundir import RunDir, RunDirError, RunScope, RunSettings
+from harness.stack import registry
 from harness.stack.clocks import StackClocks
 from harness.stack.info import StackInfo
-from harness.stack.lifeline import RunGuard
+from harness.stack.lifeline import RunGuard, signal_name
 from harness.stack.liveness import describe_down, not_back, require_services_back
 from harness.stack.local import (
     StackError,
@@ -212,16 +213,32 @@ def stack_summary(info: StackInfo) -> dict[str, Any]:
 
 
 def run(spec: RunSpec, *, out: TextIO = sys.stderr) -> RunOutcome:
-    """Run one scenario end to end; never raises for a violation (exit code 1)."""
+    """Run one scenario end to end; never raises for a violation (exit code 1).
+
+    A run directory it created carries, whatever stops the run, a verdict or an
+    interrupted mark: an interrupt that the guard did not see (one before the guard
+    was entered, as on the main thread of `harness run`, or one that cut the guard's
+    own exit short) is marked here."""
     spec.validate()
-    run_dir = RunDir.create(Path(spec.runs_root), spec.run_id or new_run_id(spec.scenario, spec.unsafe_disable))
-    plan = load_plan(Path(spec.plan)) if spec.plan is not None else None
-    if spec.plan is not None:
-        shutil.copyfile(spec.plan, run_dir.plan)
-    # The guard marks the run interrupted on a signal and, if this process is killed
-    # outright, its janitor stops what the run started and heals its faults.
-    with RunGuard(run_dir.path) as guard:
-        return _run_in(spec, run_dir, plan, guard, out=out)
+    run_id = spec.run_id or new_run_id(spec.scenario, spec.unsafe_disable)
+    path = Path(spec.runs_root) / run_id
+    ours = not path.exists()  # an existing directory is another run's: RunDir.create refuses it
+    try:
+        run_dir = RunDir.create(Path(spec.runs_root), run_id)
+        plan = load_plan(Path(spec.plan)) if spec.plan is not None else None
+        if spec.plan is not None:
+            shutil.copyfile(spec.plan, run_dir.plan)
+        # The guard marks the run interrupted on a signal and, if this process is killed
+        # outright, its janitor stops what the run started and heals its faults.
+        with RunGuard(run_dir.path) as guard:
+            try:
+                return _run_in(spec, run_dir, plan, guard, out=out)
+            finally:
+                guard.leave()  # a signal that comes as the run ends still reaches its guard
+    except KeyboardInterrupt as interrupt:
+        if ours:  # a run that has its verdict, or its mark already, is left as it is
+            registry.mark_interrupted(path, signal_name=signal_name(interrupt), by="harness")
+        raise
 
 
 def _run_in(spec: RunSpec, run_dir: RunDir, plan: Plan | None, guard: RunGuard, *, out: TextIO) -> RunOutcome:

@@ -413,8 +413,11 @@ def _smoke_in_lanes(base: RunSpec, specs: list[SmokeSpec], *, out: TextIO, paral
                 future.result()
         except BaseException:
             # Ctrl-C (its runs are interrupted in their threads) or a lane's failure: no
-            # lane starts another step; each stops its stack on its way out.
+            # lane starts another step; each stops its stack on its way out. Waited
+            # for in slices, not by the pool's shutdown: a run whose interrupt a
+            # finalizer swallowed gets it again from this thread's signal handler.
             stopping.set()
+            wait_for_futures(futures, every=True)
             raise
     return [done[index] for index in range(len(specs))]
 
@@ -598,10 +601,16 @@ def _smoke_own_stacks(specs: Sequence[SmokeSpec], *, out: TextIO, parallel: int)
     order = sorted(range(len(specs)), key=lambda index: -step_cost(specs[index][1]))
     with ThreadPoolExecutor(max_workers=max(1, parallel)) as pool:
         futures = {index: pool.submit(one, index) for index in order}
-        wait_for_futures(list(futures.values()))  # as in _smoke_in_lanes
-        for future in futures.values():
-            if future.done():
-                future.result()  # a step that raised (an interrupt, a bug) raises here, at once
+        try:
+            wait_for_futures(list(futures.values()))  # as in _smoke_in_lanes
+            for future in futures.values():
+                if future.done():
+                    future.result()  # a step that raised (an interrupt, a bug) raises here, at once
+        except BaseException:
+            for future in futures.values():
+                future.cancel()  # a step not started yet never starts
+            wait_for_futures(list(futures.values()), every=True)  # as in _smoke_in_lanes
+            raise
         return [futures[index].result() for index in range(len(specs))]
 
 

@@ -15,17 +15,28 @@ Four pieces:
   the finalizer again): no signal is lost, and no thread is started from inside a
   finalizer. SIGALRM is the block's own while it lasts.
   Runs on other threads (the smoke job runs
-  two side by side) are interrupted too: a signal reaches only the main thread, so
+  several side by side) are interrupted too: a signal reaches only the main thread, so
   the handler raises `Interrupted` asynchronously in every thread inside a `RunGuard`
   (`raise_in_thread`), never inside a `threading.Thread.start` of that thread: this
   module patches `Thread.start` (`guard_thread_starts`, called by `interrupt_signals`,
   `RunGuard` and `raise_in_thread`, never on import) so that a thread starting another one gets the
   exception once its start() has returned (see "no exception into a thread that is
-  starting another one" below).
+  starting another one" below). Such a thread's `Interrupted` can be swallowed in a
+  finalizer too (its run then went on to its verdict after the signal: a smoke job's
+  run directory judged, never marked): the hook queues it with the thread's ident,
+  and the SIGALRM handler raises it in that thread again while it is still inside
+  its guard. Whether a thread is inside a guard is read and changed under the gate
+  below (`_GATE`): the handler never interrupts a thread that has just left its run
+  (the exception would land in whatever the thread did next: the next step's run
+  directory, created before that run's guard, or a lane's stack being stopped), and
+  a guard that is left with an interrupt sent but not yet raised takes it back and
+  raises it itself, once its cleanup is done.
 - `Lifeline`: a pipe whose write end only this process holds. A child given the read
   end (the stack's supervisor) sees end-of-file the moment this process dies, however
   it dies, and shuts down.
-- `wait_for_futures()`: how the main thread waits for threads that run runs. The
+- `wait_for_futures()`: how the main thread waits for threads that run runs, before
+  a signal and after it (`every=True`: until each thread is done, as an executor's
+  shutdown would, while the redelivery above needs the main thread's handler). The
   kernel may deliver a process's signal to any of its threads, and then a main thread
   blocked in a lock (as `concurrent.futures.wait` is) is not woken: the signal's handler
   runs only once it wakes. So it wakes every SIGNAL_CHECK_SECONDS.
@@ -49,7 +60,7 @@ import sys
 import threading
 import weakref
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import FIRST_EXCEPTION, Future, wait
+from concurrent.futures import ALL_COMPLETED, FIRST_EXCEPTION, Future, wait
 from contextlib import contextmanager
 from pathlib import Path
 from types import FrameType, TracebackType
@@ -99,20 +110,42 @@ def exit_code_for(interrupt: KeyboardInterrupt) -> int:
 def interrupt_signals(out: TextIO = sys.stderr) -> Iterator[None]:
     """SIGINT, SIGTERM and SIGHUP raise `Interrupted` once; the previous handlers come back after."""
     fired: list[int] = []  # local to this block: which signal started the shutdown
-    # Interrupted swallowed in a finalizer, to raise again (see the module docstring).
-    swallowed: queue.SimpleQueue[int] = queue.SimpleQueue()
+    # Interrupted swallowed in a finalizer, to raise again (see the module docstring):
+    # the ident of the thread that swallowed it, and its signal.
+    swallowed: queue.SimpleQueue[tuple[int, int]] = queue.SimpleQueue()
+    main_ident = threading.main_thread().ident
+
+    def redeliver(frame: FrameType | None) -> int | None:
+        """Raise again, in its thread, each Interrupted swallowed in another thread's
+        finalizer; the main thread's own swallowed signal is returned, for the handler
+        to raise. A token whose thread is still inside the hook waits for the next
+        SIGALRM (raised now, the exception would land in the finalizer again)."""
+        again = None
+        later: list[tuple[int, int]] = []
+        while True:
+            try:
+                token = swallowed.get_nowait()
+            except queue.Empty:
+                break
+            ident, signum = token
+            if ident == main_ident:
+                if frame is not None and frame.f_code is unraisable.__code__:
+                    later.append(token)
+                else:
+                    again = signum
+            elif _runs_code(ident, unraisable.__code__):
+                later.append(token)
+            else:
+                interrupt_guarded_thread(ident, signum)  # nothing once its run is over
+        for token in later:
+            swallowed.put(token)
+        if later:
+            signal.setitimer(signal.ITIMER_REAL, REDELIVER_AFTER)
+        return again
 
     def handler(signum: int, frame: FrameType | None) -> None:
-        try:
-            again = swallowed.get_nowait()
-        except queue.Empty:
-            again = None
+        again = redeliver(frame)
         if again is not None:
-            if frame is not None and frame.f_code is unraisable.__code__:
-                # Still inside the hook that saw it swallowed: once more, after it.
-                swallowed.put(again)
-                signal.setitimer(signal.ITIMER_REAL, REDELIVER_AFTER)
-                return
             raise Interrupted(again)  # the first one, lost in a finalizer: delivered again
         if signum == signal.SIGALRM:
             return  # a redelivery whose token an earlier one took: nothing left to raise
@@ -122,7 +155,8 @@ def interrupt_signals(out: TextIO = sys.stderr) -> Iterator[None]:
             return
         fired.append(signum)
         # Before the threads are searched: a run that starts in between finds the flag
-        # (RunGuard.__enter__ sets its guard first, then looks), so none slips through.
+        # (RunGuard.__enter__ looks, and sets its guard, under the gate the search
+        # takes), so none slips through.
         setattr(threading.main_thread(), FIRED_ATTRIBUTE, signum)
         interrupt_run_threads(signum)
         raise Interrupted(signum)
@@ -132,10 +166,13 @@ def interrupt_signals(out: TextIO = sys.stderr) -> Iterator[None]:
 
     def unraisable(report: Any) -> None:
         interrupt = report.exc_value
-        if isinstance(interrupt, Interrupted) and threading.current_thread() is threading.main_thread():
-            swallowed.put(interrupt.signum)
+        me = threading.current_thread()
+        if isinstance(interrupt, Interrupted) and me.ident is not None and (
+                me is threading.main_thread() or getattr(me, GUARD_ATTRIBUTE, None) is not None):
+            swallowed.put((me.ident, interrupt.signum))
             # The handler runs again on SIGALRM, a moment later: by then the finalizer
             # (and this hook) are left. A handler run right away would raise inside them.
+            # (setitimer is the process's, and allowed from any thread.)
             signal.setitimer(signal.ITIMER_REAL, REDELIVER_AFTER)
             return
         previous_hook(report)
@@ -154,20 +191,49 @@ def interrupt_signals(out: TextIO = sys.stderr) -> Iterator[None]:
             signal.signal(signum, old if old is not None else signal.SIG_DFL)
 
 
-def interrupt_run_threads(signum: int) -> list[str]:
-    """Raise `Interrupted` in every other thread that is running a run; their names."""
+def _interrupted_kind(signum: int) -> type[Interrupted]:
     # The interpreter raises an exception *class* in the target thread, so the signal
     # travels as a class attribute.
-    kind = type(f"Interrupted{signal.Signals(signum).name}", (Interrupted,), {"default_signum": signum})
+    return type(f"Interrupted{signal.Signals(signum).name}", (Interrupted,), {"default_signum": signum})
+
+
+def interrupt_run_threads(signum: int) -> list[str]:
+    """Raise `Interrupted` in every other thread that is running a run; their names."""
+    kind = _interrupted_kind(signum)
     names = []
-    for thread in threading.enumerate():
-        if thread is threading.current_thread() or thread.ident is None:
-            continue
-        if getattr(thread, GUARD_ATTRIBUTE, None) is None:
-            continue
-        raise_in_thread(thread.ident, kind)
-        names.append(thread.name)
+    me = threading.current_thread()
+    # Under the gate: a thread is in its run from the moment its guard is read here to
+    # the moment the exception is sent (RunGuard changes its guard under the gate too).
+    with _GATE:
+        # threading's table read without its lock, as in _thread_of: this runs in a
+        # signal handler, which may have interrupted its own thread holding that lock.
+        for thread in list(threading._active.values()):  # type: ignore[attr-defined]
+            if thread is me or thread.ident is None or getattr(thread, GUARD_ATTRIBUTE, None) is None:
+                continue
+            raise_in_thread(thread.ident, kind)
+            names.append(thread.name)
     return names
+
+
+def interrupt_guarded_thread(ident: int, signum: int) -> bool:
+    """Raise `Interrupted` in the thread `ident` if it is still inside a run's guard
+    (an earlier one was swallowed there); whether it was sent."""
+    with _GATE:
+        thread = _thread_of(ident)
+        if thread is None or getattr(thread, GUARD_ATTRIBUTE, None) is None:
+            return False
+        raise_in_thread(ident, _interrupted_kind(signum))
+        return True
+
+
+def _runs_code(ident: int, code: Any) -> bool:
+    """Whether the thread `ident` is inside a call of `code` (anywhere on its stack)."""
+    frame: FrameType | None = sys._current_frames().get(ident)
+    while frame is not None:
+        if frame.f_code is code:
+            return True
+        frame = frame.f_back
+    return False
 
 
 def _set_async_exc(ident: int, kind: type[BaseException] | None) -> int:
@@ -280,10 +346,12 @@ def raise_in_thread(ident: int, kind: type[BaseException]) -> None:
     """Raise `kind` in the thread `ident`, never inside a `Thread.start` of it (above):
     a thread that is starting one gets it once its start() has returned.
 
-    One loss remains, which no caller can see: an exception that lands while the
-    thread runs a weakref callback or a `__del__` is reported as unraisable and
-    dropped. A run thread so missed finishes its run; the next run it starts finds
-    the main thread's fired flag (RunGuard.__enter__) and does not start.
+    One loss remains, which the caller does not see: an exception that lands while
+    the thread runs a weakref callback or a `__del__` is reported as unraisable and
+    dropped. Inside `interrupt_signals` an `Interrupted` so dropped in a run's thread
+    is raised there again (the module docstring); a run thread that left its run
+    before that finished it, and the next run it starts finds the main thread's
+    fired flag (RunGuard.__enter__) and does not start.
     """
     guard_thread_starts()
     with _GATE:
@@ -301,18 +369,22 @@ def raise_in_thread(ident: int, kind: type[BaseException]) -> None:
 SIGNAL_CHECK_SECONDS = 0.25  # how often a main thread waiting for others runs its signal handlers
 
 
-def wait_for_futures(futures: Sequence[Future[Any]]) -> None:
+def wait_for_futures(futures: Sequence[Future[Any]], *, every: bool = False) -> None:
     """Return once every future is done or one of them raised (as
-    `concurrent.futures.wait(futures, return_when=FIRST_EXCEPTION)`), waking every
-    SIGNAL_CHECK_SECONDS so that a signal is handled within that time.
+    `concurrent.futures.wait(futures, return_when=FIRST_EXCEPTION)`; with `every`,
+    only once every future is done), waking every SIGNAL_CHECK_SECONDS so that a
+    signal is handled within that time (after the first signal too: a run whose
+    Interrupted was swallowed in a finalizer gets it again from the handler).
 
     A Python signal handler runs in the main thread only, between two bytecodes. When
     the kernel hands the signal to another thread, a main thread blocked in a lock's
     wait without a timeout is not interrupted and runs no handler until it wakes (seen:
     a smoke job that a SIGTERM did not stop while its lanes went on step after step)."""
     while True:
-        done, pending = wait(futures, timeout=SIGNAL_CHECK_SECONDS, return_when=FIRST_EXCEPTION)
-        if not pending or any(not future.cancelled() and future.exception() is not None for future in done):
+        done, pending = wait(futures, timeout=SIGNAL_CHECK_SECONDS,
+                             return_when=ALL_COMPLETED if every else FIRST_EXCEPTION)
+        if not pending or (not every and any(not future.cancelled() and future.exception() is not None
+                                             for future in done)):
             return
 
 
@@ -348,6 +420,30 @@ class Lifeline:
 JANITOR_WAIT = 10.0
 
 
+def _enter_guard(guard: RunGuard) -> int | None:
+    """Put `guard` on this thread, unless the harness is stopping: then the signal
+    that stops it. Under the gate, as the handler's search (interrupt_run_threads)."""
+    with _GATE:
+        fired: int | None = getattr(threading.main_thread(), FIRED_ATTRIBUTE, None)
+        if fired is None:
+            setattr(threading.current_thread(), GUARD_ATTRIBUTE, guard)
+        return fired
+
+
+def _leave_guard() -> type[BaseException] | None:
+    """Take this thread's guard off; an interrupt sent to it and not raised yet is
+    cancelled and returned (for the caller to raise). Under the gate: none is sent
+    after this. (One pending as this begins may still land in it, at any call before
+    the cancel: `RunGuard.leave` is called inside the guarded block for that.)"""
+    me = threading.current_thread()
+    ident = threading.get_ident()
+    with _GATE:
+        _set_async_exc(ident, None)  # first: nothing pending can land after this
+        setattr(me, GUARD_ATTRIBUTE, None)
+        late = _pending.pop(me, None)
+    return late
+
+
 def _holds_something(lease: registry.Lease) -> bool:
     """Faults still recorded, or a recorded process group still alive."""
     return lease.holds_faults() or any(process.owner.alive() for process in lease.processes)
@@ -376,18 +472,13 @@ class RunGuard:
     # lifecycle
 
     def __enter__(self) -> RunGuard:
-        setattr(threading.current_thread(), GUARD_ATTRIBUTE, self)
-        fired = getattr(threading.main_thread(), FIRED_ATTRIBUTE, None)
-        if fired is not None:
-            # The harness is stopping (a signal came while this thread was about to
-            # start the run): the run does not start, and is marked like the others.
-            setattr(threading.current_thread(), GUARD_ATTRIBUTE, None)
-            interrupted = Interrupted(fired)
-            registry.mark_interrupted(self.run_dir, signal_name=signal_name(interrupted), by="harness",
-                                      phase=None)
-            self.lifeline.close()
-            raise interrupted
         try:
+            fired = _enter_guard(self)
+            if fired is not None:
+                # The harness is stopping (a signal came while this thread was about to
+                # start the run): the run does not start, and is marked like the others
+                # (the exit below).
+                raise Interrupted(fired)
             registry.write_lease(self.lease)
             if self._want_janitor:
                 with open(self.run_dir / "lifeline.log", "ab") as log:
@@ -406,11 +497,25 @@ class RunGuard:
             raise
         return self
 
+    def leave(self) -> None:
+        """The run's body is over (the last thing in it, in a `finally`): from here on no
+        signal interrupts this thread. An interrupt sent to it and not raised yet is
+        raised now, inside the block, so that `__exit__` marks the run. (`__exit__`
+        leaves too, but an interrupt pending as the block ends can land on the first
+        line of `__exit__`, which then never runs.)"""
+        late = _leave_guard()
+        if late is not None:
+            raise late()
+
     def __exit__(self, kind: type[BaseException] | None, value: BaseException | None,
                  traceback: TracebackType | None) -> None:
         # First, so that a signal from here on finds no run in this thread to interrupt
-        # and the cleanup below is not cut short.
-        setattr(threading.current_thread(), GUARD_ATTRIBUTE, None)
+        # and the cleanup below is not cut short; one sent just before and not raised
+        # yet is taken back, and raised once the cleanup is done.
+        taken_back = _leave_guard()
+        late = taken_back() if taken_back is not None and not isinstance(value, KeyboardInterrupt) else None
+        if late is not None:
+            value = late
         if isinstance(value, KeyboardInterrupt):
             registry.mark_interrupted(self.run_dir, signal_name=signal_name(value), by="harness",
                                       phase=self._phase)
@@ -431,6 +536,8 @@ class RunGuard:
                 self._janitor.wait(timeout=JANITOR_WAIT)
             except subprocess.TimeoutExpired:
                 pass  # still healing in its own session; it finishes without us
+        if late is not None:
+            raise late  # the signal came while the run was in its guard: it stops here
 
     def on_interrupt(self, *actions: Callable[[], object]) -> Callable[..., bool]:
         """An ExitStack `push` callback: run each action in turn, each one best effort

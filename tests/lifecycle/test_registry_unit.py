@@ -192,6 +192,27 @@ def test_an_interrupt_while_the_guard_starts_its_janitor_still_marks_the_run(
     assert started and started[0].wait(timeout=30) == 0
 
 
+def test_a_run_directory_made_just_before_the_signal_is_marked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # `harness run` makes its run directory, then enters the run's guard: a signal in
+    # between (on the main thread it lands anywhere) left a directory with neither a
+    # verdict nor a mark. The run's own net marks it.
+    from harness.run import runner
+    from harness.run.runner import RunSpec
+
+    def interrupted_guard(run_dir: Path) -> None:
+        raise Interrupted(signal.SIGTERM)  # as if it landed just before the guard
+
+    monkeypatch.setattr(runner, "RunGuard", interrupted_guard)
+    spec = RunSpec(scenario="mixed", duration=1.0, runs_root=tmp_path / "runs", progress=False, attach=False,
+                   run_id="r1")
+    with pytest.raises(Interrupted):
+        runner.run(spec)
+    marker = registry.interrupted_marker(tmp_path / "runs" / "r1")
+    assert marker is not None and marker["signal"] == "SIGTERM" and marker["phase"] == "stack start", marker
+    result = json.loads((tmp_path / "runs" / "r1" / "result.json").read_text())
+    assert result["valid"] is None
+
+
 def test_a_run_a_thread_starts_after_the_signal_does_not_start_and_is_marked(tmp_path: Path) -> None:
     # A smoke lane checks its stop flag, then starts its next run; a SIGTERM between the
     # two used to miss that run (no guard yet) and let it run to its end (seen in CI).
@@ -226,6 +247,76 @@ def test_a_run_a_thread_starts_after_the_signal_does_not_start_and_is_marked(tmp
     with RunGuard(after, janitor=False):  # once the block is over, runs start again
         outcome.append("ran")
     assert outcome == [signal.SIGTERM, "ran"] and registry.interrupted_marker(after) is None
+
+
+def test_an_interrupt_reaches_a_run_thread_only_inside_its_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The handler looks for the threads inside a guard, then raises in each. A lane
+    # whose run ended between the two got the exception in whatever it did next: its
+    # next step's run directory, made before that run's guard (left with no mark), or
+    # its stack being stopped. Each send here waits 2 ms after the search found the
+    # guard, while the thread goes in and out of runs every few milliseconds: the search and
+    # the send must be one step for the guard (the gate), and an interrupt sent as the
+    # run ends is raised by its guard.
+    import random
+    import threading
+
+    from harness.stack import lifeline
+    from harness.stack.lifeline import RunGuard, interrupt_run_threads
+
+    real_raise = lifeline.raise_in_thread
+
+    def slow_raise(ident: int, kind: type[BaseException]) -> None:
+        time.sleep(0.002)
+        real_raise(ident, kind)
+
+    monkeypatch.setattr(lifeline, "raise_in_thread", slow_raise)
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    landed: list[str] = []
+    got, done = threading.Event(), threading.Event()
+
+    def spin(seconds: float) -> None:
+        end = time.perf_counter() + seconds
+        while time.perf_counter() < end:
+            pass
+
+    def lane() -> None:
+        while not done.is_set():
+            where = "before its run"
+            try:
+                guard = RunGuard(run_dir, janitor=False)
+                where = "in its run"  # from its guard's __enter__ on
+                with guard:
+                    try:
+                        spin(0.003)
+                    finally:
+                        guard.leave()
+                where = "after its run"
+                spin(0.001)
+            except Interrupted:
+                landed.append(where)
+                got.set()
+
+    thread = threading.Thread(target=lane)
+    thread.start()
+    rng = random.Random(3)
+    sent, wanted = 0, 40
+    try:
+        for _ in range(5000):  # until `wanted` searches found the thread in a run
+            if sent == wanted:
+                break
+            time.sleep(rng.uniform(0.0, 0.003))
+            got.clear()
+            if interrupt_run_threads(signal.SIGTERM):
+                sent += 1
+                assert got.wait(10), "an interrupt sent to a run was never raised"
+    finally:
+        done.set()
+        thread.join(10)
+    assert sent == wanted, sent
+    assert landed == ["in its run"] * sent, {where: landed.count(where) for where in set(landed)}
+    marker = registry.interrupted_marker(run_dir)
+    assert marker is not None and marker["signal"] == "SIGTERM"
 
 
 def test_a_signal_given_to_another_thread_still_stops_the_main_threads_wait() -> None:

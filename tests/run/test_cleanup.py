@@ -128,6 +128,9 @@ class FakeGuard:
                  traceback: TracebackType | None) -> None:
         return None
 
+    def leave(self) -> None:
+        return None
+
     def on_interrupt(self, *actions: object) -> Any:
         return lambda *exc: False
 
