@@ -379,11 +379,15 @@ def test_an_interrupt_never_lands_in_a_thread_being_started(monkeypatch: pytest.
     import threading
     import time
 
-    from harness.stack.lifeline import raise_in_thread
+    from harness.stack.lifeline import guard_thread_starts, raise_in_thread
 
     class Stop(Exception):
         pass
 
+    # As every harness command does (interrupt_signals, RunGuard) before it starts a
+    # thread: installed by the first raise_in_thread instead, the gate came too late for
+    # a start() already under way (alone, this test then failed 3 runs in 6).
+    guard_thread_starts()
     swallowed: list[bool] = []  # per unraisable exception: was it a Stop
     monkeypatch.setattr(sys, "unraisablehook", lambda unraisable: swallowed.append(
         isinstance(unraisable.exc_value, Stop)))
