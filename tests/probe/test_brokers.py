@@ -10,10 +10,13 @@ adapter's `stats()` counts that redelivery the way the probe reads it.
 
 from __future__ import annotations
 
+import json
 import socket
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
 
 import pika
 import pytest
@@ -21,7 +24,9 @@ import requests
 
 from harness.ports import free_ports
 from harness.probe.brokers import Broker, BrokerError, BrokerStats, BrokerTarget, Message, open_broker
+from harness.probe.config import parse_config
 from harness.probe.messages.play import _Watcher
+from harness.probe.messages.producer import Producer
 from tests.support.nats import NatsServer
 from tests.support.rabbitmq import RabbitServer
 
@@ -75,6 +80,45 @@ def test_rabbitmq_confirmed_publish_carries_the_message_id(rabbitmq_server: Rabb
         assert method.redelivered is False
     finally:
         connection.close()
+
+
+@pytest.mark.slow
+def test_an_entry_s_headers_and_properties_reach_the_consumer_on_every_copy(
+        rabbitmq_server: RabbitServer, rabbitmq_queue: str, tmp_path: Path) -> None:
+    entry = {"name": "payments", "broker": "rabbitmq", "url": rabbitmq_server.url, "queue": rabbitmq_queue,
+             "body": {"message_id": "{message_id}", "payment": "pay-{uuid}"}, "fact": "/payment", "count": 12,
+             "headers": {"x-tenant": "t-{int:1-9}", "x-trace": "{message_id}"},
+             "properties": {"type": "payment.created", "correlation_id": "{uuid}", "priority": 3},
+             "effects": {"dsn": "postgresql://u@127.0.0.1/x", "query": "SELECT count(*) FROM p WHERE r = :fact"}}
+    spec = parse_config({"messages": [entry]}).messages[0].spec
+    producer = Producer(spec, tmp_path / "history", seed=7, nonce="n1", spread=0.0)
+    producer.setup()
+    producer.start()
+    assert producer.wait(30)
+    producer.stop()
+    assert producer.error is None
+    connection = pika.BlockingConnection(pika.URLParameters(rabbitmq_server.url))
+    received = []
+    try:
+        channel = connection.channel()
+        while True:
+            method, properties, body = channel.basic_get(rabbitmq_queue, auto_ack=True)
+            if method is None:
+                break
+            received.append((properties, json.loads(body)))
+    finally:
+        connection.close()
+    assert len(received) >= 12
+    by_fact: dict[str, set[tuple[Any, ...]]] = {}
+    for properties, body in received:
+        headers = properties.headers
+        assert headers["x-trace"] == properties.message_id == body["message_id"], headers
+        assert str(headers["x-tenant"]).startswith("t-") and headers["x-probe-kind"]
+        assert (properties.type, properties.priority, properties.content_type) == ("payment.created", 3,
+                                                                                  "application/json")
+        by_fact.setdefault(body["payment"], set()).add((properties.correlation_id, headers["x-tenant"]))
+    # Every copy of one fact (a duplicate, a new id for the same fact) carries the same values.
+    assert all(len(values) == 1 for values in by_fact.values()), by_fact
 
 
 @pytest.mark.slow

@@ -72,9 +72,31 @@ def test_message_id_fills_the_body_and_the_fact_is_found() -> None:
      "messages[0].management: is RabbitMQ's management API"),
     ({"count": 0}, "messages[0].count: must be an integer >= 1"),
     ({"queue": "has space"}, "messages[0].queue: must be a queue, stream or subject name"),
+    ({"headers": {"x-t": "1"}, "broker": "nats", "url": "nats://127.0.0.1:4222"},
+     "messages[0].headers: is AMQP's, taken on broker rabbitmq only, not 'nats'"),
+    ({"headers": ["x-t"]}, "messages[0].headers: must be a mapping of names to templates"),
+    ({"headers": {"x t": "1"}}, "messages[0].headers.x t: must be a header name"),
+    ({"headers": {"X-Probe-Kind": "first"}}, "messages[0].headers.X-Probe-Kind: is the probe's own header"),
+    ({"headers": {"x-t": {"a": 1}}}, "messages[0].headers.x-t: must be text or a whole number"),
+    ({"properties": {"message_id": "{uuid}"}}, "messages[0].properties.message_id: is not one of the properties"),
+    ({"properties": {"priority": 300}}, "messages[0].properties.priority: must be a whole number from 0 to 255"),
+    ({"properties": {"type": 5}}, "messages[0].properties.type: must be text"),
 ])
 def test_config_errors_name_the_field(changes: dict[str, Any], message: str) -> None:
     assert message in error_of(entry(**changes))
+
+
+def test_headers_and_properties_are_rendered_once_per_message_and_read_back() -> None:
+    spec = parse_config({"messages": [entry(headers={"x-tenant": "t-{int:1-9}", "x-trace": "{message_id}"},
+                                            properties={"type": "payment.created", "priority": 3})]}).messages[0].spec
+    headers, properties = spec.render_envelope(random.Random(1), "msg-abc")
+    assert headers["x-trace"] == "msg-abc" and str(headers["x-tenant"]).startswith("t-")
+    assert properties == {"type": "payment.created", "priority": 3}
+    assert parse_config({"messages": [{**spec.to_raw(), "effects": EFFECTS}]}).messages[0].spec == spec
+    # Without them nothing is drawn from the seed's sequence: earlier runs' ids stay the same.
+    plain = parse_config({"messages": [entry()]}).messages[0].spec
+    rng = random.Random(1)
+    assert plain.render_envelope(rng, "msg-abc") == ({}, {}) and rng.random() == random.Random(1).random()
 
 
 def test_names_are_unique_and_something_is_probed() -> None:

@@ -36,7 +36,8 @@ class BrokerTarget:
 class Message:
     message_id: str
     body: bytes
-    headers: Mapping[str, str] = field(default_factory=dict)
+    headers: Mapping[str, Any] = field(default_factory=dict)
+    properties: Mapping[str, Any] = field(default_factory=dict)  # AMQP properties (RabbitMQ only)
 
 
 @dataclass(frozen=True)

@@ -85,9 +85,9 @@ class RabbitBroker:
             channel = self._open()
             channel.basic_publish(
                 exchange="", routing_key=self.target.queue, body=message.body, mandatory=True,
-                properties=pika.BasicProperties(message_id=message.message_id, headers=dict(message.headers),
-                                                delivery_mode=pika.DeliveryMode.Persistent,
-                                                content_type="application/json"))
+                properties=pika.BasicProperties(**{"content_type": "application/json", **message.properties},
+                                                message_id=message.message_id, headers=dict(message.headers),
+                                                delivery_mode=pika.DeliveryMode.Persistent))
         except (pika.exceptions.UnroutableError, pika.exceptions.NackError) as error:
             return PublishAck(message.message_id, confirmed=False, error=f"{type(error).__name__}: {error}")
         except (pika.exceptions.AMQPError, BrokerError, OSError) as error:

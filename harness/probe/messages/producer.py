@@ -32,9 +32,9 @@ import json
 import random
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +56,8 @@ class Planned:
     message_id: str
     body: bytes
     fact: Any
+    headers: Mapping[str, Any] = field(default_factory=dict)  # the entry's `headers:`, rendered
+    properties: Mapping[str, Any] = field(default_factory=dict)  # the entry's `properties:`, rendered
 
 
 class _Publisher:
@@ -88,7 +90,8 @@ class _Publisher:
     def _publish(self, planned: Planned) -> PublishAck:
         operation = self._client.invoke("publish", expect=planned.kind, kind=planned.kind, message=self.spec.name,
                                         message_id=planned.message_id, fact=planned.fact, broker=self.spec.broker)
-        ack = self._open().publish(Message(planned.message_id, planned.body, {KIND_HEADER: planned.kind}))
+        ack = self._open().publish(Message(planned.message_id, planned.body, {**planned.headers, KIND_HEADER: planned.kind},
+                                           planned.properties))
         if ack.confirmed:
             self.confirmed += 1
             operation.ok(confirmed=True, duplicate=ack.duplicate, position=ack.position)
@@ -139,14 +142,20 @@ class Producer:
     def _new(self, kind: str) -> Planned:
         message_id = f"msg-{self.rng.getrandbits(64):016x}"
         body = self.spec.render(self.rng, message_id)
+        headers, properties = self.spec.render_envelope(self.rng, message_id)
         self.facts += 1
-        return Planned(kind, message_id, json.dumps(body).encode(), fact_of(body, self.spec.fact))
+        return Planned(kind, message_id, json.dumps(body).encode(), fact_of(body, self.spec.fact), headers, properties)
 
     def _renamed(self, planned: Planned, kind: str) -> Planned:
-        """The same body (the same fact) under a new message id."""
+        """The same body (the same fact), headers and properties under a new message id."""
         message_id = f"msg-{self.rng.getrandbits(64):016x}"
+
+        def renamed(values: Mapping[str, Any]) -> dict[str, Any]:
+            return {name: value.replace(planned.message_id, message_id) if isinstance(value, str) else value
+                    for name, value in values.items()}
+
         return Planned(kind, message_id, planned.body.replace(planned.message_id.encode(), message_id.encode()),
-                       planned.fact)
+                       planned.fact, renamed(planned.headers), renamed(planned.properties))
 
     def plan(self) -> list[list[Planned | tuple[Planned, Planned]]]:
         """The rounds: each a list of publishes (a pair is published concurrently);
@@ -177,12 +186,12 @@ class Producer:
             else:
                 first = self._new("first")
                 if kind == "concurrent_duplicate":
-                    publishes.append((first, Planned("concurrent_duplicate", first.message_id, first.body, first.fact)))
+                    publishes.append((first, replace(first, kind="concurrent_duplicate")))
                 else:
                     publishes.append(first)
                 if kind == "duplicate":
                     later.setdefault(index + DUPLICATE_AFTER, []).append(
-                        Planned("duplicate", first.message_id, first.body, first.fact))
+                        replace(first, kind="duplicate"))
                 elif kind == "same_fact_new_id":
                     later.setdefault(index + 1, []).append(self._renamed(first, "same_fact_new_id"))
             rounds.append(publishes)

@@ -13,6 +13,15 @@
         drain_timeout: 15s              # after the load: how long the consumer may take to catch up
         effects: {dsn: ..., query: "SELECT count(*) FROM payments WHERE ref = :fact"}   # the caller's
         process: {name: broker, command: [...], env: {...}}   # optional: the probe owns and may restart it
+        headers: {x-tenant: "t-{int:1-9}", x-trace: "{message_id}"}   # rabbitmq: AMQP headers (templates)
+        properties: {type: payment.created, correlation_id: "{uuid}", priority: 5}   # rabbitmq: AMQP properties
+
+`headers:` and `properties:` (RabbitMQ's plain entries only) are templates like the
+body, rendered once per logical message: every copy of it carries the same values, and
+a copy under a new id (`same_fact_new_id`) gets its `{message_id}` in them renamed.
+Properties are AMQP's basic properties the consumer may read (PROPERTIES);
+`message_id`, `delivery_mode` and `headers` are the probe's own (the id, persistent,
+and the headers above plus `x-probe-kind`). A header named `x-probe-kind` is refused.
 
 A Celery task instead of a JSON body (`protocol: celery`, docs/celery.md):
 
@@ -59,7 +68,12 @@ from harness.probe.brokers.process import BrokerProcessConfig, parse_broker_proc
 
 MESSAGE_ID = "{message_id}"
 KEYS = ("name", "broker", "url", "management", "queue", "dead_letter", "body", "fact", "count", "drain_timeout",
-        "process", "protocol", "task", "args", "kwargs")
+        "process", "protocol", "task", "args", "kwargs", "headers", "properties")
+# The AMQP basic properties an entry may set (`message_id`, `delivery_mode` and
+# `headers` are the probe's own); `priority` is a whole number 0-255, the rest text.
+PROPERTIES = ("content_type", "content_encoding", "correlation_id", "reply_to", "expiration", "type", "app_id",
+              "user_id", "priority")
+_HEADER = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 PROTOCOLS = ("plain", "celery")
 CELERY_BROKERS = ("rabbitmq", "redis-streams")  # the brokers Celery's kombu can use that the probe starts
 CELERY_QUEUE = "celery"
@@ -86,6 +100,8 @@ class MessageSpec:
     process: BrokerProcessConfig | None = None  # the broker's process, when the probe owns it
     protocol: str = "plain"
     task: str | None = None  # protocol celery: the registered task name
+    headers: dict[str, Any] | None = None  # rabbitmq: AMQP header templates
+    properties: dict[str, Any] | None = None  # rabbitmq: AMQP property templates (PROPERTIES)
 
     @property
     def target(self) -> BrokerTarget:
@@ -96,12 +112,20 @@ class MessageSpec:
         """A body of the template: fresh generated values, `{message_id}` filled."""
         return render_body(_with_key(self.body), rng, key=message_id)
 
+    def render_envelope(self, rng: random.Random, message_id: str) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The headers and properties of one message (nothing drawn from `rng` without them)."""
+        rendered = []
+        for template in (self.headers, self.properties):
+            rendered.append(dict(render_body(_with_key(template), rng, key=message_id)) if template else {})
+        return rendered[0], rendered[1]
+
     def to_raw(self) -> dict[str, Any]:
         raw: dict[str, Any] = {"name": self.name, "broker": self.broker, "url": self.url, "queue": self.queue,
                                "body": self.body, "fact": self.fact, "count": self.count,
                                "drain_timeout": self.drain_timeout}
-        raw.update({key: value for key, value in (("dead_letter", self.dead_letter),
-                                                  ("management", self.management)) if value is not None})
+        raw.update({key: value for key, value in (("dead_letter", self.dead_letter), ("management", self.management),
+                                                  ("headers", self.headers), ("properties", self.properties))
+                    if value is not None})
         if self.process is not None:
             raw["process"] = self.process.to_raw()
         if self.protocol == "celery":
@@ -218,6 +242,41 @@ def parse_message(where: FieldChecker, raw: Any, path: str, *, also: Sequence[st
         raise where.error(f"{path}.drain_timeout", "must be longer than 0s")
     process = (parse_broker_process(where, item["process"], f"{path}.process", url)
                if item.get("process") is not None else None)
+    headers, properties = _envelope(where, item, path, broker, protocol)
     return MessageSpec(name=name, broker=broker, url=url, queue=str(queues["queue"]), body=body, fact=fact, count=count,
                        drain_timeout=drain, dead_letter=queues["dead_letter"], management=management,
-                       process=process, protocol=protocol, task=task)
+                       process=process, protocol=protocol, task=task, headers=headers, properties=properties)
+
+
+def _envelope(where: FieldChecker, item: dict[str, Any], path: str, broker: str,
+              protocol: str) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    """The entry's `headers:` and `properties:` templates, checked."""
+    found: list[dict[str, Any] | None] = []
+    for key in ("headers", "properties"):
+        raw = item.get(key)
+        if raw is None:
+            found.append(None)
+            continue
+        if protocol == "celery":
+            raise where.error(f"{path}.{key}", "is not taken with protocol celery: Celery's own layout is sent")
+        if broker != "rabbitmq":
+            raise where.error(f"{path}.{key}", f"is AMQP's, taken on broker rabbitmq only, not {broker!r}")
+        if not isinstance(raw, dict) or not raw:
+            raise where.error(f"{path}.{key}", "must be a mapping of names to templates")
+        for name, value in raw.items():
+            field_path = f"{path}.{key}.{name}"
+            if key == "headers" and (not isinstance(name, str) or not _HEADER.match(name)):
+                raise where.error(field_path, "must be a header name: letters, digits, '.', '_' or '-'")
+            if key == "headers" and name.lower() == "x-probe-kind":
+                raise where.error(field_path, "is the probe's own header (the kind of each copy)")
+            if isinstance(value, bool) or not isinstance(value, (str, int)):
+                raise where.error(field_path, f"must be text or a whole number (a template), not {value!r}")
+            if key == "properties" and name not in PROPERTIES:
+                raise where.error(field_path, f"is not one of the properties an entry sets: {', '.join(PROPERTIES)} "
+                                  "(message_id, delivery_mode and headers are the probe's)")
+            if key == "properties" and name == "priority" and not (isinstance(value, int) and 0 <= value <= 255):
+                raise where.error(field_path, f"must be a whole number from 0 to 255, not {value!r}")
+            if key == "properties" and name != "priority" and not isinstance(value, str):
+                raise where.error(field_path, f"must be text (a template), not {value!r}")
+        found.append(dict(raw))
+    return found[0], found[1]
