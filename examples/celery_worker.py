@@ -20,7 +20,9 @@ the message back.
         --dsn postgresql://postgres@127.0.0.1:5432/shop
 
 The worker runs in this process (`--pool solo`, one task at a time: a kill of this
-process is a kill of the task). A worker has no HTTP port, so a small health thread
+process is a kill of the task), or with `--pool prefork` in `--concurrency` (default 2)
+child processes it forks, where a kill of one child (`process: {action: kill_child}`
+in a plan) is Celery's WorkerLostError: the task's message is rejected and requeued. A worker has no HTTP port, so a small health thread
 answers GET /healthz on `--port` with 200 once the schema exists and Celery's
 `worker_ready` signal came (the probe's readiness waits for it). Each task sleeps
 `--work-ms` (default 60 ms) after the charge's commit, before it returns (and is
@@ -110,6 +112,8 @@ def main() -> None:
     parser.add_argument("--dsn", required=True)
     parser.add_argument("--work-ms", type=float, default=60.0)
     parser.add_argument("--visibility-timeout", type=float, default=5.0)
+    parser.add_argument("--pool", choices=("solo", "prefork"), default="solo")
+    parser.add_argument("--concurrency", type=int, default=2, help="child processes with --pool prefork")
     args = parser.parse_args()
     SETTINGS.update(mode=args.mode, dsn=args.dsn, work=args.work_ms / 1000)
     schema(args.dsn, args.mode)
@@ -118,7 +122,8 @@ def main() -> None:
                     broker_transport_options={"visibility_timeout": args.visibility_timeout},
                     task_acks_late=True, task_reject_on_worker_lost=True)
     serve_health(args.port)
-    app.worker_main(["worker", "--pool", "solo", "--queues", args.queue, "--loglevel", "INFO",
+    pool = ["--pool", "solo"] if args.pool == "solo" else ["--pool", "prefork", "--concurrency", str(args.concurrency)]
+    app.worker_main(["worker", *pool, "--queues", args.queue, "--loglevel", "INFO",
                      "--without-gossip", "--without-mingle", "--without-heartbeat"])
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+from pathlib import Path
 from typing import Protocol
 
 
@@ -89,6 +90,18 @@ def pid_alive(pid: int) -> bool:
     """True when pid exists and is not a zombie."""
     state = _proc_state(pid)
     return state is not None and state not in ("Z", "X")
+
+
+def child_pids(pid: int) -> list[int]:
+    """The live (non-zombie) children of pid, read from /proc (field [1] of stat is the
+    parent's pid), in rising order."""
+    children = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            fields = proc_stat_fields(entry.name)
+            if fields is not None and len(fields) > 1 and fields[1] == str(pid) and fields[0] not in ("Z", "X"):
+                children.append(int(entry.name))
+    return sorted(children)
 
 
 def pid_stopped(pid: int) -> bool:

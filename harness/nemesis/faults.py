@@ -27,8 +27,11 @@ armed with an action, harness.nemesis.crash_points; healed by disarming it, and 
 log line counts the hits of its window). `ProcessAction` is the one list of what can
 be done to a service (by a plan, `harness fault`, the Chaos tab); `FAULT_ACTIONS` are
 the ones a plan may name, each healed by its `heal_action` (a restart heals itself).
+`KillChildFault` (`process: {action: kill_child, service: NAME}`) SIGKILLs one child
+of a service's process, a worker's pool process, chosen by the seed; the service
+itself lives on and replaces it (it heals itself), on `ChildProcessFaults`.
 `FaultTargets` bundles where faults go (`NetworkFaults`, `ProcessFaults`,
-`CrashPointFaults`, `ClockFaults` of harness.nemesis.fake_clock; the fifth type,
+`CrashPointFaults`, `ChildProcessFaults`, `ClockFaults` of harness.nemesis.fake_clock; the fifth type,
 `ClockFault`, is in harness.nemesis.clock_faults), and `FaultWindow` is one fault in time (a plan's window, after
 `schedule`).
 """
@@ -132,6 +135,14 @@ class CrashPointFaults(Protocol):
     def hits(self) -> Sequence[CrashPointHit]: ...
 
 
+class ChildProcessFaults(Protocol):
+    """Kills one child process of a service (a worker's pool process): the child is
+    chosen by `pick` (the window's name and the run's seed make it reproducible) and
+    the call returns once it is gone (NemesisError: no child, or it did not die)."""
+
+    def kill_child(self, service: str, pick: str) -> int: ...
+
+
 @dataclass(frozen=True)
 class FaultTargets:
     """Where faults go: a Toxiproxy (network), a stack's services (processes), the
@@ -142,6 +153,7 @@ class FaultTargets:
     processes: ProcessFaults
     crash_points: CrashPointFaults | None = None
     clocks: ClockFaults | None = None
+    children: ChildProcessFaults | None = None
 
 
 class FaultRecord(TypedDict):
@@ -313,6 +325,45 @@ class ProcessFault:
     def record(self, window: str) -> FaultRecord:
         return FaultRecord(name=window, kind=self.kind, target=self.service, type=None, stream=None,
                            attributes=None, toxicity=None, action=self.action.value)
+
+
+KILL_CHILD = "kill_child"
+
+
+@dataclass(frozen=True)
+class KillChildFault:
+    """One child process of a service SIGKILLed (a pool process of a worker: Celery's
+    prefork child, gunicorn's worker); the service replaces it itself, so nothing is
+    healed. Where the harness has no child processes to kill (FaultTargets.children is
+    None) it fails with NemesisError."""
+
+    kind: ClassVar[str] = "process"
+    target_type: ClassVar[TargetType] = "service"
+    target_field: ClassVar[str] = "process.service"
+
+    service: str
+
+    @property
+    def target(self) -> str:
+        return self.service
+
+    def label(self) -> str:
+        return f"{KILL_CHILD.replace('_', '-')}-{self.service}"
+
+    def describe(self) -> str:
+        return f"kill a child process of {self.service}"
+
+    def apply(self, targets: FaultTargets, window: str) -> None:
+        if targets.children is None:
+            raise NemesisError(f"{window}: kill_child: no child processes to kill here (the probe's service only)")
+        targets.children.kill_child(self.service, window)
+
+    def heal(self, targets: FaultTargets, window: str) -> None:
+        return None  # the service starts a new child itself
+
+    def record(self, window: str) -> FaultRecord:
+        return FaultRecord(name=window, kind=self.kind, target=self.service, type=None, stream=None,
+                           attributes=None, toxicity=None, action=KILL_CHILD)
 
 
 @dataclass(frozen=True)

@@ -54,10 +54,12 @@ from harness.nemesis.clock_faults import CLOCK_MODES, MIN_STROBE_EVERY, ClockFau
 from harness.nemesis.crash_points import check_arming
 from harness.nemesis.faults import (
     FAULT_ACTIONS,
+    KILL_CHILD,
     CrashPointFault,
     Fault,
     FaultTargets,
     FaultWindow,
+    KillChildFault,
     NetworkFaults,
     ProcessAction,
     ProcessFault,
@@ -72,7 +74,7 @@ from harness.nemesis.toxiproxy_client import NemesisInvalid, validate_toxic
 __all__ = [
     "AgedRetries", "FAULT_ACTIONS", "MIN_RANDOM_EVERY", "STACK_PROXIES", "STACK_TARGETS", "ClockFault", "CrashPointFault", "Fault", "FaultFailure",
     "FaultTargets", "FaultWindow", "NemesisFailed", "NemesisReport", "NemesisRunner", "NetworkFaults", "Plan",
-    "PlanError", "PlanTargets", "ProcessAction", "ProcessFault", "ProcessFaults", "ProxyDownFault",
+    "PlanError", "PlanTargets", "KillChildFault", "ProcessAction", "ProcessFault", "ProcessFaults", "ProxyDownFault",
     "RandomNemesis", "STACK_CLOCKS", "ToxicFault", "check_targets", "clock_targets", "load_plan", "parse_plan", "schedule",
 ]
 
@@ -283,8 +285,11 @@ def _parse_fault(where: _Where, item: dict[str, Any], path: str) -> Fault:
     if key == ProcessFault.kind:
         spec = where.mapping(item[key], f"{path}.process", required=("action", "service"))
         action = spec["action"]
+        if action == KILL_CHILD:
+            return KillChildFault(service=where.name(spec["service"], f"{path}.process.service"))
         if action not in FAULT_ACTIONS:
-            raise where.error(f"{path}.process.action", f"must be one of {', '.join(FAULT_ACTIONS)}, not {action!r}")
+            raise where.error(f"{path}.process.action",
+                              f"must be one of {', '.join((*FAULT_ACTIONS, KILL_CHILD))}, not {action!r}")
         return ProcessFault(action=ProcessAction(action),
                             service=where.name(spec["service"], f"{path}.process.service"))
     spec = where.mapping(item[key], f"{path}.toxic", required=("proxy", "type"),

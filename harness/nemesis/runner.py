@@ -41,7 +41,14 @@ import orjson
 
 from harness.errors import HarnessError
 from harness.nemesis.fake_clock import ClockFaults
-from harness.nemesis.faults import CrashPointFaults, FaultTargets, FaultWindow, NetworkFaults, ProcessFaults
+from harness.nemesis.faults import (
+    ChildProcessFaults,
+    CrashPointFaults,
+    FaultTargets,
+    FaultWindow,
+    NetworkFaults,
+    ProcessFaults,
+)
 from harness.nemesis.stack_proxies import StackNemesis
 
 Phase = Literal["apply", "heal"]
@@ -95,11 +102,12 @@ class NemesisRunner:
 
     def __init__(self, nemesis: NetworkFaults, processes: ProcessFaults, fault_log_path: Path,
                  clock: Callable[[], float] = time.monotonic, *,
-                 crash_points: CrashPointFaults | None = None, clocks: ClockFaults | None = None) -> None:
+                 crash_points: CrashPointFaults | None = None, clocks: ClockFaults | None = None,
+                 children: ChildProcessFaults | None = None) -> None:
         if crash_points is None and isinstance(nemesis, StackNemesis):
             crash_points = nemesis.crash_points  # a stack's nemesis carries its app's crash points
         self.targets = FaultTargets(network=nemesis, processes=processes, crash_points=crash_points,
-                                    clocks=clocks)
+                                    clocks=clocks, children=children)
         self.fault_log_path = Path(fault_log_path)
         self.clock = clock
         self._stop = threading.Event()

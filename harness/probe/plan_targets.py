@@ -36,7 +36,15 @@ from typing import Any
 
 from harness.documents import load_yaml
 from harness.nemesis.clock_faults import ClockFault
-from harness.nemesis.faults import Fault, FaultWindow, ProcessFault, ProxyDownFault, TargetType, ToxicFault
+from harness.nemesis.faults import (
+    Fault,
+    FaultWindow,
+    KillChildFault,
+    ProcessFault,
+    ProxyDownFault,
+    TargetType,
+    ToxicFault,
+)
 from harness.nemesis.plans import Plan, PlanError, PlanTargets, parse_plan, schedule
 from harness.probe.provider.plan import TARGET as PROVIDER
 from harness.probe.provider.plan import ProviderPlanFault, split_provider_windows
@@ -129,6 +137,11 @@ def _problem(fault: Fault, targets: ProbeTargets) -> str | None:
             "a provider fault needs the probe's payment provider (`provider:` in the probe config)"
     if isinstance(fault, ClockFault):
         return _clock_problem(fault, targets)
+    if isinstance(fault, KillChildFault):
+        if fault.service == SERVICE and targets.service:
+            return None
+        return (f"kill_child kills a child process of the service the probe runs ({SERVICE!r}, with `service:` "
+                f"in the probe config), not of {fault.service!r}")
     if isinstance(fault, ProcessFault):
         if fault.service in targets.brokers:
             return None

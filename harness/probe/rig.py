@@ -121,9 +121,10 @@ class ProbeProcesses:
     """The plan's process faults of one run: `service` goes to the service, an owned
     broker's name to that broker (harness.nemesis.faults.ProcessFaults)."""
 
-    def __init__(self, service: ProbedService | None, brokers: dict[str, OwnedBroker]) -> None:
+    def __init__(self, service: ProbedService | None, brokers: dict[str, OwnedBroker], *, seed: int = 0) -> None:
         self.service = service
         self.brokers = brokers
+        self.seed = seed  # with a window's name, picks the child a kill_child kills
 
     def _target(self, name: str) -> ProbedService | OwnedBroker | NoProcess:
         if name in self.brokers:
@@ -146,6 +147,11 @@ class ProbeProcesses:
 
     def restart(self, service: str) -> None:
         self._target(service).restart(service)
+
+    def kill_child(self, service: str, pick: str) -> int:
+        if service != SERVICE or self.service is None:
+            raise RigError(f"kill_child: the probe runs no service {service!r} with child processes")
+        return self.service.kill_child(service, f"{self.seed}:{pick}")
 
 
 def dependency_clock_reader(dependency: DependencyProcess) -> ClockReader:
@@ -228,7 +234,7 @@ class ProbeRig:
 
     @property
     def processes(self) -> ProbeProcesses:
-        return ProbeProcesses(self.service, {**self.brokers, **self.started})
+        return ProbeProcesses(self.service, {**self.brokers, **self.started}, seed=self.config.load.seed)
 
     def check(self) -> None:
         """Raise (ServiceFailed) when the service ended on its own."""

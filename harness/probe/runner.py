@@ -252,7 +252,8 @@ def _load(spec: ProbeSpec, run_dir: Path, rig: ProbeRig, windows: list[FaultWind
         spawn_rate=load.spawn_rate, duration=load.duration, processes=1, output_dir=run_dir / "locust",
         env=env, stop_timeout=max(2.0, load.client_timeout * 2), guard=rig.guard)
     assert rig.nemesis is not None
-    runner = NemesisRunner(rig.nemesis, rig.processes, run_dir / FAULT_LOG, clocks=rig.clocks)
+    runner = NemesisRunner(rig.nemesis, rig.processes, run_dir / FAULT_LOG, clocks=rig.clocks,
+                           children=rig.processes)
     play.setup(rig.upstream)  # the queues exist, and the facts have no effect yet, before the first publish
     if spec.config.endpoints:
         locust.start()

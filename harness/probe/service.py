@@ -26,9 +26,13 @@ arrive from the nemesis's thread, which ends before the final reads.
 
 from __future__ import annotations
 
+import os
+import random
 import re
+import signal
 import socket
 import threading
+import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -38,16 +42,17 @@ from typing import Protocol, TypeVar
 import requests
 
 from harness.errors import HarnessError
-from harness.nemesis.toxiproxy_client import Nemesis
+from harness.nemesis.toxiproxy_client import Nemesis, NemesisError
 from harness.probe.plan_targets import SERVICE
 from harness.probe.service_config import ReadyCheck, ServiceConfig
-from harness.process_handle import ProcessGuard
+from harness.process_handle import ProcessGuard, child_pids, pid_alive
 from harness.stack import services as svc
 from harness.stack.registry import ProxyClaim
 
 LOG_NAME = "service.log"
 STOP_TIMEOUT = 5.0
 READY_POLL = 0.1
+CHILD_GONE = 5.0  # seconds a SIGKILLed child may take to be gone (a zombie counts as gone)
 T = TypeVar("T")
 
 
@@ -221,6 +226,31 @@ class ProbedService:
     def restart(self, service: str) -> None:
         self.kill(service)
         self.start(service)
+
+    def kill_child(self, service: str, pick: str) -> int:
+        """SIGKILL one child of the service's process (a worker's pool process), the
+        one `pick` chooses among them in pid order; its pid, once it is gone.
+        NemesisError when it has none or the child does not die within CHILD_GONE."""
+        self._named(service)
+        with self._lock:
+            self._require_running("kill a child of it")
+            pid = self._service.pid
+            children = child_pids(pid) if pid is not None else []
+            if not children:
+                raise NemesisError(f"kill_child: the service (pid {pid}) has no child process to kill "
+                                   "(a worker with a pool of its own: e.g. Celery's --pool prefork)")
+            child = children[random.Random(pick).randrange(len(children))]
+            try:
+                os.kill(child, signal.SIGKILL)
+            except ProcessLookupError:
+                pass  # gone already: what was asked
+            deadline = time.monotonic() + CHILD_GONE
+            while pid_alive(child):
+                if time.monotonic() > deadline:
+                    raise NemesisError(f"kill_child: child {child} of the service still runs {CHILD_GONE:g}s "
+                                       "after its SIGKILL")
+                time.sleep(0.02)
+            return child
 
     # --- helpers ----------------------------------------------------------------------
 

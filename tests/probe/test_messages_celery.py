@@ -123,6 +123,37 @@ def test_naive_task_charges_twice_on_redis(redis_url: str, postgres_db: Postgres
     assert "fact_applied_once" in failed(result), explain(result)
 
 
+KILL_CHILD_PLAN = """seed: 7
+windows:
+""" + "".join(f"  - {{at: {at}s, for: 0.2s, process: {{action: kill_child, service: service}}}}\n"
+              for at in (0.8, 1.6, 2.4, 3.2, 4.0))
+
+
+@pytest.mark.parametrize("mode", ["naive", "dedupe"])
+def test_a_killed_pool_process_makes_only_the_naive_task_charge_twice(mode: str, redis_url: str,
+                                                                  postgres_db: PostgresDatabase, tmp_path: Path) -> None:
+    """`kill_child`: one prefork child SIGKILLed while it runs a task (300 ms each, two
+    children, so one is nearly always inside a task): Celery's WorkerLostError, the
+    message rejected and requeued (task_reject_on_worker_lost), charged again by the
+    naive task, not by the deduplicating one. The worker itself lives on: one start."""
+    raw = redis_config(mode, redis_url, postgres_db)
+    command = raw["service"]["command"]
+    command[command.index("--work-ms") + 1] = "300"
+    command += ["--pool", "prefork", "--concurrency", "2"]
+    plan = tmp_path / "kill-child.yaml"
+    plan.write_text(KILL_CHILD_PLAN)
+    result = run_probe(ProbeSpec(config=parse_config(raw, source=str(REDIS_CONFIG)), out_dir=tmp_path / "run",
+                                 plan=plan))
+    if mode == "dedupe":
+        assert result.verdict == "pass", explain(result)
+    else:
+        assert result.verdict == "fail" and "fact_applied_once" in failed(result), explain(result)
+    faults = [json.loads(line) for line in (result.run_dir / "faults.jsonl").read_text().splitlines()]
+    assert [(f["action"], f["error"]) for f in faults] == [("kill_child", None)] * 5, faults
+    assert json.loads((result.run_dir / "service.json").read_text())["starts"] == 1
+    assert "WorkerLostError" in (result.run_dir / "service.log").read_text(errors="replace")
+
+
 def test_dedupe_task_on_redis(redis_url: str, postgres_db: PostgresDatabase, tmp_path: Path) -> None:
     result = probe(redis_config("dedupe", redis_url, postgres_db), tmp_path / "dedupe-redis")
     # Measured: a killed worker's messages wait in kombu's unacked hash for the visibility

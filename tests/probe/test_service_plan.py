@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from harness.bundled import plan_path
-from harness.nemesis.faults import ProcessFault, ProxyDownFault, ToxicFault
+from harness.nemesis.faults import KillChildFault, ProcessFault, ProxyDownFault, ToxicFault
 from harness.nemesis.plans import Plan, PlanError
 from harness.probe.plan_targets import ProbeTargets, load_probe_plan, parse_probe_plan, probe_windows
 
@@ -42,6 +42,12 @@ def test_a_window_on_dependencies_becomes_one_per_dependency_under_its_real_name
      "windows[0].process.service", "give `service:` in the probe config"),
     ({"process": {"action": "restart", "service": "consumer-1"}}, WITH_BOTH, "windows[0].process.service",
      "the process it runs is called 'service'"),
+    ({"process": {"action": "kill_child", "service": "service"}}, ProbeTargets.plain(("db",)),
+     "windows[0].process.service", "kill_child kills a child process of the service the probe runs"),
+    ({"process": {"action": "kill_child", "service": "broker"}}, WITH_BOTH, "windows[0].process.service",
+     "not of 'broker'"),
+    ({"process": {"action": "explode", "service": "service"}}, WITH_BOTH, "windows[0].process.action",
+     "must be one of kill, pause, restart, kill_child"),
 ])
 def test_a_target_the_probe_lacks_is_a_plan_error_naming_the_field(window: dict, targets: ProbeTargets,
                                                                     field: str, words: str) -> None:
@@ -49,6 +55,13 @@ def test_a_target_the_probe_lacks_is_a_plan_error_naming_the_field(window: dict,
         _plan({"at": "1s", "for": "1s", **window}, targets=targets)
     message = str(caught.value)
     assert message.startswith(f"p.yaml: {field}: ") and words in message and "\n" not in message, message
+
+
+def test_kill_child_is_a_fault_of_the_service_recorded_as_its_own_action() -> None:
+    plan = _plan({"at": "1s", "for": "0.2s", "process": {"action": "kill_child", "service": "service"}})
+    [window] = probe_windows(plan, 5, WITH_BOTH)
+    assert isinstance(window.fault, KillChildFault) and window.fault.target == "service"
+    assert window.fault.record(window.name)["action"] == "kill_child"
 
 
 def test_random_faults_are_checked_and_expanded_too() -> None:

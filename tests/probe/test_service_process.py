@@ -5,6 +5,7 @@ group, a death nobody asked for, the lease entries, an unreachable dependency.""
 from __future__ import annotations
 
 import os
+import random
 import signal
 import sys
 import time
@@ -14,12 +15,13 @@ from pathlib import Path
 import pytest
 import requests
 
+from harness.nemesis.toxiproxy_client import NemesisError
 from harness.ports import free_port
 from harness.probe.config import parse_config
 from harness.probe.rig import ProbeRig
 from harness.probe.service import ProbedService, ServiceFailed
 from harness.probe.service_config import ReadyCheck, ServiceConfig
-from harness.process_handle import group_members, pid_alive, pid_stopped
+from harness.process_handle import child_pids, group_members, pid_alive, pid_stopped
 from tests.support.registry import registry_for_session
 
 # A parent that serves HTTP through a child of its own: a signal to the parent alone
@@ -100,6 +102,38 @@ def test_faults_act_on_the_whole_group_and_every_start_waits_until_ready(tmp_pat
         probed.stop()
         probed.stop()  # safe to repeat
     assert last is not None and group_members(last) == [] and guard.groups == []
+
+
+# A worker with a pool: a parent serving HTTP and three children doing nothing.
+POOL = ("import subprocess, sys, http.server; "
+        "pool = [subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(300)']) for _ in range(3)]; "
+        "http.server.ThreadingHTTPServer(('127.0.0.1', int(sys.argv[1])), http.server.SimpleHTTPRequestHandler)"
+        ".serve_forever()")
+
+
+def test_kill_child_kills_the_pool_process_the_seed_picks_and_the_parent_lives(tmp_path: Path) -> None:
+    config = ServiceConfig(command=(sys.executable, "-c", POOL, "{port}"), ready=ReadyCheck(path="/", timeout=15))
+    probed = ProbedService(config, port=free_port(), dependencies={}, log_path=tmp_path / "service.log",
+                           base_env=os.environ)
+    try:
+        probed.start()
+        assert probed.pid is not None
+        deadline = time.monotonic() + 10
+        while len(child_pids(probed.pid)) < 3 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        before = child_pids(probed.pid)
+        assert len(before) == 3, before
+        # The same pick among the same children is the same child: the seed decides.
+        chosen = before[random.Random("7:w0").randrange(3)]
+        assert probed.kill_child("service", "7:w0") == chosen
+        assert not pid_alive(chosen) and child_pids(probed.pid) == [p for p in before if p != chosen]
+        assert pid_alive(probed.pid) and answers(probed)  # only the child died
+        probed.kill_child("service", "7:w1")
+        probed.kill_child("service", "7:w2")
+        with pytest.raises(NemesisError, match="has no child process to kill"):
+            probed.kill_child("service", "7:w3")
+    finally:
+        probed.stop()
 
 
 def test_a_death_nobody_asked_for_is_a_failure_with_the_log(tmp_path: Path) -> None:
