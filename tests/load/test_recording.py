@@ -17,12 +17,14 @@ from pathlib import Path
 import orjson
 import pytest
 
+from harness.history import iter_records
 from harness.nemesis.toxiproxy_client import Nemesis
 from harness.ports import free_port
 from harness.toxiproxy.server import EmbeddedToxiproxy
 from tests.load.locust_run import completions, records, run_locust
 
 CLIENT_TIMEOUT = 0.3
+SLOW_SPAWN_WORKERS = Path(__file__).with_name("slow_spawn_workers.py")
 
 
 class _StubApp(BaseHTTPRequestHandler):
@@ -95,6 +97,23 @@ def test_two_processes_record_paired_operations_in_their_own_files(stub_url: str
     assert len(done) >= requests > 0
     # Without HARNESS_TOXIPROXY_URL nobody knows whether a toxic was met.
     assert {r["toxic_hit"] for r in done.values()} == {None}
+
+
+@pytest.mark.slow
+def test_a_distributed_load_is_timed_from_its_workers_users(stub_url: str, tmp_path: Path) -> None:
+    """The master's --harness-run-time clock waits for the workers' users: workers that
+    take their spawn up seconds late (a busy machine's; here slow_spawn_workers.py) still
+    get their load, and each records its operations. A clock started at the master's
+    own test_start quit before any worker's user ran: no history at all."""
+    history = tmp_path / "histories"
+    env = {"HARNESS_HISTORY_DIR": str(history), "HARNESS_REQUEST_TIMEOUT": str(CLIENT_TIMEOUT)}
+    requests = run_locust(str(SLOW_SPAWN_WORKERS), stub_url, env, users=4, seconds=2, processes=2)
+
+    files = sorted(history.glob("*.jsonl"))
+    assert len(files) == 2, f"expected one history per worker process, got {[f.name for f in files]}"
+    for path in files:
+        assert any(r["type"] != "invoke" for r in iter_records(path)), f"{path.name}: no operation completed"
+    assert len(completions(records(history))) >= requests > 0
 
 
 @pytest.mark.slow

@@ -6,6 +6,7 @@ summary on every `ok`, a `problem_type` on problem answers."""
 
 from __future__ import annotations
 
+import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -29,7 +30,11 @@ PROMISES = {
 PROMISES["mixed.py"] = set().union(*PROMISES.values()) | {"cross_channel"}
 HTTP_OPERATIONS = {"create_order", "pay", "webhook", "read_order"}
 UNKNOWN_ORDER = "/problems/unknown-order"
-ATTEMPTS = 3  # loads at most (`loads_until`), each with its own history folder
+# `loads_until`: at most ATTEMPTS loads, none started after LOAD_BUDGET seconds of loading.
+ATTEMPTS = 8
+LOAD_BUDGET = 120.0
+LONGEST = 8  # times the first load's length: the n-th load lasts 2**(n-1) times it, at most this
+SEED = 3  # the first load's; each further load takes the next
 
 
 @pytest.fixture(scope="module")
@@ -42,17 +47,30 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningStack]:
 
 
 def loads_until(stack: RunningStack, tmp_path: Path, locustfile: str, enough: Callable[[Counter[str]], bool], *,
-                users: int, seconds: int, timeout: float = 60.0,
-                attempts: int = ATTEMPTS) -> tuple[list[list[dict[str, Any]]], Counter[str]]:
-    """Loads of `seconds` on one stack until the kinds provoked so far are `enough`, at most
-    `attempts` (a busy machine's load makes few requests); each load's records on their
-    own (operation ids restart with each Locust), and every kind counted over all."""
+                users: int, seconds: int, timeout: float = 60.0, attempts: int = ATTEMPTS,
+                budget: float = LOAD_BUDGET) -> tuple[list[list[dict[str, Any]]], Counter[str]]:
+    """Loads on one stack until the kinds provoked so far are `enough` (a busy machine's
+    load makes few requests): at most `attempts`, and none started once `budget` seconds
+    went by since the first. Returns each load's records on their own (operation ids
+    restart with each Locust), and every kind counted over all.
+
+    Each load lasts twice the last (from `seconds`, at most LONGEST times it): beside
+    busy loops a 4 s load took Locust 25 to 70 s and made 35 to 75 invokes, so the
+    start, not the load, is the cost, and a longer load gets more of the rarest kinds
+    for it. Its timeout grows with it (a 12 s load once took longer than 68 s).
+    Each load has a seed of its own: the users' choices follow the seed and their user
+    number alone (`LoadProcess.rng_for`), so the same seed would replay them."""
     loads: list[list[dict[str, Any]]] = []
     counts: Counter[str] = Counter()
+    started = time.monotonic()
     for attempt in range(attempts):
+        if attempt and time.monotonic() - started > budget:
+            break
         history = tmp_path / f"histories-{attempt}"
-        run_locust(locustfile, stack.info.app_url, load_env(stack.info, history), users=users,
-                   seconds=seconds, timeout=timeout)
+        env = {**load_env(stack.info, history), "HARNESS_SEED": str(SEED + attempt)}
+        length = seconds * min(2 ** attempt, LONGEST)
+        run_locust(locustfile, stack.info.app_url, env, users=users, seconds=length,
+                   timeout=timeout + 2 * length)
         loads.append(records(history))
         counts += expect_counts(loads[-1])
         if enough(counts):
@@ -70,9 +88,10 @@ def operations(recorded: list[dict[str, Any]]) -> list[tuple[dict[str, Any], dic
 @pytest.mark.parametrize("locustfile", sorted(PROMISES))
 def test_scenario_provokes_every_promised_duplicate(stack: RunningStack, tmp_path: Path,
                                                     locustfile: str) -> None:
-    # Loads of 4 s, until every promised kind was provoked (at most ATTEMPTS): the rarest
-    # kinds of `mixed` are a few per 4 s, and a machine busy with other test workers gave
-    # one 4 s load too few requests to hold any (CI: shared_key and cross_tenant_pay).
+    # Loads of 4 s, 8 s, 16 s ... until every promised kind was provoked (`loads_until`): the
+    # rarest kinds of `mixed` are a few per 4 s, and a machine busy with other test workers
+    # gave 4 s loads too few requests to hold any (CI: shared_key and cross_tenant_pay in
+    # one load; cross_tenant_pay in three; beside busy loops 4 loads in a row had none).
     # Each load is judged on its own records (operation ids restart with each Locust).
     loads, counts = loads_until(stack, tmp_path, locustfile, lambda counts: PROMISES[locustfile] <= set(counts),
                                 users=4, seconds=4)
@@ -151,8 +170,9 @@ def test_ten_users_for_eight_seconds_make_several_of_each_tenant_attempt(
     from its timeout_replay rounds: several of each, answered as documented. A busy
     machine makes a tenth of an idle one's requests in 8 s (CI once made 2 of one kind):
     as the smoke job does with a step short of its evidence, the load runs again (on
-    the same stack, at most four times more: beside 6 busy loops three loads once
-    still left one kind under 3) until there are several of each."""
+    the same stack, at most four times more, each longer than the last (`loads_until`):
+    beside 6 busy loops three loads once still left one kind under 3) until there are
+    several of each."""
     loads, counts = loads_until(stack, tmp_path, "mixed.py",
                                 lambda counts: all(counts[kind] >= 3 for kind in TENANT_ATTEMPTS),
                                 users=10, seconds=8, timeout=120, attempts=5)
