@@ -29,6 +29,7 @@ MUTANT_RULES: dict[str, str] = {
     "consumer-ack-early": "a message is acknowledged only after its effect is applied",
     "domain-nonatomic": "an order is marked PAID in the same step as its payment is recorded",
     "recovery-nonatomic": "an order's recovery point is written in the same step as the order",
+    "lease-wall-clock": "an in-flight lease is measured on Redis's clock, whatever the app's clock does",
 }
 MUTANTS = tuple(MUTANT_RULES)
 
