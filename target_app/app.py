@@ -11,6 +11,7 @@ best-effort inventory seed; a Redis outage then is retried on the next request.
 from __future__ import annotations
 
 import logging
+import time
 
 import redis
 from flask import Flask
@@ -58,7 +59,8 @@ def create_app(settings: Settings | None = None, *,
 
     if not settings.unsafe("api"):
         store = idempotency_store or RedisStore(
-            make_redis(settings.redis_url, timeout=settings.redis_timeout, decode=False))
+            make_redis(settings.redis_url, timeout=settings.redis_timeout, decode=False),
+            lease_clock=time.time if settings.unsafe("lease-wall-clock") else None)
         # Werkzeug's documented way to add WSGI middleware to a Flask app.
         app.wsgi_app = IdempotencyMiddleware(  # type: ignore[method-assign]
             app.wsgi_app, store=store,

@@ -27,6 +27,7 @@ UNSAFE_LAYERS: Mapping[str, str] = MappingProxyType({
     "consumer-ack-early": "the consumer acknowledges an entry before it applies it",
     "domain-nonatomic": "mark_paid marks the order PAID and records its payment in two steps",
     "recovery-nonatomic": "order creation writes the recovery point in a step after the order's",
+    "lease-wall-clock": "the in-flight lease is measured on the app's wall clock, not as a Redis expiry",
 })
 
 

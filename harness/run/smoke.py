@@ -4,7 +4,7 @@ The smoke job runs every scenario under its plan against the correct app (all mu
 pass, conclusively: every promised path exercised), the API and the message layers'
 scenarios under the `crash-points` plan, then each negative control against the one
 scenario that must catch it (each must fail, by the invariant that guards the rule it
-breaks). The matrix runs every mutant against every scenario and shows which scenario
+breaks), all but those `harness.catalog.SMOKE_EXEMPT` names with the reason. The matrix runs every mutant against every scenario and shows which scenario
 catches which missing layer.
 
 A control whose rule only a failure between two steps breaks

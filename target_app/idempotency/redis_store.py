@@ -2,15 +2,22 @@
 
 `begin` and `finish` are one Lua script each (scripts.py), so a record is never
 seen half-written and two requests can never both claim a key. The lease and the
-finished record's lifetime are Redis key expiries. Any Redis error becomes
-StoreUnavailable. The client must be a bytes client (decode_responses=False):
-stored bodies are replayed byte for byte.
+finished record's lifetime are Redis key expiries, so both are measured on Redis's
+clock: a step of the app's clock neither ends a lease nor stretches one. Any Redis
+error becomes StoreUnavailable. The client must be a bytes client
+(decode_responses=False): stored bodies are replayed byte for byte.
+
+Negative control `lease-wall-clock` (`lease_clock`, e.g. `time.time`): the claim
+stores the deadline `lease_clock() + lease` instead of an expiry, and a claim whose
+deadline is past `lease_clock()` counts as free: the next request with the key takes
+it over, so a forward step of the app's clock ends every lease in flight.
 """
 
 from __future__ import annotations
 
 import json
 import secrets
+from collections.abc import Callable
 
 import redis
 
@@ -24,16 +31,19 @@ from target_app.replies import text
 class RedisStore:
     """The IdempotencyStore of the running app."""
 
-    def __init__(self, client: redis.Redis) -> None:
+    def __init__(self, client: redis.Redis, *, lease_clock: Callable[[], float] | None = None) -> None:
         self._client = client
+        self._lease_clock = lease_clock  # None: the lease is a Redis expiry (the correct app)
         self._begin = client.register_script(BEGIN_LUA)
         self._finish = client.register_script(FINISH_LUA)
 
     def begin(self, tenant: str, key: str, fingerprint: str, *, lease_seconds: int) -> Begin:
         token = secrets.token_hex(16)
+        # The `lease-wall-clock` control hands the script the app's own clock.
+        app_now = "" if self._lease_clock is None else str(int(self._lease_clock() * 1000))
         try:
             reply = self._begin(keys=[idempotency_key(tenant, key), COUNTERS],
-                                args=[fingerprint, token, lease_seconds * 1000])
+                                args=[fingerprint, token, lease_seconds * 1000, app_now])
         except redis.RedisError as exc:
             raise StoreUnavailable(f"idempotency store: {exc}") from exc
         outcome = text(reply[0])

@@ -10,13 +10,25 @@ from __future__ import annotations
 # ARGV[1] request fingerprint
 # ARGV[2] fresh random token for this request
 # ARGV[3] in-flight lease in milliseconds
-# Returns {"started"} | {"mismatch"} | {"in_flight", pttl} | {"replay", status, headers, body}
+# ARGV[4] "" (the lease is the record's Redis expiry, on Redis's clock), or the app's
+#         wall clock in milliseconds: the `lease-wall-clock` negative control
+# Returns {"started"} | {"mismatch"} | {"in_flight", ms left} | {"replay", status, headers, body}
 BEGIN_LUA = """
-local rec = redis.call('HMGET', KEYS[1], 'state', 'fp', 'status', 'headers', 'body')
+local rec = redis.call('HMGET', KEYS[1], 'state', 'fp', 'status', 'headers', 'body', 'until')
+local app_now = tonumber(ARGV[4])
+-- The `lease-wall-clock` control: the lease ends when the app's clock passes the
+-- deadline the claim stored, whatever Redis's clock says.
+if app_now and rec[1] == 'inflight' and tonumber(rec[6]) <= app_now then
+  rec[1] = false
+end
 if not rec[1] then
   redis.call('DEL', KEYS[1])
   redis.call('HSET', KEYS[1], 'state', 'inflight', 'fp', ARGV[1], 'token', ARGV[2])
-  redis.call('PEXPIRE', KEYS[1], ARGV[3])
+  if app_now then
+    redis.call('HSET', KEYS[1], 'until', app_now + tonumber(ARGV[3]))
+  else
+    redis.call('PEXPIRE', KEYS[1], ARGV[3])
+  end
   return {'started'}
 end
 if rec[2] ~= ARGV[1] then
@@ -25,6 +37,9 @@ if rec[2] ~= ARGV[1] then
 end
 if rec[1] == 'inflight' then
   redis.call('HINCRBY', KEYS[2], 'api_inflight_conflicts', 1)
+  if app_now then
+    return {'in_flight', tonumber(rec[6]) - app_now}
+  end
   return {'in_flight', redis.call('PTTL', KEYS[1])}
 end
 redis.call('HINCRBY', KEYS[2], 'api_replays', 1)
@@ -49,7 +64,7 @@ if ARGV[6] == '0' then
   return 1
 end
 redis.call('HSET', KEYS[1], 'state', 'done', 'status', ARGV[2], 'headers', ARGV[3], 'body', ARGV[4])
-redis.call('HDEL', KEYS[1], 'token')
+redis.call('HDEL', KEYS[1], 'token', 'until')
 redis.call('PEXPIRE', KEYS[1], ARGV[5])
 return 1
 """

@@ -13,6 +13,7 @@ import orjson
 import pytest
 import yaml
 
+from harness.nemesis.clock_faults import ClockFault
 from harness.nemesis.crash_points import Arming, CrashPointHit, CrashPointInfo
 from harness.nemesis.faults import FAULT_ACTIONS, FaultTargets, ProcessAction
 from harness.nemesis.plans import (
@@ -165,6 +166,7 @@ def test_shipped_plans_cover_the_promised_faults() -> None:
     assert {"process:kill", "process:pause"} <= kinds["consumer-crashes"]
     assert len(kinds["chaos"]) >= 4
     assert {"crash_point:crash", "crash_point:error", "crash_point:drop-reply"} == kinds["crash-points"]
+    assert {"crash_point:delay", "clock:app:jump"} == kinds["lease-clock-jumps"]
 
 
 SMOKE_SECONDS = 8.0
@@ -198,6 +200,8 @@ def _kind(fault: Any) -> str:
         return f"process:{fault.action}"
     if isinstance(fault, CrashPointFault):
         return f"crash_point:{fault.arming.action}"
+    if isinstance(fault, ClockFault):
+        return f"clock:{fault.process}:{fault.mode}"
     return f"proxy_down:{fault.proxy}"
 
 

@@ -18,7 +18,7 @@ from target_app.webhooks import sign_webhook
 
 CONTROLS = ("api", "api-fingerprint", "api-tenant", "incomplete-body", "order-tenant", "domain",
             "domain-amount", "webhook-signature", "inbox", "inbox-nonatomic", "inbox-dead-letter",
-            "consumer-ack-early", "domain-nonatomic", "recovery-nonatomic")
+            "consumer-ack-early", "domain-nonatomic", "recovery-nonatomic", "lease-wall-clock")
 
 
 def test_every_control_is_listed_with_a_description():
