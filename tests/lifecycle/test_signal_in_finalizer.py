@@ -90,7 +90,9 @@ THREAD_CHILD = textwrap.dedent("""
     def run(run_dir):
         with RunGuard(run_dir, janitor=False) as guard:
             try:
-                deadline = time.monotonic() + 2.0
+                # Long enough that the killer (a Python started under load: seconds on a
+                # busy machine) always signals inside the run; a lost signal ends it.
+                deadline = time.monotonic() + 10.0
                 while time.monotonic() < deadline:
                     Finalized()
                     time.sleep(0.0005)
