@@ -151,6 +151,17 @@ class StepWatch:
         self.triggers.append(trigger)
         return trigger
 
+    def disarm(self, trigger_id: int) -> None:
+        """Take back a trigger that has not matched a step yet (ValueError: no such
+        trigger; StepConfigError: it matched, and fires or fired: its record stays)."""
+        for trigger in self.triggers:
+            if trigger.id == trigger_id:
+                if trigger.fired is not None or trigger.seen >= trigger.occurrence:
+                    raise StepConfigError(f"trigger {trigger_id} matched its step: its record stays")
+                self.triggers.remove(trigger)
+                return
+        raise ValueError(trigger_id)
+
     def seen(self, identity: str) -> Trigger | None:
         """Count a step; the trigger it fires, if any."""
         self.steps[identity] = self.steps.get(identity, 0) + 1
