@@ -50,6 +50,16 @@ Modes (`--mode`):
 - `effect-before-check`: the payment is inserted (committed) before the key and the
   payload are checked: a request without the key, or a key reused with another body,
   is refused (400, 422) after its charge was made.
+- `split-commit`: the payment commits in one transaction and its answer in a second
+  one, right after it, on the same connection, under a session advisory lock on (user,
+  key) held across both (a request with the key meanwhile: 409; a dropped connection
+  releases it). Errors are handled as in `correct`: a failed payment stores nothing
+  (503), a failed store of the answer is tried again on fresh connections before
+  answering, and the answer is sent only once it is stored. Its one hole is a crash
+  between the two commits: the payment is made, no answer is kept, and the client's
+  retry charges again. A random kill rarely lands in that gap; a crash at a step
+  (`harness probe` with the plan `every-step`: after the payment's COMMIT, before the
+  answer's INSERT) finds it (docs/probe.md, Crash at every step).
 - `claim-not-released`: the key is claimed in a transaction of its own (committed,
   state in flight), then the payment and the answer in a second one; when that one
   fails the claim is never released, so every later request with the key is answered
@@ -71,7 +81,7 @@ import psycopg
 from aiohttp import web
 
 MODES = ("correct", "unscoped-keys", "store-after-commit", "store-5xx", "store-5xx-unmarked",
-         "check-then-insert", "effect-before-check", "claim-not-released")
+         "check-then-insert", "effect-before-check", "claim-not-released", "split-commit")
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS payments (
     id text PRIMARY KEY, owner text NOT NULL, idempotency_key text, amount_cents integer NOT NULL,
@@ -179,6 +189,8 @@ class PaymentsService:
             return await self._database(lambda: self._claim_first(scope, key, fingerprint, payment))
         if self.mode == "store-after-commit":
             return await self._database(lambda: self._store_after_commit(scope, key, fingerprint, payment))
+        if self.mode == "split-commit":
+            return await self._database(lambda: self._split_commit(scope, key, fingerprint, payment))
         response = await self._database(lambda: self._claimed(scope, key, fingerprint, payment))
         if self.mode in ("store-5xx", "store-5xx-unmarked") and response.status >= 500:
             await self._store_failure(scope, key, fingerprint, response)
@@ -260,6 +272,44 @@ class PaymentsService:
             async with connection.transaction():
                 await self._store(connection, scope, key, fingerprint, 201, text)
         return web.Response(status=201, text=text, content_type="application/json")
+
+    # --- split-commit: two transactions, careful everywhere but between them ---------------
+    async def _split_commit(self, scope: str, key: str, fingerprint: str, payment: dict[str, Any]) -> web.Response:
+        lock = (f"{scope}\x1f{key}",)
+        # Autocommit: each `transaction()` is a BEGIN ... COMMIT of its own (not a savepoint).
+        async with await psycopg.AsyncConnection.connect(self.dsn, connect_timeout=CONNECT_TIMEOUT,
+                                                         autocommit=True) as connection:
+            cursor = await connection.execute("SELECT pg_try_advisory_lock(hashtextextended(%s, 0))", lock)
+            locked = await cursor.fetchone()
+            if not locked or not locked[0]:
+                response = problem(409, "Request in progress", "a request with this key is still running")
+                response.headers["Retry-After"] = "1"
+                raise Refusal(response)
+            async with connection.transaction():
+                await self._lookup(connection, scope, key, fingerprint)
+                await self._charge()
+                text = await self._insert_payment(connection, payment)
+            try:
+                async with connection.transaction():
+                    await self._store(connection, scope, key, fingerprint, 201, text)
+            except (psycopg.Error, OSError):
+                # The payment is made: its answer must be kept before anyone is told.
+                if not await self._store_again(scope, key, fingerprint, text):
+                    raise
+            else:
+                await connection.execute("SELECT pg_advisory_unlock(hashtextextended(%s, 0))", lock)
+        return web.Response(status=201, text=text, content_type="application/json")
+
+    async def _store_again(self, scope: str, key: str, fingerprint: str, text: str) -> bool:
+        """Store a made payment's answer on fresh connections (the first one failed)."""
+        for _ in range(STORE_TRIES * 4):
+            try:
+                async with await self._connect() as connection, connection.transaction():
+                    await self._store(connection, scope, key, fingerprint, 201, text)
+                return True
+            except (psycopg.Error, OSError):
+                await asyncio.sleep(STORE_PAUSE)
+        return False
 
     # --- claim-not-released: the claim commits alone, and a failure leaves it --------------
     async def _claim_first(self, scope: str, key: str, fingerprint: str, payment: dict[str, Any]) -> web.Response:

@@ -4,7 +4,7 @@ Contract (independent of the probe and of the proxy: it talks to a `StepSource`)
 - `StepSource` lists the steps seen on the wire (identity -> count, e.g.
   `db COMMIT - service`, harness.toxiproxy.steps), arms a one-shot trigger
   (`before`, `after`, `pause`, `error`) at the next occurrence of a step, reads
-  what an armed trigger did (its `fired` record: step, pid, at, verified, error)
+  what an armed trigger did (its `fired` record: step, pid, at_us, verified, error)
   and disarms one that has not matched yet.
 - `explore(source, spec, seed, recover)` learns for `spec.learn` seconds (the
   distinct steps the load makes), then crashes each chosen step with each action
@@ -255,7 +255,8 @@ def explore(source: StepSource, spec: ExploreSpec, seed: int, recover: Callable[
             if tries == 0:
                 queue.append((step, action, 1))
             continue
-        record.fired_at = float(fired.get("at") or wall())
+        at_us = fired.get("at_us")
+        record.fired_at = at_us / 1e6 if isinstance(at_us, int) else float(fired.get("at") or wall())
         record.pid = fired.get("pid") if isinstance(fired.get("pid"), int) else None
         record.error = fired.get("error") if isinstance(fired.get("error"), str) else None
         record.outcome = "crashed" if fired.get("verified") is not False else "unverified"

@@ -384,7 +384,8 @@ def _parse_explore(where: _Where, raw: Any) -> ExploreSpec:
             raise where.error(f"explore.{name}", "must be longer than 0s")
         durations[name] = value
     each = where.integer(spec.get("each", 1), "explore.each", minimum=1, wording="an integer >= 1")
-    return ExploreSpec(steps=steps, actions=tuple(dict.fromkeys(actions_raw)), each=each, **durations)
+    return ExploreSpec(steps=steps, actions=tuple(dict.fromkeys(actions_raw)), each=each, learn=durations["learn"],
+                       budget=durations["budget"], wait=durations["wait"], settle=durations["settle"])
 
 
 def _parse_aged(where: _Where, raw: Any) -> AgedRetries:

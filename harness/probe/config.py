@@ -58,10 +58,10 @@ from harness.fieldcheck import FieldChecker
 from harness.generators import is_generated as _mutable_field
 from harness.generators import render_body as render_body  # moved to a leaf; users.py imports it from here
 from harness.probe.dependency_process import DependencyProcess, parse_dependency_process
-from harness.toxiproxy.steps import PROTOCOLS as DEPENDENCY_PROTOCOLS
 from harness.probe.messages.spec import MessageSpec, parse_message
 from harness.probe.provider.spec import ProviderSpec, parse_provider
 from harness.probe.service_config import ServiceConfig, parse_dependencies, parse_service
+from harness.toxiproxy.steps import PROTOCOLS as DEPENDENCY_PROTOCOLS
 from harness.webhooks.config import WebhookSpec, parse_webhook
 
 METHODS = ("POST", "PUT", "PATCH", "DELETE")
