@@ -40,7 +40,7 @@ def explore_config(mode: str, database: PostgresDatabase, *, duration: str = "30
     raw["endpoints"][0]["effects"]["dsn"] = database.dsn  # the oracle reads the database directly
     raw.pop("plan")
     raw["load"].update({"duration": duration, "users": 4})
-    raw["service"] = {"command": [sys.executable, str(SCRIPT), "--mode", mode, "--port", "{port}", "--work-ms", "10",
+    raw["service"] = {"command": [sys.executable, str(SCRIPT), "--mode", mode, "--port", "{port}",
                                   "--dsn", f"postgresql://{database.user}@{{dependency.db}}/{database.name}"],
                       "ready": {"path": "/healthz", "timeout": "20s"}}
     raw["dependencies"] = {"db": {"address": database.address, **({"protocol": protocol} if protocol else {})}}
