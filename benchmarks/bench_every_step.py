@@ -5,7 +5,7 @@ before and after each: goal under 30 s on the project's 2-core machine.
     .venv/bin/python benchmarks/bench_every_step.py [--rounds 3] [--settle 1s]
 
 Each round is one `harness probe` with the bundled plan's exploration (learn 2 s,
-budget 30 s, settle as given) under a load long enough for the budget. Printed per
+budget 30 s, settle as given); the load lasts as long as the exploration. Printed per
 round: the request steps found, the crashes that fired (verified) of the 20
 planned, the exploration's time (from the first crash armed to the last recovery:
 every restart of the service included) and the probe's wall time. Measured, never
@@ -56,7 +56,7 @@ def one_round(work: Path, index: int, settle: str) -> dict[str, Any]:
                                                           "learn": "2s", "budget": "30s", "each": 1,
                                                           "wait": "5s", "settle": settle}}))
     began = time.monotonic()
-    result = run_probe(ProbeSpec(config=config(free_port(), "36s"), out_dir=work / f"run-{index}", plan=plan))
+    result = run_probe(ProbeSpec(config=config(free_port(), "2s"), out_dir=work / f"run-{index}", plan=plan))
     wall = time.monotonic() - began
     explore = result.document["explore"]
     crashes = explore["crashes"]

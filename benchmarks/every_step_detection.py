@@ -35,11 +35,11 @@ CONFIG = ROOT / "examples/pg_payments_service.yaml"
 # The every-step plan as tests/probe/test_every_step.py runs it (the bundled plan's
 # exploration in a shorter load).
 EVERY_STEP = {"seed": 7, "explore": {"steps": "every", "actions": ["before", "after"], "learn": "1.5s",
-                                     "budget": "25s", "each": 1, "wait": "4s", "settle": "0.3s"}}
+                                     "budget": "60s", "each": 1, "wait": "4s", "settle": "0.3s"}}
 PLANS: dict[str, tuple[Any, str]] = {
     # The plan, and the load it runs under (as the example's tests give them).
     "probe-dependencies": (ROOT / "harness/plans/probe-dependencies.yaml", "8s"),
-    "every-step": (EVERY_STEP, "30s"),
+    "every-step": (EVERY_STEP, "2s"),  # the load lasts as long as the exploration
 }
 
 

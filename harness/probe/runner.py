@@ -52,6 +52,7 @@ from harness.errors import HarnessError
 from harness.exit_codes import VERDICT_EXIT_CODES
 from harness.history import Client, SharedHistory, history_files, iter_operations
 from harness.load.locust_process import LocustProcess
+from harness.load.settings import STOP_FILE_ENV
 from harness.names import FAULT_LOG
 from harness.nemesis.explorer import Exploration, ExploreSpec, attribute
 from harness.nemesis.plans import (
@@ -94,6 +95,7 @@ FINAL_READ_THREADS = 4  # reads at a time (`final_reads`)
 LOCUST_GRACE = 30.0
 WATCH_INTERVAL = 0.5  # how often the service is checked while the load runs
 LOCUST_START = 20.0  # at most this long from Locust's start to its users' start
+EXPLORE_SLACK = 5.0  # seconds of load beyond an exploration's own bound (the last restart)
 LOAD_STARTED = b"Ramping to "  # Locust's log line when it starts its users (and its run time)
 
 
@@ -262,9 +264,17 @@ def _load(spec: ProbeSpec, run_dir: Path, rig: ProbeRig, windows: list[FaultWind
     config_json = run_dir / "config.json"
     env = {**os.environ, CONFIG_ENV: str(config_json.resolve()),
            HISTORY_ENV: str((run_dir / "history").resolve())}
+    duration = load.duration
+    stop_file = run_dir / "locust" / "explored"
+    if explore is not None:
+        # The load lasts as long as the exploration (at most its budget and one crash
+        # more), at least load.duration; it ends once the explorer is done (STOP_FILE_ENV).
+        duration = max(load.duration, explore.learn + explore.budget + explore.wait + explore.settle
+                       + EXPLORE_SLACK)
+        env[STOP_FILE_ENV] = str(stop_file.resolve())
     locust = LocustProcess(
         locustfile=Path(__file__).with_name("locustfile.py"), host=rig.proxy_url, users=load.users,
-        spawn_rate=load.spawn_rate, duration=load.duration, processes=1, output_dir=run_dir / "locust",
+        spawn_rate=load.spawn_rate, duration=duration, processes=1, output_dir=run_dir / "locust",
         env=env, stop_timeout=max(2.0, load.client_timeout * 2), guard=rig.guard)
     assert rig.nemesis is not None
     runner = NemesisRunner(rig.nemesis, rig.processes, run_dir / FAULT_LOG, clocks=rig.clocks)
@@ -281,7 +291,8 @@ def _load(spec: ProbeSpec, run_dir: Path, rig: ProbeRig, windows: list[FaultWind
     runner.start(windows)
     explorer = _explorer(spec, run_dir, rig, explore) if explore is not None else None
     exploration = None
-    deadline = time.monotonic() + load.duration + LOCUST_GRACE + load.client_timeout * 4
+    load_started = time.monotonic()
+    deadline = load_started + duration + LOCUST_GRACE + load.client_timeout * 4
     try:
         if explorer is not None:
             explorer.start()
@@ -291,6 +302,10 @@ def _load(spec: ProbeSpec, run_dir: Path, rig: ProbeRig, windows: list[FaultWind
             rig.check()
             if explorer is not None and explorer.error is not None:
                 break  # the explorer failed (exit 2): finish() raises its error
+            if (explorer is not None and not explorer.running and not stop_file.exists()
+                    and time.monotonic() - load_started >= load.duration):
+                stop_file.parent.mkdir(parents=True, exist_ok=True)
+                stop_file.touch()  # explored: the load ends (harness.load.run_time)
     finally:
         try:
             if explorer is not None:
