@@ -10,8 +10,8 @@ Contract (independent of the probe and of the proxy: it talks to a `StepSource`)
   distinct steps the load makes), then crashes each chosen step with each action
   of `spec.actions`, `spec.each` times, in an order fixed by `seed` (the same seed
   gives the same sequence of crash states). One crash at a time: armed, waited
-  for at most `spec.wait` seconds (a crash not met is disarmed and tried once
-  more at the end), then `recover(record)` (the caller restarts what was killed
+  for at most `spec.wait` seconds (a crash not met is disarmed, one that fired
+  unverified recovered, and either tried once more at the end), then `recover(record)` (the caller restarts what was killed
   and returns once it serves again), then `spec.settle` seconds for the clients'
   retries. The whole is bounded by `spec.budget` seconds after learning and by
   the schedule's length; `stop` ends it early (the load is over).
@@ -264,6 +264,8 @@ def explore(source: StepSource, spec: ExploreSpec, seed: int, recover: Callable[
         outside.update(name for name, count in now_steps.items() if count > before_recovery_total.get(name, 0))
         recover(record)  # raises ExploreError when the crash cannot be mapped to a process
         record.recovered_at = wall()
+        if record.outcome == "unverified" and tries == 0:
+            queue.append((step, action, 1))  # it fired but did not take: once more at the end
         after = dict(source.steps())
         for name, count in after.items():
             if count > now_steps.get(name, 0):

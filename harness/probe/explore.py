@@ -178,6 +178,8 @@ class ProbeExplorer:
         if record.action not in KILLING_ACTIONS:
             return
         try:
+            if record.pid is None and record.error and "no process owns" not in record.error:
+                return  # the trigger was dropped with its connection (parsing stopped): no crash
             if record.pid is None:
                 raise ExploreError(f"explore: the crash {record.action} {record.step!r} found no process: "
                                    f"{record.error or 'no process owns the connection'}")

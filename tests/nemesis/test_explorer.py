@@ -192,3 +192,24 @@ def _probe_parse_targets() -> Any:
 
 
 PROBE_PARSE_TARGETS = _probe_parse_targets()
+
+
+def test_a_crash_that_fired_without_verifying_is_recovered_and_tried_once_more() -> None:
+    class FlakySource(FakeSource):
+        def __init__(self) -> None:
+            super().__init__()
+            self.failed_once = False
+
+        def fired(self, armed: object) -> Mapping[str, Any] | None:
+            record = dict(super().fired(armed) or {})
+            if record["step"] == "db COMMIT - service" and not self.failed_once:
+                self.failed_once = True
+                record["verified"] = False
+            return record
+
+    recovered: list[CrashRecord] = []
+    result = explore(FlakySource(), FAST, 4, recovered.append)
+    commit = [crash for crash in result.crashes if crash.step == "db COMMIT - service"]
+    assert [crash.outcome for crash in commit].count("unverified") == 1 and len(commit) == 3
+    assert len(recovered) == len(STEPS) * 2 + 1
+    assert result.reasons() == []
