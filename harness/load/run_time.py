@@ -25,7 +25,6 @@ from locust.runners import WorkerRunner
 
 from harness.load.settings import RUN_TIME_FLAG, STOP_FILE_ENV
 
-
 STOP_POLL = 0.2
 
 
