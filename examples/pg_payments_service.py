@@ -50,6 +50,18 @@ Modes (`--mode`):
 - `effect-before-check`: the payment is inserted (committed) before the key and the
   payload are checked: a request without the key, or a key reused with another body,
   is refused (400, 422) after its charge was made.
+- `split-commit`: the payment commits in one transaction and its answer in a second
+  one right after it (one INSERT in autocommit: a round trip later), the key claimed in the process for the whole request (a request
+  with the key meanwhile: 409; a lost database connection does not release it, the
+  process's end does). Every error is handled: a failed payment transaction is looked
+  up on a fresh connection (a lost COMMIT reply is a made payment) and answered 503
+  only when it was not made, a failed store of the answer is tried again on fresh
+  connections (some 10 s) before answering, and the answer is sent only once it is
+  stored (no lost-reply hole). Its one hole is a crash
+  between the two commits: the payment is made, no answer is kept, and the client's
+  retry charges again. A random kill rarely lands in that gap; a crash at a step
+  (`harness probe` with the plan `every-step`: after the payment's COMMIT, before the
+  answer's INSERT) finds it (docs/probe.md, Crash at every step).
 - `claim-not-released`: the key is claimed in a transaction of its own (committed,
   state in flight), then the payment and the answer in a second one; when that one
   fails the claim is never released, so every later request with the key is answered
@@ -71,7 +83,7 @@ import psycopg
 from aiohttp import web
 
 MODES = ("correct", "unscoped-keys", "store-after-commit", "store-5xx", "store-5xx-unmarked",
-         "check-then-insert", "effect-before-check", "claim-not-released")
+         "check-then-insert", "effect-before-check", "claim-not-released", "split-commit")
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS payments (
     id text PRIMARY KEY, owner text NOT NULL, idempotency_key text, amount_cents integer NOT NULL,
@@ -83,6 +95,7 @@ CREATE TABLE IF NOT EXISTS idempotency_keys (
 PROBLEM = "application/problem+json"
 CONNECT_TIMEOUT = 3
 STORE_TRIES, STORE_PAUSE = 5, 0.15  # store-5xx: how hard the failure is kept
+SPLIT_STORE_TRIES = 60  # split-commit: a made payment's answer is kept through some 10 s of outage
 
 
 def problem(status: int, title: str, detail: str) -> web.Response:
@@ -114,6 +127,7 @@ class PaymentsService:
         self.dsn = dsn
         self.work = work_ms / 1000.0
         self.publish = (work_ms if publish_ms is None else publish_ms) / 1000.0
+        self.claimed: set[str] = set()  # split-commit: the keys of requests running in this process
 
     def app(self) -> web.Application:
         app = web.Application()
@@ -179,6 +193,8 @@ class PaymentsService:
             return await self._database(lambda: self._claim_first(scope, key, fingerprint, payment))
         if self.mode == "store-after-commit":
             return await self._database(lambda: self._store_after_commit(scope, key, fingerprint, payment))
+        if self.mode == "split-commit":
+            return await self._database(lambda: self._split_commit(scope, key, fingerprint, payment))
         response = await self._database(lambda: self._claimed(scope, key, fingerprint, payment))
         if self.mode in ("store-5xx", "store-5xx-unmarked") and response.status >= 500:
             await self._store_failure(scope, key, fingerprint, response)
@@ -260,6 +276,62 @@ class PaymentsService:
             async with connection.transaction():
                 await self._store(connection, scope, key, fingerprint, 201, text)
         return web.Response(status=201, text=text, content_type="application/json")
+
+    # --- split-commit: two transactions, careful everywhere but between them ---------------
+    async def _split_commit(self, scope: str, key: str, fingerprint: str, payment: dict[str, Any]) -> web.Response:
+        claim = f"{scope}\x1f{key}"
+        if claim in self.claimed:
+            response = problem(409, "Request in progress", "a request with this key is still running")
+            response.headers["Retry-After"] = "1"
+            raise Refusal(response)
+        self.claimed.add(claim)
+        text = json.dumps({name: value for name, value in payment.items() if name != "owner"})
+        committed = stored = False
+        try:
+            # Autocommit: the `transaction()` is a BEGIN ... COMMIT of its own (not a savepoint).
+            async with await psycopg.AsyncConnection.connect(self.dsn, connect_timeout=CONNECT_TIMEOUT,
+                                                             autocommit=True) as connection:
+                async with connection.transaction():
+                    await self._lookup(connection, scope, key, fingerprint)
+                    await self._charge()
+                    await self._insert_payment(connection, payment)
+                committed = True
+                # One statement, in autocommit its own transaction: the second commit.
+                await self._store(connection, scope, key, fingerprint, 201, text)
+                stored = True
+        except (psycopg.Error, OSError):
+            # A lost COMMIT reply is no failed payment: look, then keep the made payment's answer.
+            if not committed and not await self._payment_made(payment["id"]):
+                raise
+            if not stored and not await self._store_again(scope, key, fingerprint, text):
+                raise
+        finally:
+            self.claimed.discard(claim)
+        return web.Response(status=201, text=text, content_type="application/json")
+
+    async def _payment_made(self, payment_id: str) -> bool:
+        """Whether a payment whose transaction failed was committed after all (its
+        COMMIT's reply lost), asked on fresh connections; False if never answered."""
+        for _ in range(SPLIT_STORE_TRIES):
+            try:
+                async with await self._connect() as connection:
+                    cursor = await connection.execute("SELECT 1 FROM payments WHERE id = %s", (payment_id,))
+                    return await cursor.fetchone() is not None
+            except (psycopg.Error, OSError):
+                await asyncio.sleep(STORE_PAUSE)
+        return False
+
+    async def _store_again(self, scope: str, key: str, fingerprint: str, text: str) -> bool:
+        """Store a made payment's answer on fresh connections (the first one failed),
+        the key still claimed: a retry meanwhile is answered 409."""
+        for _ in range(SPLIT_STORE_TRIES):
+            try:
+                async with await self._connect() as connection, connection.transaction():
+                    await self._store(connection, scope, key, fingerprint, 201, text)
+                return True
+            except (psycopg.Error, OSError):
+                await asyncio.sleep(STORE_PAUSE)
+        return False
 
     # --- claim-not-released: the claim commits alone, and a failure leaves it --------------
     async def _claim_first(self, scope: str, key: str, fingerprint: str, payment: dict[str, Any]) -> web.Response:

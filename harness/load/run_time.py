@@ -17,12 +17,18 @@ seconds after the users started:
   that stops meanwhile ends the wait.
 
 Workers ignore the flag (their master quits them).
+
+With `HARNESS_LOAD_STOP_FILE` set (`STOP_FILE_ENV`), the load also ends, the same
+way, as soon as that file exists: the probe ends its load once a plan's exploration
+is over (harness.probe.explore), before the run time it allowed for it.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import time
+from pathlib import Path
 from typing import Any
 
 import gevent
@@ -30,7 +36,16 @@ from locust.env import Environment
 from locust.event import Events
 from locust.runners import STATE_MISSING, STATE_RUNNING, STATE_SPAWNING, MasterRunner, Runner, WorkerRunner
 
-from harness.load.settings import RUN_TIME_FLAG
+from harness.load.settings import RUN_TIME_FLAG, STOP_FILE_ENV
+
+STOP_POLL = 0.2
+
+
+def _quit_when_present(runner: Any, path: Path) -> None:
+    while not path.exists():
+        gevent.sleep(STOP_POLL)
+    runner.quit()
+
 
 # How long a master waits for its workers' users before the clock starts anyway.
 WORKERS_USERS_WAIT = 30.0
@@ -52,6 +67,9 @@ def install_run_time(events: Events) -> None:
         run_time = getattr(environment.parsed_options, "harness_run_time", None)
         if run_time is not None and runner is not None and not isinstance(runner, WorkerRunner):
             gevent.spawn(_quit_after, runner, float(run_time))
+        stop_file = os.environ.get(STOP_FILE_ENV, "").strip()
+        if stop_file and runner is not None and not isinstance(runner, WorkerRunner):
+            gevent.spawn(_quit_when_present, runner, Path(stop_file))
 
     events.init_command_line_parser.add_listener(on_parser)  # type: ignore[no-untyped-call]
     events.test_start.add_listener(on_test_start)  # type: ignore[no-untyped-call]

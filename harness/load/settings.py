@@ -145,6 +145,8 @@ def _env_default(spec: OptionSpec, environ: Mapping[str, str]) -> Any:
 # The load's length in seconds from its start (Locust's test_start), the harness's
 # own counterpart of Locust's --run-time (harness.load.recording installs it).
 RUN_TIME_FLAG = "--harness-run-time"
+# When set, the load ends as soon as this file exists (harness.load.run_time).
+STOP_FILE_ENV = "HARNESS_LOAD_STOP_FILE"
 
 
 def add_options(parser: Any, environ: Mapping[str, str] | None = None) -> None:

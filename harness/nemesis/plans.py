@@ -13,6 +13,14 @@ optionally a seeded random nemesis:
       - {at: 3s, for: 2s, clock: {target: app, jump: 2h}}       # or skew: -90s, strobe: {...}
     random: {seed: 11, start: 1s, every: 3s, duration: 1s-3s, faults: [...]}
     promises: [recovery_point, reclaim]
+    explore: {steps: every, actions: [before, after], learn: 2s, budget: 30s, each: 1}
+
+`explore:` crashes the steps the wire shows (harness.nemesis.explorer): `steps` is
+`every` or a list of step identities (`*` a wildcard), `actions` some of before,
+after, pause, error, `learn` and `budget` durations, `each` the crashes per step
+and action, `wait` how long one armed crash may wait for its step, `settle` the
+time given to the clients' retries after each recovery. Only `harness probe`
+explores (for now): a stack's run refuses the key (`PlanTargets.explore`).
 
 `promises` names the protective paths (harness.catalog.PATHS) the plan's faults
 provoke: a run under the plan that exercised one of them zero times is
@@ -52,6 +60,7 @@ from harness.errors import HarnessError
 from harness.fieldcheck import FieldChecker
 from harness.nemesis.clock_faults import CLOCK_MODES, MIN_STROBE_EVERY, ClockFault
 from harness.nemesis.crash_points import check_arming
+from harness.nemesis.explorer import EXPLORE_ACTIONS, ExploreSpec
 from harness.nemesis.faults import (
     FAULT_ACTIONS,
     KILL_CHILD,
@@ -108,6 +117,7 @@ class PlanTargets:
     crash_points: tuple[str, ...] = tuple(CRASH_POINTS)  # the target app's (harness.catalog)
     clocks: tuple[str, ...] = ()  # processes a clock fault may move (consumer-N too with any_consumer)
     aged_retries: bool = False  # may the plan have `aged_retries:` (a probe's)
+    explore: bool = False  # may the plan have `explore:` (a probe's, for now)
 
     @classmethod
     def of_stack(cls, proxies: Iterable[str], services: Iterable[str]) -> PlanTargets:
@@ -179,6 +189,7 @@ class Plan:
     source: str = "<plan>"
     promises: tuple[str, ...] = ()
     aged_retries: AgedRetries | None = None
+    explore: ExploreSpec | None = None
 
 
 # --- parsing ----------------------------------------------------------------------
@@ -193,7 +204,8 @@ def load_plan(path: Path, targets: PlanTargets = STACK_TARGETS) -> Plan:
 def parse_plan(raw: Any, *, source: str = "<plan>", targets: PlanTargets = STACK_TARGETS) -> Plan:
     """Check a plan already parsed from YAML; `source` names it in messages."""
     where = _Where(source)
-    top = where.mapping(raw, "plan", required=("seed",), optional=("windows", "random", "promises", "aged_retries"))
+    top = where.mapping(raw, "plan", required=("seed",),
+                        optional=("windows", "random", "promises", "aged_retries", "explore"))
     seed = where.integer(top["seed"], "seed")
     windows_raw = top.get("windows") or []
     if not isinstance(windows_raw, list):
@@ -201,10 +213,11 @@ def parse_plan(raw: Any, *, source: str = "<plan>", targets: PlanTargets = STACK
     windows = tuple(_parse_window(where, item, f"windows[{i}]", i) for i, item in enumerate(windows_raw))
     random_nemesis = _parse_random(where, top["random"], seed) if top.get("random") is not None else None
     aged = _parse_aged(where, top["aged_retries"]) if top.get("aged_retries") is not None else None
-    if not windows and random_nemesis is None and aged is None:
+    explore = _parse_explore(where, top["explore"]) if top.get("explore") is not None else None
+    if not windows and random_nemesis is None and aged is None and explore is None:
         raise where.error("plan", "has neither windows nor random: nothing to do")
     plan = Plan(seed=seed, windows=windows, random=random_nemesis, source=source,
-                promises=_parse_promises(where, top.get("promises")), aged_retries=aged)
+                promises=_parse_promises(where, top.get("promises")), aged_retries=aged, explore=explore)
     check_targets(plan, targets)
     return plan
 
@@ -216,6 +229,9 @@ def check_targets(plan: Plan, targets: PlanTargets) -> None:
     if plan.aged_retries is not None and not targets.aged_retries:
         raise where.error("aged_retries", "only `harness probe` re-sends aged keys (its service's clock is moved); "
                           "not a stack's run")
+    if plan.explore is not None and not targets.explore:
+        raise where.error("explore", "only `harness probe` explores the steps of a service it runs (with "
+                          "`service:` and `dependencies:` in its config); not a stack's run, yet")
     located: list[tuple[str, Fault]] = [(f"windows[{i}]", window.fault) for i, window in enumerate(plan.windows)]
     if plan.random is not None:
         located += [(f"random.faults[{i}]", fault) for i, fault in enumerate(plan.random.faults)]
@@ -344,6 +360,37 @@ def _parse_clock(where: _Where, raw: Any, path: str) -> ClockFault:
     if delta == 0:
         raise where.error(f"{path}.{mode}", "must not be 0s: the clock would not move")
     return ClockFault(process=target, mode=mode, delta=delta)
+
+
+_EXPLORE_KEYS = ("steps", "actions", "learn", "budget", "each", "wait", "settle")
+
+
+def _parse_explore(where: _Where, raw: Any) -> ExploreSpec:
+    """`explore: {steps: every, actions: [before, after], learn: 2s, budget: 30s, each: 1}`."""
+    spec = where.mapping(raw, "explore", optional=_EXPLORE_KEYS)
+    steps_raw = spec.get("steps", "every")
+    if steps_raw == "every":
+        steps: tuple[str, ...] = ()
+    elif isinstance(steps_raw, list) and steps_raw and all(isinstance(s, str) and s.strip() for s in steps_raw):
+        steps = tuple(dict.fromkeys(s.strip() for s in steps_raw))
+    else:
+        raise where.error("explore.steps", f"must be `every` or a list of step identities like "
+                          f"'db COMMIT - service', not {steps_raw!r}")
+    actions_raw = spec.get("actions", ["before", "after"])
+    if not isinstance(actions_raw, list) or not actions_raw:
+        raise where.error("explore.actions", f"must be a non-empty list of {', '.join(EXPLORE_ACTIONS)}")
+    for i, action in enumerate(actions_raw):
+        if action not in EXPLORE_ACTIONS:
+            raise where.error(f"explore.actions[{i}]", f"must be one of {', '.join(EXPLORE_ACTIONS)}, not {action!r}")
+    durations = {}
+    for name, default in (("learn", 2.0), ("budget", 30.0), ("wait", 5.0), ("settle", 1.0)):
+        value = where.duration(spec.get(name, default), f"explore.{name}")
+        if value <= 0 and name != "settle":
+            raise where.error(f"explore.{name}", "must be longer than 0s")
+        durations[name] = value
+    each = where.integer(spec.get("each", 1), "explore.each", minimum=1, wording="an integer >= 1")
+    return ExploreSpec(steps=steps, actions=tuple(dict.fromkeys(actions_raw)), each=each, learn=durations["learn"],
+                       budget=durations["budget"], wait=durations["wait"], settle=durations["settle"])
 
 
 def _parse_aged(where: _Where, raw: Any) -> AgedRetries:

@@ -23,6 +23,8 @@
     plan: flaky-network    # optional: faults on proxy `app` (the probe's proxy)
     service: {command: [python, app.py, --port, "{port}"], ready: /healthz}  # instead of upstream:
     dependencies: {db: 127.0.0.1:5432}   # the service's own; each behind a proxy of the probe
+    #   or {db: {address: 127.0.0.1:5432, protocol: postgres}}: the wire protocol (redis or
+    #   postgres) lets the proxy see steps; the plan `every-step` requires it on every one
 
 `service:` and `dependencies:` (the probe runs the service itself, on a port it picked,
 behind proxies to its dependencies) are parsed by harness.probe.service_config.
@@ -59,6 +61,7 @@ from harness.probe.dependency_process import DependencyProcess, parse_dependency
 from harness.probe.messages.spec import MessageSpec, parse_message
 from harness.probe.provider.spec import ProviderSpec, parse_provider
 from harness.probe.service_config import ServiceConfig, parse_dependencies, parse_service
+from harness.toxiproxy.steps import PROTOCOLS as DEPENDENCY_PROTOCOLS
 from harness.webhooks.config import WebhookSpec, parse_webhook
 
 METHODS = ("POST", "PUT", "PATCH", "DELETE")
@@ -206,9 +209,19 @@ class ProbeConfig:
     dependencies: Mapping[str, str] = field(default_factory=dict)  # NAME -> the real host:port
     # the dependencies the probe starts itself (`command:`), by name (harness.probe.dependency_process)
     dependency_processes: Mapping[str, DependencyProcess] = field(default_factory=dict)
+    # a dependency's wire protocol (`protocol:`), for the steps its proxy parses (harness.toxiproxy.steps)
+    dependency_protocols: Mapping[str, str] = field(default_factory=dict)
     messages: tuple[MessageEndpoint, ...] = ()  # what the probe publishes to a consumer (harness.probe.messages)
     provider: ProviderSpec | None = None  # the payment provider the probe runs (harness.probe.provider)
     strict: bool = False  # the draft's SHOULD rows count as failures (`strict: true`, --strict)
+
+    def _dependency_raw(self, name: str, address: str) -> Any:
+        """One `dependencies:` entry as the config wrote it (an address, or a mapping)."""
+        protocol = self.dependency_protocols.get(name)
+        if name in self.dependency_processes:
+            raw = self.dependency_processes[name].to_raw()
+            return {**raw, "protocol": protocol} if protocol else raw
+        return {"address": address, "protocol": protocol} if protocol else address
 
     def to_dict(self) -> dict[str, Any]:
         """A plain form that `parse_config` reads back (the Locust processes get it)."""
@@ -242,8 +255,8 @@ class ProbeConfig:
         if not raw["webhooks"]:
             del raw["webhooks"]
         raw.pop("dependency_processes")
-        raw["dependencies"] = {name: (self.dependency_processes[name].to_raw() if name in self.dependency_processes
-                                      else address) for name, address in self.dependencies.items()}
+        raw.pop("dependency_protocols")
+        raw["dependencies"] = {name: self._dependency_raw(name, address) for name, address in self.dependencies.items()}
         raw["service"] = self.service.to_dict() if self.service is not None else None
         raw["messages"] = [message.to_raw() for message in self.messages]
         if not raw["messages"]:
@@ -345,6 +358,7 @@ def parse_config(raw: Any, *, source: str = "<config>") -> ProbeConfig:
                        headers=headers, load=load, plan=Path(plan) if plan else None, source=source,
                        identities=identities, webhooks=webhooks, service=service, dependencies=dependencies,
                        dependency_processes=_dependency_processes(where, top.get("dependencies"), dependencies),
+                       dependency_protocols=_dependency_protocols(where, top.get("dependencies")),
                        messages=messages, strict=strict)
 
 
@@ -367,8 +381,33 @@ def _dependency_processes(where: _Where, raw: Any, addresses: Mapping[str, str])
     """The `dependencies:` entries given with `command:` (already checked as addresses)."""
     if not isinstance(raw, dict):
         return {}
-    return {name: parse_dependency_process(where, value, name, addresses[name])
-            for name, value in raw.items() if isinstance(value, dict)}
+    processes = {}
+    for name, value in raw.items():
+        if not isinstance(value, dict):
+            continue
+        if "command" not in value:
+            # An address the probe does not start, given as a mapping for its `protocol:`.
+            where.mapping(value, f"dependencies.{name}", required=("address",), optional=("protocol",))
+            continue
+        value = {key: item for key, item in value.items() if key != "protocol"}
+        processes[name] = parse_dependency_process(where, value, name, addresses[name])
+    return processes
+
+
+def _dependency_protocols(where: _Where, raw: Any) -> dict[str, str]:
+    """`dependencies.NAME.protocol`: the wire protocol its proxy may parse (steps)."""
+    if not isinstance(raw, dict):
+        return {}
+    protocols = {}
+    for name, value in raw.items():
+        if isinstance(value, dict) and "protocol" in value:
+            protocol = value["protocol"]
+            if protocol not in DEPENDENCY_PROTOCOLS:
+                raise where.error(f"dependencies.{name}.protocol",
+                                  f"must be one of {', '.join(DEPENDENCY_PROTOCOLS)} (the wire protocols whose "
+                                  f"steps a proxy sees), not {protocol!r}")
+            protocols[str(name)] = str(protocol)
+    return protocols
 
 
 def parse_upstream(raw: Any, *, where: _Where | None = None, path: str = "upstream") -> str:

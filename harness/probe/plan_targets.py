@@ -17,7 +17,11 @@ A probe plan is an ordinary plan (docs/nemesis.md) whose targets are the probe's
 - `clock:` windows (harness.nemesis.clock_faults) on `service` or on a dependency the
   probe starts itself (`command:`), never on an address-only dependency;
 - `provider_fault` windows (harness.probe.provider.plan): a provider-side fault armed on
-  the run's payment provider, only when the config has `provider:`.
+  the run's payment provider, only when the config has `provider:`;
+- `explore:` (harness.nemesis.explorer, run by harness.probe.explore): crashes at the
+  steps the service sends its dependencies, only with `service:` and `dependencies:`
+  whose every entry says its `protocol:` (redis or postgres): the proxies read the
+  steps off the wire, and a protocol is never guessed from a port.
 
 `ProbeTargets` holds a run's names (plan name → the proxy's real name on the
 Toxiproxy). `load_probe_plan(path, targets)` (or `parse_probe_plan(raw, source=...,
@@ -30,7 +34,7 @@ before anything starts; `probe_windows(plan, duration, targets)` is the schedule
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -67,13 +71,15 @@ class ProbeTargets:
     service: bool = False
     brokers: tuple[str, ...] = ()
     started: tuple[str, ...] = ()  # the dependencies the probe starts itself (a clock fault may move theirs)
+    protocols: Mapping[str, str] = field(default_factory=dict)  # dependency -> its `protocol:` (explore)
 
     @classmethod
     def plain(cls, dependencies: tuple[str, ...] = (), *, service: bool = False,
-              brokers: tuple[str, ...] = (), started: tuple[str, ...] = ()) -> ProbeTargets:
+              brokers: tuple[str, ...] = (), started: tuple[str, ...] = (),
+              protocols: Mapping[str, str] | None = None) -> ProbeTargets:
         """Real names equal to the plan names (an embedded Toxiproxy of the probe's own)."""
         return cls(proxies={name: name for name in (APP, *dependencies)}, service=service, brokers=brokers,
-                   started=started)
+                   started=started, protocols=dict(protocols or {}))
 
     @property
     def dependencies(self) -> tuple[str, ...]:
@@ -102,7 +108,8 @@ def parse_probe_plan(raw: Any, *, source: str, targets: ProbeTargets) -> Plan:
     if provider_windows and not raw.get("windows") and raw.get("random") is None:
         plan = Plan(seed=_seed(raw, source), windows=provider_windows, source=source)
     else:
-        plan = parse_plan(raw, source=source, targets=_AnyTarget(proxies=(), services=(), aged_retries=True))
+        plan = parse_plan(raw, source=source, targets=_AnyTarget(proxies=(), services=(), aged_retries=True,
+                                                                explore=True))
         plan = replace(plan, windows=(*plan.windows, *provider_windows))
     check_probe_plan(plan, targets)
     return plan
@@ -122,6 +129,10 @@ def check_probe_plan(plan: Plan, targets: ProbeTargets) -> None:
     if plan.aged_retries is not None and not targets.service:
         raise PlanError(f"{plan.source}: aged_retries: the probe moves the clock of the service it starts to age "
                         "its keys; give `service:` in the probe config")
+    if plan.explore is not None:
+        problem = _explore_problem(targets)
+        if problem is not None:
+            raise PlanError(f"{plan.source}: explore: {problem}")
     located: list[tuple[str, Fault]] = [(f"windows[{i}]", window.fault) for i, window in enumerate(plan.windows)]
     if plan.random is not None:
         located += [(f"random.faults[{i}]", fault) for i, fault in enumerate(plan.random.faults)]
@@ -169,6 +180,21 @@ def _problem(fault: Fault, targets: ProbeTargets) -> str | None:
     if fault.proxy not in targets.proxies:
         known = ", ".join([*targets.proxies, *([DEPENDENCIES] if targets.dependencies else [])])
         return f"proxy {fault.proxy!r} does not exist in a probe (its proxies: {known})"
+    return None
+
+
+def _explore_problem(targets: ProbeTargets) -> str | None:
+    """Exploring crashes the service at the steps it sends its dependencies: it needs
+    the service, dependencies, and each one's wire protocol."""
+    if not targets.service:
+        return "crashes at steps need a service the probe runs (`service:` in the probe config)"
+    dependencies = [name for name in targets.dependencies if name != PROVIDER]
+    if not dependencies:
+        return "crashes at steps need `dependencies:` (the proxies that see the service's steps)"
+    for name in dependencies:
+        if name not in targets.protocols:
+            return (f"dependency {name!r} has no protocol: give dependencies.{name}: {{address: ..., "
+                    "protocol: redis|postgres} (the proxy reads the steps off the wire)")
     return None
 
 

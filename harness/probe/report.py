@@ -38,6 +38,7 @@ def render_report(document: Mapping[str, Any]) -> str:
         "<h2>Invariants</h2>",
         _invariants(document.get("invariants") or []),
         *(("<h2>The provider's ledger</h2>", _ledger(document["ledger"])) if "ledger" in document else ()),
+        *(("<h2>Crash coverage</h2>", _coverage(document["explore"])) if "explore" in document else ()),
         "<h2>What the clients did</h2>",
         _kinds(counts),
         "<h2>Faults</h2>",
@@ -57,6 +58,28 @@ def render_report(document: Mapping[str, Any]) -> str:
         ], numeric=False),
     ]
     return page(f"probe {verdict}: {document.get('upstream')}", "".join(parts))
+
+
+def _coverage(explore: Mapping[str, Any]) -> str:
+    """The explorer's table (harness.nemesis.explorer): each step, its crashes by
+    action, and the invariants that failed after a crash there."""
+    actions = list(explore.get("actions") or [])
+    rows = []
+    for row in explore.get("coverage") or []:
+        crashed = row.get("crashed") or {}
+        failed = row.get("failed") or {}
+        note = "start-up (not crashed)" if row.get("startup") else ("" if row.get("learned") else "seen after learning")
+        counts = "".join(f"<td class='num'>{crashed.get(action, 0)}</td>" for action in actions)
+        failures = ", ".join(badge(f"{name} ×{count}", "fail") for name, count in failed.items()) or "none"
+        rows.append(f"<tr><td><code>{escape(str(row.get('step')))}</code></td>{counts}"
+                    f"<td class='num'>{row.get('attempts', 0)}</td><td>{failures}</td><td>{escape(note)}</td></tr>")
+    head = "".join(f"<th>{escape(h)}</th>" for h in ("step", *(f"crashed {a}" for a in actions), "armed",
+                                                      "failed after a crash here", "note"))
+    reasons = explore.get("reasons") or []
+    note = (f"<p class='note'>Seed {escape(str(explore.get('seed')))}; a violation is put on a crash when a key in "
+            "its evidence had a request in flight when the crash fired (docs/probe.md, Crash at every step).</p>")
+    missing = "".join(f"<p>{badge('not crashed', 'warn')} {escape(str(reason))}</p>" for reason in reasons)
+    return note + card_table(head, "".join(rows), scroll=True) + missing
 
 
 def write_report(path: Path, document: Mapping[str, Any]) -> None:

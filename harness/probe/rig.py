@@ -230,7 +230,8 @@ class ProbeRig:
         return ProbeTargets(proxies={APP: self.app_proxy, **names}, service=self.service is not None,
                             brokers=(*self.brokers, *self.started),
                             started=tuple(name for name, process in self.config.dependency_processes.items()
-                                          if process.clock is not None))
+                                          if process.clock is not None),
+                            protocols=dict(self.config.dependency_protocols))
 
     @property
     def processes(self) -> ProbeProcesses:

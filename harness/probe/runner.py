@@ -40,7 +40,7 @@ import threading
 import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -52,7 +52,9 @@ from harness.errors import HarnessError
 from harness.exit_codes import VERDICT_EXIT_CODES
 from harness.history import Client, SharedHistory, history_files, iter_operations
 from harness.load.locust_process import LocustProcess
+from harness.load.settings import STOP_FILE_ENV
 from harness.names import FAULT_LOG
+from harness.nemesis.explorer import Exploration, ExploreSpec, attribute
 from harness.nemesis.plans import (
     FaultWindow,
     NemesisRunner,
@@ -60,12 +62,13 @@ from harness.nemesis.plans import (
 )
 from harness.probe.aged_retries import aged_retries
 from harness.probe.answers import CONFIG_ENV, HISTORY_ENV, json_pointer
-from harness.probe.checker import DEFAULT_MIN_ACKNOWLEDGED, ProbeCheck, check
+from harness.probe.checker import DEFAULT_MIN_ACKNOWLEDGED, ProbeCheck, check, verdict_of
 from harness.probe.clocks import clock_targets
 from harness.probe.config import ProbeConfig
 from harness.probe.conformance import DRAFT, ConformanceRow, conformance, rows_to_dicts
 from harness.probe.effect_checks import EffectRecord
 from harness.probe.effects import EFFECTS_FILE, collect_effects
+from harness.probe.explore import ProbeExplorer, coverage_line
 from harness.probe.identities import READ_AS_OTHER, other_identity, owners, request_headers
 from harness.probe.late_retries import late_retries
 from harness.probe.ledger_checks import check_ledger, combine_ledger
@@ -92,6 +95,7 @@ FINAL_READ_THREADS = 4  # reads at a time (`final_reads`)
 LOCUST_GRACE = 30.0
 WATCH_INTERVAL = 0.5  # how often the service is checked while the load runs
 LOCUST_START = 20.0  # at most this long from Locust's start to its users' start
+EXPLORE_SLACK = 5.0  # seconds of load beyond an exploration's own bound (the last restart)
 LOAD_STARTED = b"Ramping to "  # Locust's log line when it starts its users (and its run time)
 
 
@@ -191,7 +195,8 @@ def run_probe(spec: ProbeSpec) -> ProbeResult:
                                  brokers=(*(m.spec.process.name for m in config.messages if m.spec.process),
                                           *config.dependency_processes),
                                  started=tuple(name for name, process in config.dependency_processes.items()
-                                               if process.clock is not None))
+                                               if process.clock is not None),
+                                 protocols=config.dependency_protocols)
     plan = load_probe_plan(plan_path, targets) if plan_path is not None else None
     run_dir = Path(spec.out_dir)
     if (run_dir / "history").exists() or (run_dir / "result.json").exists():
@@ -215,7 +220,8 @@ def run_probe(spec: ProbeSpec) -> ProbeResult:
                       on_event=rig.provider.adopt_event if rig.provider is not None else None) as hooks):
         windows = probe_windows(plan, config.load.duration, rig.targets) if plan is not None else []
         windows = bind_provider_faults(windows, rig.provider.control() if rig.provider is not None else None)
-        _load(spec, run_dir, rig, windows, play, hooks)
+        exploration = _load(spec, run_dir, rig, windows, play, hooks,
+                            explore=plan.explore if plan is not None else None)
         rig.heal()
         rig.check()
         upstream = rig.upstream
@@ -238,18 +244,37 @@ def run_probe(spec: ProbeSpec) -> ProbeResult:
         ledger = rig.provider.export() if rig.provider is not None else None  # ledger.ndjson
     return judge(config, operations, reads, run_dir, upstream=upstream, plan_path=plan_path, nonce=nonce,
                  started=started, min_acknowledged=spec.min_acknowledged,
-                 toxiproxy=rig.toxiproxy, effects=effects, messages=messages, webhooks=webhooks, ledger=ledger)
+                 toxiproxy=rig.toxiproxy, effects=effects, messages=messages, webhooks=webhooks, ledger=ledger,
+                 exploration=exploration)
+
+
+def _explorer(spec: ProbeSpec, run_dir: Path, rig: ProbeRig, explore: ExploreSpec) -> ProbeExplorer:
+    """The plan's `explore:` on the run's dependency proxies (checked before the run:
+    a service, dependencies, each with its protocol)."""
+    assert rig.nemesis is not None and rig.service is not None
+    proxies = {name: real for name, real in rig.targets.proxies.items()
+               if name in spec.config.dependency_protocols}
+    return ProbeExplorer(api_url=rig.nemesis.api_url, proxies=proxies, protocols=spec.config.dependency_protocols,
+                         service=rig.service, spec=explore, seed=spec.config.load.seed, fault_log=run_dir / FAULT_LOG)
 
 
 def _load(spec: ProbeSpec, run_dir: Path, rig: ProbeRig, windows: list[FaultWindow], play: MessagePlay,
-          hooks: WebhookPlay | None = None) -> None:
+          hooks: WebhookPlay | None = None, *, explore: ExploreSpec | None = None) -> Exploration | None:
     load = spec.config.load
     config_json = run_dir / "config.json"
     env = {**os.environ, CONFIG_ENV: str(config_json.resolve()),
            HISTORY_ENV: str((run_dir / "history").resolve())}
+    duration = load.duration
+    stop_file = run_dir / "locust" / "explored"
+    if explore is not None:
+        # The load lasts as long as the exploration (at most its budget and one crash
+        # more), at least load.duration; it ends once the explorer is done (STOP_FILE_ENV).
+        duration = max(load.duration, explore.learn + explore.budget + explore.wait + explore.settle
+                       + EXPLORE_SLACK)
+        env[STOP_FILE_ENV] = str(stop_file.resolve())
     locust = LocustProcess(
         locustfile=Path(__file__).with_name("locustfile.py"), host=rig.proxy_url, users=load.users,
-        spawn_rate=load.spawn_rate, duration=load.duration, processes=1, output_dir=run_dir / "locust",
+        spawn_rate=load.spawn_rate, duration=duration, processes=1, output_dir=run_dir / "locust",
         env=env, stop_timeout=max(2.0, load.client_timeout * 2), guard=rig.guard)
     assert rig.nemesis is not None
     runner = NemesisRunner(rig.nemesis, rig.processes, run_dir / FAULT_LOG, clocks=rig.clocks,
@@ -265,20 +290,44 @@ def _load(spec: ProbeSpec, run_dir: Path, rig: ProbeRig, windows: list[FaultWind
     if hooks is not None:
         hooks.start(rig.proxy_url)  # the webhooks: through the proxy `app`, like the requests
     runner.start(windows)
-    deadline = time.monotonic() + load.duration + LOCUST_GRACE + load.client_timeout * 4
+    explorer = _explorer(spec, run_dir, rig, explore) if explore is not None else None
+    exploration = None
+    load_started = time.monotonic()
+    deadline = load_started + duration + LOCUST_GRACE + load.client_timeout * 4
     try:
+        if explorer is not None:
+            explorer.start()
         # A service that ends on its own ends the run (rig.check raises) at once.
         while not (finished := (locust.finished(timeout=WATCH_INTERVAL) if spec.config.endpoints
                                 else play.load_over(WATCH_INTERVAL))) and time.monotonic() < deadline:
             rig.check()
+            if explorer is not None and explorer.error is not None:
+                break  # the explorer failed (exit 2): finish() raises its error
+            if (explorer is not None and not explorer.running and not stop_file.exists()
+                    and time.monotonic() - load_started >= load.duration):
+                stop_file.parent.mkdir(parents=True, exist_ok=True)
+                stop_file.touch()  # explored: the load ends (harness.load.run_time)
     finally:
-        runner.stop()
-        locust.stop()
         try:
-            play.stop()
+            if explorer is not None:
+                exploration = explorer.finish()  # nothing left armed, stopped or dead
         finally:
-            if hooks is not None:
-                hooks.stop()
+            _stop_load(runner, locust, play, hooks)
+    _load_ended(runner, locust, finished)
+    return exploration
+
+
+def _stop_load(runner: NemesisRunner, locust: LocustProcess, play: MessagePlay, hooks: WebhookPlay | None) -> None:
+    runner.stop()
+    locust.stop()
+    try:
+        play.stop()
+    finally:
+        if hooks is not None:
+            hooks.stop()
+
+
+def _load_ended(runner: NemesisRunner, locust: LocustProcess, finished: bool) -> None:
     if not finished:
         raise ProbeError(f"Locust did not finish in time; see {locust.log_path}")
     if runner.failure:
@@ -407,7 +456,7 @@ def judge(config: ProbeConfig, operations: Sequence[Mapping[str, Any]], reads: S
           run_dir: Path, *, upstream: str, plan_path: Path | None, started: float, nonce: str | None = None,
           min_acknowledged: int, toxiproxy: str, effects: Sequence[EffectRecord] = (),
           messages: Sequence[MessageOutcome] | None = None, webhooks: Sequence[WebhookOutcome] | None = None,
-          ledger: Sequence[LedgerRecord] | None = None) -> ProbeResult:
+          ledger: Sequence[LedgerRecord] | None = None, exploration: Exploration | None = None) -> ProbeResult:
     """Check, build the conformance table and write result.json, junit.xml, report.html."""
     from harness.probe.report import write_report
 
@@ -429,6 +478,16 @@ def judge(config: ProbeConfig, operations: Sequence[Mapping[str, Any]], reads: S
     if ledger is not None:  # with `provider:` (harness.probe.ledger_checks)
         ledger_check = check_ledger(operations, config, ledger)
         result, ledger_rows = combine_ledger(result, ledger_check), ledger_rows_to_dicts(ledger_check.rows)
+    explored: dict[str, Any] | None = None
+    if exploration is not None:  # a plan's `explore:` (harness.probe.explore)
+        placed = attribute(exploration, result.violations, operations, grace=config.load.client_timeout)
+        reasons = [*result.inconclusive_reasons, *exploration.reasons()]
+        result = replace(result, inconclusive_reasons=reasons, verdict=verdict_of(result.invariants, reasons))
+        line = coverage_line(exploration)
+        with open(run_dir / FAULT_LOG, "ab") as log:
+            log.write(orjson.dumps(line, option=orjson.OPT_APPEND_NEWLINE))
+        faults = [*faults, line]
+        explored = {**exploration.to_dict(), "violations": placed}
     document = {
         "kind": "probe",
         "run_id": run_dir.name,
@@ -451,6 +510,7 @@ def judge(config: ProbeConfig, operations: Sequence[Mapping[str, Any]], reads: S
         "conformance": rows_to_dicts(rows),
         "faults": faults,
         **({"ledger": ledger_rows} if ledger_rows is not None else {}),
+        **({"explore": explored} if explored is not None else {}),
     }
     (run_dir / "result.json").write_bytes(orjson.dumps(document, option=orjson.OPT_INDENT_2))
     write_junit(run_dir / "junit.xml", document)

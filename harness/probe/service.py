@@ -10,7 +10,8 @@ process group is entered on the run's lease (`harness.stack.lifeline.RunGuard`),
 the run's janitor stops it if the probe dies, even by SIGKILL.
 
 A service that never gets ready, or whose process ends while the probe did not stop
-it (`check()`, called while the load runs and after it), is a `ServiceFailed`: a
+it (`check()`, called while the load runs and after it; a crash at a step the probe
+armed, `expect_crash`, is its own doing), is a `ServiceFailed`: a
 HarnessError (exit 2) whose message ends with the tail of its log.
 
 `DependencyProxies` creates one Toxiproxy proxy per dependency (`dependencies:`) on
@@ -144,6 +145,7 @@ class ProbedService:
         self._spawner = ThreadPoolExecutor(max_workers=1, thread_name_prefix="probe-service")
         self.starts = 0  # incarnations started, for the report
         self._stopped = False  # for good: no start after stop()
+        self._crash_expected = False  # a step crash is armed: its death is the probe's own (expect_crash)
 
     @property
     def address(self) -> str:
@@ -156,6 +158,17 @@ class ProbedService:
     @property
     def pid(self) -> int | None:
         return self._service.pid
+
+    @property
+    def running(self) -> bool:
+        return self._service.running()
+
+    def expect_crash(self, expected: bool) -> None:
+        """A crash at a step is armed (harness.probe.explore): until it is off again,
+        the process ending is the probe's doing, which `check()` does not report (the
+        explorer restarts it)."""
+        with self._lock:
+            self._crash_expected = expected
 
     def _on_spawner(self, action: Callable[[], T]) -> T:
         return self._spawner.submit(action).result()
@@ -188,6 +201,8 @@ class ProbedService:
     def check(self) -> None:
         """ServiceFailed when the process ended although the probe did not stop it."""
         with self._lock:
+            if self._crash_expected:
+                return
             if self._service.status in ("running", "paused") and not self._service.running():
                 self._failed(f"exited on its own with code {self._returncode()}")
 

@@ -154,7 +154,8 @@ def parse_dependencies(where: FieldChecker, raw: Any, address: Callable[[Any, st
         if isinstance(value, dict):  # one the probe starts (harness.probe.dependency_process)
             if "address" not in value:
                 raise where.error(f"dependencies.{name}", "with `command:`, give `address:` too (the host:port "
-                                  "its command makes it listen on)")
+                                  "its command makes it listen on)" if "command" in value else
+                                  "as a mapping, give `address:` (the host:port it listens on)")
             result[name] = address(value["address"], f"dependencies.{name}.address")
         else:
             result[name] = address(value, f"dependencies.{name}")

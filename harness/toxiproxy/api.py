@@ -18,6 +18,8 @@ there): steps seen on the wire and step faults (harness.toxiproxy.steps), per pr
   GET/POST /harness/proxies/{name}/triggers  step faults; POST {"action": "before",
                                              "step": "redis INCR counter app",
                                              "occurrence": 1, "duration_ms": 0} arms one
+  DELETE /harness/proxies/{name}/triggers/{id} disarms one not fired yet (a fired
+                                             one stays, with its record: 409)
 Bad fields answer 400 with {"error": ..., "status": 400}; a proxy without a watch
 answers 409 on steps and triggers.
 """
@@ -108,6 +110,7 @@ _ROUTES: tuple[tuple[re.Pattern[str], dict[str, str]], ...] = (
     (re.compile(rf"/harness/proxies/{_SEGMENT}/wire"), {"GET": "wire_show", "POST": "wire_set"}),
     (re.compile(rf"/harness/proxies/{_SEGMENT}/steps"), {"GET": "steps_show", "DELETE": "steps_reset"}),
     (re.compile(rf"/harness/proxies/{_SEGMENT}/triggers"), {"GET": "triggers_show", "POST": "trigger_arm"}),
+    (re.compile(rf"/harness/proxies/{_SEGMENT}/triggers/{_SEGMENT}"), {"DELETE": "trigger_disarm"}),
 )
 _METRICS_ROUTE = (re.compile(r"/metrics"), {_ANY: "metrics"})
 
@@ -422,3 +425,13 @@ class ToxiproxyApi:
         except StepConfigError as exc:
             raise ApiError(str(exc), 400) from None
         return _json(201, trigger.to_json())
+
+    async def _trigger_disarm(self, name: str, trigger_id: str, *, body: bytes) -> Response:
+        watch = self._watch(name)
+        try:
+            watch.disarm(int(trigger_id))
+        except ValueError:
+            raise ApiError(f"no trigger {trigger_id!r} on this proxy", 404) from None
+        except StepConfigError as exc:
+            raise ApiError(str(exc), 409) from None
+        return Response(204, b"", None)

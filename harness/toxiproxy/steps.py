@@ -20,8 +20,8 @@ Contract:
   PostgreSQL: switches to TLS or replication) is counted under `untracked` and
   passed on the same way. Parsing never cuts a connection.
 - A `Trigger` fires once, at the Nth occurrence of a matching step (a step text,
-  `*` as a wildcard), and records what it did (step, pid, time, whether the fault
-  verified: the pid died / was stopped):
+  `*` as a wildcard), and records what it did (step, pid, time `at_us` in unix
+  microseconds, whether the fault verified: the pid died / was stopped):
     before: the step's message is held (never reaches the server; what came
             before it in its chunk does), the owner SIGKILLed, the connection cut.
     after:  the step's round goes on, nothing later from that client is
@@ -35,7 +35,9 @@ Contract:
   A trigger that matched a step whose reply it will never see (another trigger
   ended the connection first, or parsing stopped) records why, verified false.
 - The owner of a connection is the process holding the client's socket, found
-  from the client's port via /proc/net/tcp(6) and /proc/<pid>/fd. A trigger whose
+  from the client's port via /proc/net/tcp(6) and /proc/<pid>/fd, when a trigger
+  matches its step (an `after` step's client may close the socket as soon as it
+  has the reply). A trigger whose
   owner cannot be found, or is this process, records an error and signals nobody.
 Step faults act where the tap sits, before the downstream toxics: a toxic that
 holds the reply (latency) may still hold it when the owner is killed.
@@ -150,6 +152,17 @@ class StepWatch:
         self._next_id += 1
         self.triggers.append(trigger)
         return trigger
+
+    def disarm(self, trigger_id: int) -> None:
+        """Take back a trigger that has not matched a step yet (ValueError: no such
+        trigger; StepConfigError: it matched, and fires or fired: its record stays)."""
+        for trigger in self.triggers:
+            if trigger.id == trigger_id:
+                if trigger.fired is not None or trigger.seen >= trigger.occurrence:
+                    raise StepConfigError(f"trigger {trigger_id} matched its step: its record stays")
+                self.triggers.remove(trigger)
+                return
+        raise ValueError(trigger_id)
 
     def seen(self, identity: str) -> Trigger | None:
         """Count a step; the trigger it fires, if any."""
@@ -276,6 +289,8 @@ class StepTap:
         self.closing = False  # an after/error step seen: forward to the end of its round, then block
         self.blocked = False  # after a crash/error step: client bytes are dropped
         self.done = False  # a fault ended this connection
+        self._owner: int | None = None  # the client's pid, looked up once a trigger matched
+        self._owner_known = False
 
     # -- client -> server
     def from_client(self, data: bytes) -> None:
@@ -297,6 +312,9 @@ class StepTap:
                     self._fire_before(trigger, identity, data, message)
                     return
                 if trigger is not None:
+                    # The owner is looked up now, while the client surely holds its socket:
+                    # once the reply is delivered it may close the connection at once.
+                    self._owner_pid()
                     self.round.triggers.append((trigger, identity))
                     self.closing = self.closing or trigger.action != "pause"
             if message.answered:
@@ -421,6 +439,7 @@ class StepTap:
                     "action": trigger.action,
                     "pid": None,
                     "at": time.time(),
+                    "at_us": time.time_ns() // 1000,
                     "verified": False,
                     "error": reason,
                 }
@@ -429,8 +448,12 @@ class StepTap:
     def _record(self, trigger: Trigger, identity: str, pid: int | None = -1) -> int | None:
         """Note the firing; find the owner (pid=-1: look it up)."""
         if pid == -1:
-            pid = self.connection.owner_pid()
-        trigger.fired = {"step": identity, "action": trigger.action, "pid": pid, "at": time.time(), "verified": None}
+            pid = self._owner_pid()
+        # `at_us` (unix microseconds, an int): the API prints floats as Go's float32, to
+        # about 100 s on a unix time; `at` stays for readers of the old field.
+        now = time.time_ns()
+        trigger.fired = {"step": identity, "action": trigger.action, "pid": pid, "at": now / 1e9,
+                         "at_us": now // 1000, "verified": None}
         if trigger.action == "error":
             trigger.fired["verified"] = True  # the reset is the fault itself
         elif pid is None:
@@ -440,6 +463,13 @@ class StepTap:
             trigger.fired["error"] = "the connection's owner is the proxy's own process: not signalled"
             trigger.fired["verified"] = False
         return pid
+
+    def _owner_pid(self) -> int | None:
+        """The connection's owner, looked up once (it does not change)."""
+        if not self._owner_known:
+            self._owner = self.connection.owner_pid()
+            self._owner_known = self._owner is not None
+        return self._owner
 
     def _signal(self, trigger: Trigger, pid: int | None, signum: signal.Signals) -> bool:
         assert trigger.fired is not None

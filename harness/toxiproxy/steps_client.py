@@ -67,3 +67,7 @@ class ProxySteps:
     def triggers(self) -> list[dict[str, Any]]:
         result: list[dict[str, Any]] = self._call("GET", "triggers")
         return result
+
+    def disarm(self, trigger_id: int) -> None:
+        """Take back a trigger that has not fired (StepApiError 409 when it has)."""
+        self._call("DELETE", f"triggers/{trigger_id}")
