@@ -385,8 +385,9 @@ def _classify(tokens: list[_Token]) -> tuple[str, str]:
     return verb, _table(verb, tokens, start + 1)
 
 
-def _main_of_with(tokens: list[_Token], index: int) -> int | None:
-    """The index of the main statement's verb after WITH's common table expressions."""
+def _top_level(tokens: list[_Token], index: int) -> Iterator[tuple[int, _Token]]:
+    """The tokens from `index` on outside every parenthesis (their positions too), up
+    to a closing parenthesis that was not opened here."""
     depth = 0
     for position in range(index, len(tokens)):
         token = tokens[position]
@@ -394,9 +395,15 @@ def _main_of_with(tokens: list[_Token], index: int) -> int | None:
             depth += 1
         elif token.kind == ")":
             depth -= 1
-        elif depth == 0 and token.keyword in _DML:
-            return position
-    return None
+            if depth < 0:
+                return
+        elif depth == 0:
+            yield position, token
+
+
+def _main_of_with(tokens: list[_Token], index: int) -> int | None:
+    """The index of the main statement's verb after WITH's common table expressions."""
+    return next((position for position, token in _top_level(tokens, index) if token.keyword in _DML), None)
 
 
 def _skip(tokens: list[_Token], index: int, *keywords: str) -> int:
@@ -427,16 +434,8 @@ def _table(verb: str, tokens: list[_Token], index: int) -> str:
 
 def _after_from(tokens: list[_Token], index: int) -> str:
     """The table after the first FROM at this level (into a subquery if one is there)."""
-    depth = 0
-    for position in range(index, len(tokens)):
-        token = tokens[position]
-        if token.kind == "(":
-            depth += 1
-        elif token.kind == ")":
-            depth -= 1
-            if depth < 0:
-                return "-"
-        elif depth == 0 and token.keyword == "FROM":
+    for position, token in _top_level(tokens, index):
+        if token.keyword == "FROM":
             after = _skip(tokens, position + 1, "ONLY", "LATERAL")
             if after < len(tokens) and tokens[after].kind == "(":
                 inner = _skip_parens(tokens, after)

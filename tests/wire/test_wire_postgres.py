@@ -138,33 +138,24 @@ def test_steps_of_simple_extended_prepared_and_pipelined_queries(db_proxy: tuple
 
 
 @pytest.mark.parametrize("mode", ["extended", "simple"])
-def test_crash_before_insert_kills_the_sender_and_the_row_never_arrives(
-    db_proxy: tuple[str, ProxySteps], db: PostgresDatabase, child: Callable[..., subprocess.Popen[bytes]], mode: str
+@pytest.mark.parametrize(("action", "rows"), [
+    ("before", ["p0", "p1"]),  # the third INSERT held: it never reaches the server
+    ("after", ["p0", "p1", "p2"]),  # with autocommit its reply came back: the row is there
+])
+def test_a_crash_at_the_third_insert_kills_the_sender_with_the_rows_the_action_leaves(
+    db_proxy: tuple[str, ProxySteps], db: PostgresDatabase, child: Callable[..., subprocess.Popen[bytes]],
+    mode: str, action: str, rows: list[str],
 ) -> None:
     _, steps = db_proxy
     steps.watch("postgres", role="worker")
-    steps.arm("before", INSERT_STEP, occurrence=3)
+    steps.arm(action, INSERT_STEP, occurrence=3)
     process = child(1000, mode, True)
     assert process.wait(timeout=60) == -9
-    assert _rows(db) == ["p0", "p1"]
-    fired = _fired(steps)
-    assert fired["pid"] == process.pid and fired["verified"] is True
-    assert fired["step"] == "db INSERT payments worker"
-
-
-@pytest.mark.parametrize("mode", ["extended", "simple"])
-def test_crash_after_insert_with_autocommit_kills_the_sender_and_the_row_is_there(
-    db_proxy: tuple[str, ProxySteps], db: PostgresDatabase, child: Callable[..., subprocess.Popen[bytes]], mode: str
-) -> None:
-    _, steps = db_proxy
-    steps.watch("postgres", role="worker")
-    steps.arm("after", INSERT_STEP, occurrence=3)
-    process = child(1000, mode, True)
-    assert process.wait(timeout=60) == -9
-    assert _rows(db) == ["p0", "p1", "p2"]
+    assert _rows(db) == rows
     assert steps.steps()["db INSERT payments worker"] == 3
     fired = _fired(steps)
     assert fired["pid"] == process.pid and fired["verified"] is True
+    assert fired["step"] == "db INSERT payments worker"
 
 
 def test_crash_after_insert_in_a_transaction_kills_the_sender_before_its_commit(
