@@ -35,9 +35,9 @@ the retry succeeds and answers like the first attempt would have. (`Redis.from_u
 builds its pool without that default and retries nothing; a WATCH before MULTI turns
 the re-send into a WatchError instead.)
 
-`--no-retry` passes `retry=None` (redis-py: `Retry(NoBackoff(), 0)`): the lost reply is
-a ConnectionError that step 3 resolves, and the service is correct. That is the whole
-difference between the two modes.
+`--no-retry` passes `retry=Retry(NoBackoff(), 0)` (what `retry=None` means to a
+connection, and what `from_url` gets): the lost reply is a ConnectionError that step 3
+resolves, and the service is correct. That is the whole difference between the modes.
 """
 
 from __future__ import annotations
@@ -52,6 +52,8 @@ from typing import Any
 import redis
 from flask import Flask, Response, jsonify, request
 from flask.typing import ResponseReturnValue
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 from werkzeug.serving import make_server
 
 LEASE_MS = 5000  # how long a claim holds its key; far above one request's slowest path
@@ -76,6 +78,11 @@ def answer(record: dict[str, Any], *, replayed: bool) -> Response:
     if replayed:
         response.headers["Idempotent-Replayed"] = "true"
     return response
+
+
+def text(value: bytes | str) -> str:
+    """A value as redis-py returns it without `decode_responses` (bytes), as text."""
+    return value.decode() if isinstance(value, bytes) else value
 
 
 def build_app(client: redis.Redis) -> Flask:
@@ -155,7 +162,7 @@ def build_app(client: redis.Redis) -> Flask:
         stored = client.hgetall(f"payment:{payment_id}")
         if not stored:
             return problem(404, "Not found", f"no payment {payment_id}")
-        payment: dict[str, Any] = {k.decode(): v.decode() for k, v in stored.items()}
+        payment: dict[str, Any] = {text(k): text(v) for k, v in stored.items()}
         payment["amount_cents"] = int(payment["amount_cents"])
         return jsonify(payment)
 
@@ -176,14 +183,16 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--redis-port", type=int, default=6379)
     parser.add_argument("--redis-db", type=int, default=0)
     parser.add_argument("--no-retry", action="store_true",
-                        help="retry=None: a lost reply is an error the service resolves, never a re-sent EXEC")
+                        help="Retry(NoBackoff(), 0): a lost reply is an error the service resolves, "
+                             "never a re-sent EXEC")
     args = parser.parse_args(argv)
     if args.no_retry:
-        client = redis.Redis(host=args.redis_host, port=args.redis_port, db=args.redis_db, retry=None)
+        client = redis.Redis(host=args.redis_host, port=args.redis_port, db=args.redis_db,
+                             retry=Retry(NoBackoff(), 0))
     else:
         client = redis.Redis(host=args.redis_host, port=args.redis_port, db=args.redis_db)
     server = make_server(args.host, args.port, build_app(client), threaded=True)
-    mode = "retry=None" if args.no_retry else "redis-py's default retry"
+    mode = "no retry" if args.no_retry else "redis-py's default retry"
     print(f"redis-py payments ({mode}) on http://{args.host}:{args.port}", flush=True)
     server.serve_forever()
 
