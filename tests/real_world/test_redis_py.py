@@ -12,7 +12,7 @@ by nothing else, every violation being one ledger entry (one id) stored twice; w
 `--no-retry` (`Retry(NoBackoff(), 0)`) the same service PASSes that plan and the bundled
 `probe-dependencies`. Under `probe-dependencies` alone the default client meets a lost
 EXEC reply only in some runs (its reset_peer at toxicity 0.5 resets a connection at its
-first reply, a claim as often as a charge: 2 FAILs in 4 runs measured), so that run may
+first reply, a claim as often as a charge: 2 FAILs in 7 runs measured), so that run may
 pass but may break nothing else.
 
 redis-py is the project's own dependency (`redis>=5.0`), not pinned here: the test checks
