@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from harness.check.checker import CheckResult
+from harness.load.settings import RUN_TIME_FLAG
 from harness.ports import free_port, free_ports
 from tests.load.locust_run import LOCUSTFILES, completions, json_requests, records
 from tests.load.test_recording import CLIENT_TIMEOUT, _StubApp
@@ -53,7 +54,10 @@ def stop_all(processes: list[subprocess.Popen]) -> None:
 # `stop` to the workers, which send their final batch before reporting stopped).
 # Seconds of load. 3 were enough on an idle machine (182 records a worker); in a suite
 # of six workers on two cores both workers once recorded nothing in them.
-LOAD_SECONDS = 10  # a suite at load 15 once recorded nothing in 5 s (and in 3 s before that)
+# Timed as the harness times a load (harness.load.run_time: from the workers' users
+# running): Locust's own -t starts before the spawn messages go out, and a suite run on a
+# busy machine recorded nothing in 10 s of it (the workers took their spawn up too late).
+LOAD_SECONDS = 10
 STOPS = {"headless": ["--headless"],
          # After a stop each worker sleeps --stop-timeout before it reads messages again:
          # a quit sent sooner is lost with the exiting master (Locust's behaviour).
@@ -67,13 +71,15 @@ def test_workers_in_their_own_processes_send_every_record_to_the_master(stub_url
     port, web_port = free_ports(2)
     history = tmp_path / "histories"
     stop_args = [*STOPS[stop], *(["--web-port", str(web_port)] if stop == "web-ui-stop" else [])]
+    # Headless, timed as the harness times a load; the web UI's autostart keeps Locust's -t.
+    run_time = ["-t", f"{LOAD_SECONDS}s"] if stop == "web-ui-stop" else [RUN_TIME_FLAG, str(LOAD_SECONDS)]
     # The master's settings reach the workers through Locust: the workers get none.
     master_out, master_log = tmp_path / "master.json", tmp_path / "master.log"
     with open(master_out, "w") as out_file, open(master_log, "w") as log_file:
         master = subprocess.Popen(
             [sys.executable, "-m", "locust", "-f", str(LOCUSTFILES / "timeout_replay.py"), "--master",
              "--master-bind-host", "127.0.0.1", "--master-bind-port", str(port), "--expect-workers", "2",
-             "--expect-workers-max-wait", "60", *stop_args, "-u", "4", "-r", "4", "-t", f"{LOAD_SECONDS}s",
+             "--expect-workers-max-wait", "60", *stop_args, "-u", "4", "-r", "4", *run_time,
              "--stop-timeout", "5", "--host", stub_url, "--only-summary", "--exit-code-on-error", "0",
              "--json", "--harness-root", "", "--harness-history-dir", str(history),
              "--harness-request-timeout", str(CLIENT_TIMEOUT), "--harness-seed", "4"],

@@ -270,6 +270,10 @@ def test_an_interrupt_reaches_a_run_thread_only_inside_its_run(tmp_path: Path, m
         real_raise(ident, kind)
 
     monkeypatch.setattr(lifeline, "raise_in_thread", slow_raise)
+    swallowed: list[bool] = []  # an Interrupted the interpreter reported as unraisable
+    monkeypatch.setattr(sys, "unraisablehook", lambda unraisable: swallowed.append(True)
+                        if isinstance(unraisable.exc_value, Interrupted) else None)
+    lost = 0
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     landed: list[str] = []
@@ -308,12 +312,21 @@ def test_an_interrupt_reaches_a_run_thread_only_inside_its_run(tmp_path: Path, m
             time.sleep(rng.uniform(0.0, 0.003))
             got.clear()
             if interrupt_run_threads(signal.SIGTERM):
+                deadline = time.monotonic() + 10
+                while not got.wait(0.05) and not swallowed and time.monotonic() < deadline:
+                    pass
+                if not got.is_set() and swallowed:
+                    # Lost in a finalizer: interrupt_signals' hook raises it again (not
+                    # installed here; tests/lifecycle/test_signal_in_finalizer.py judges it).
+                    swallowed.clear()
+                    lost += 1
+                    continue
+                assert got.is_set(), "an interrupt sent to a run was never raised"
                 sent += 1
-                assert got.wait(10), "an interrupt sent to a run was never raised"
     finally:
         done.set()
         thread.join(10)
-    assert sent == wanted, sent
+    assert sent == wanted and lost <= wanted // 4, (sent, lost)
     assert landed == ["in its run"] * sent, {where: landed.count(where) for where in set(landed)}
     marker = registry.interrupted_marker(run_dir)
     assert marker is not None and marker["signal"] == "SIGTERM"
