@@ -51,16 +51,23 @@ def with_changes(tmp_path: Path, **changes: object) -> Path:
 def test_a_missing_key_answered_422_passes_with_the_advice_named(example_service, tmp_path: Path,
                                                                  capsys: pytest.CaptureFixture[str]) -> None:
     service = example_service("fixed", *MISSING_422)
-    code = main(probe_cli(service.address, tmp_path / "run"))
-    summary = capsys.readouterr().out
+    # A request without the key is one round in ten: on a busy machine (a suite run) a
+    # short probe once had none of them answered, so no advice could be given: probed again.
+    for attempt in range(3):
+        run = tmp_path / f"run-{attempt}"
+        code = main(probe_cli(service.address, run))
+        summary = capsys.readouterr().out
+        statuses = json.loads((run / "result.json").read_text())["counts"]["statuses"].get("missing_key", {})
+        if any(status != "None" for status in statuses):
+            break
     assert code == 0, summary
     assert summary.startswith("PASS: all 7 probe invariants held; advice: missing-400 (SHOULD)"), summary
-    document = json.loads((tmp_path / "run/result.json").read_text())
+    document = json.loads((run / "result.json").read_text())
     advice = {item["rule"]: item for item in document["advice"]}
     assert advice["missing-400"]["level"] == "SHOULD" and "422×" in advice["missing-400"]["message"]
-    junit = (tmp_path / "run/junit.xml").read_text()
+    junit = (run / "junit.xml").read_text()
     assert 'failures="0"' in junit and 'name="advice.missing-400"' in junit and "<system-out>" in junit
-    html = (tmp_path / "run/report.html").read_text()
+    html = (run / "report.html").read_text()
     assert "<h2>Advice</h2>" in html and "missing-400" in html
     assert "what the seed fixes" in html and "where a kill lands" in html  # docs/probe.md, the seed
 

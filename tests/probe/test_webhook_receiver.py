@@ -79,10 +79,15 @@ def test_the_correct_receiver_passes_with_its_answers_delayed_past_the_timeout(
             "malformed_header", "unsupported_scheme"} <= kinds, kinds
     # The plan made the provider give up waiting (and retry) while the receiver had applied.
     assert entry["answered_late"] > 0, explain(result)
-    rows = {row.id: row.status for row in result.conformance}
-    for rid in ("webhook-raw-body", "webhook-tolerance", "webhook-dedupe-event", "webhook-dedupe-object",
-                "webhook-out-of-order"):
-        assert rows[rid] == "pass", (rid, explain(result))
+    rows = {row.id: row for row in result.conformance}
+    for rid in ("webhook-raw-body", "webhook-dedupe-event", "webhook-dedupe-object", "webhook-out-of-order"):
+        assert rows[rid].status == "pass", (rid, explain(result))
+    # The run has one or two stale deliveries; on a busy machine the plan's latency may have
+    # left every one unanswered (the provider's timeout), and then the row says so.
+    tolerance = rows["webhook-tolerance"]
+    assert tolerance.status == "pass" or (tolerance.status == "not observed"
+                                          and "no delivery to refuse got an answer" in tolerance.evidence), \
+        (tolerance, explain(result))
     # Every delivery is in the history with its kind, event id, fact and must_refuse.
     records = [json.loads(line) for path in (result.run_dir / "history").glob("webhooks-*.jsonl")
                for line in path.read_text().splitlines()]
